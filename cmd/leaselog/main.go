@@ -1,0 +1,58 @@
+// Command leaselog is the single binary of leaselog: the daemon, its workers,
+// the client commands of executors and auditors, and offline tools.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := (&Main{Stdout: os.Stdout, Stderr: os.Stderr}).Run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "leaselog:", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		os.Exit(1)
+	}
+}
+
+// Main is the program, with its streams, so that tests run it in-process.
+type Main struct {
+	Stdout, Stderr io.Writer
+}
+
+// Run runs the command line args (without the program name).
+func (m *Main) Run(ctx context.Context, args []string) error {
+	root := &cobra.Command{
+		Use:           "leaselog",
+		Short:         "A durable lease manager for job executors",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(m.Stdout)
+	root.SetErr(m.Stderr)
+	root.SetArgs(args)
+	root.AddCommand(m.replayCommand())
+	return root.ExecuteContext(ctx)
+}
+
+// exitError carries a specific exit status.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }

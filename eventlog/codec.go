@@ -1,0 +1,242 @@
+package eventlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"unsafe"
+)
+
+// ErrCorrupt is returned, wrapped with the key or sequence number at fault,
+// when stored bytes cannot be what this package wrote.
+var ErrCorrupt = errors.New("eventlog: corrupt record")
+
+// ErrNewerFormat is returned when a record or the store was written by a newer
+// format than this build reads.
+var ErrNewerFormat = errors.New("eventlog: written by a newer format")
+
+// recordVersion is the version byte of the record format written by this build.
+// A reader accepts every version up to its own. Within a version, fields are
+// tagged, so a reader skips the fields it does not know: adding a field needs no
+// new version; changing the meaning of one does.
+const recordVersion = 1
+
+// Field tags of the record format. Numbers are forever.
+const (
+	tagJob     = 1
+	tagLease   = 2
+	tagWorker  = 3
+	tagKind    = 4
+	tagOutcome = 5
+	tagMode    = 6
+	tagRef     = 7
+	tagReason  = 8
+	tagGap     = 9
+	tagSpec    = 10
+	tagResult  = 11
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// The record format (all integers varint unless a width is given):
+//
+//	+--------+-----+------+------------+----------+----------------------------+
+//	| crc32c | ver | type | time       | id       | field*                     |
+//	| 4 B LE | 1 B | 1 B  | zigzag var | 16 B     | tag(1 B) len(uvarint) data |
+//	+--------+-----+------+------------+----------+----------------------------+
+//
+// The checksum covers the sequence number (8 bytes, big-endian, as in the key)
+// followed by everything after the checksum, so a record copied under the wrong
+// key fails its check. A field whose value is the zero value is not written.
+// Integer fields hold one uvarint (zigzag for signed) as their data.
+const headerLen = 4 + 1 + 1
+
+// appendRecord appends the encoding of e (with sequence number e.Seq) to dst.
+func appendRecord(dst []byte, e *Event) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, recordVersion, byte(e.Type))
+	dst = binary.AppendVarint(dst, e.Time)
+	dst = append(dst, e.ID[:]...)
+	dst = appendString(dst, tagJob, e.Job)
+	if e.Type != TypeAcquired { // an acquired event's lease is its own sequence number
+		dst = appendUvarintField(dst, tagLease, e.Lease)
+	}
+	dst = appendString(dst, tagWorker, e.Worker)
+	dst = appendUvarintField(dst, tagKind, uint64(e.Kind))
+	dst = appendUvarintField(dst, tagOutcome, uint64(e.Outcome))
+	dst = appendUvarintField(dst, tagMode, uint64(e.Mode))
+	dst = appendString(dst, tagRef, e.Ref)
+	dst = appendString(dst, tagReason, e.Reason)
+	if e.Gap != 0 {
+		dst = appendUvarintField(dst, tagGap, zigzag(e.Gap))
+	}
+	dst = appendBytes(dst, tagSpec, e.Spec)
+	dst = appendBytes(dst, tagResult, e.Result)
+	binary.LittleEndian.PutUint32(dst[start:], recordChecksum(e.Seq, dst[start+4:]))
+	return dst
+}
+
+func recordChecksum(seq uint64, body []byte) uint32 {
+	var s [8]byte
+	binary.BigEndian.PutUint64(s[:], seq)
+	return crc32.Update(crc32.Update(0, castagnoli, s[:]), castagnoli, body)
+}
+
+func appendString(dst []byte, tag byte, s string) []byte {
+	if s == "" {
+		return dst
+	}
+	dst = append(dst, tag)
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendBytes(dst []byte, tag byte, b []byte) []byte {
+	if len(b) == 0 {
+		return dst
+	}
+	dst = append(dst, tag)
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+func appendUvarintField(dst []byte, tag byte, v uint64) []byte {
+	if v == 0 {
+		return dst
+	}
+	var tmp [binary.MaxVarintLen64]byte
+	n := binary.PutUvarint(tmp[:], v)
+	dst = append(dst, tag, byte(n))
+	return append(dst, tmp[:n]...)
+}
+
+func zigzag(v int64) uint64   { return uint64(v<<1) ^ uint64(v>>63) }
+func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
+
+// Decode decodes the record stored under sequence number seq into a fresh
+// Event that shares no memory with b.
+func Decode(seq uint64, b []byte) (Event, error) {
+	var e Event
+	if err := decodeAliased(seq, b, &e); err != nil {
+		return Event{}, err
+	}
+	return e.Clone(), nil
+}
+
+// decodeAliased decodes b into e without copying: e's strings and slices point
+// into b and live as long as b does. It never panics, whatever b holds.
+func decodeAliased(seq uint64, b []byte, e *Event) error {
+	*e = Event{Seq: seq}
+	if len(b) < headerLen+16+1 {
+		return corruptf(seq, "record of %d bytes is shorter than its header", len(b))
+	}
+	if got, want := recordChecksum(seq, b[4:]), binary.LittleEndian.Uint32(b); got != want {
+		return corruptf(seq, "checksum mismatch (stored %08x, computed %08x)", want, got)
+	}
+	if v := b[4]; v > recordVersion {
+		return fmt.Errorf("eventlog: seq %d: record version %d (this build reads up to %d): %w", seq, v, recordVersion, ErrNewerFormat)
+	} else if v == 0 {
+		return corruptf(seq, "record version 0")
+	}
+	e.Type = Type(b[5])
+	p := b[headerLen:]
+	t, n := binary.Varint(p)
+	if n <= 0 {
+		return corruptf(seq, "bad time varint")
+	}
+	e.Time, p = t, p[n:]
+	if len(p) < len(e.ID) {
+		return corruptf(seq, "truncated id")
+	}
+	copy(e.ID[:], p)
+	p = p[len(e.ID):]
+	for len(p) > 0 {
+		tag := p[0]
+		l, n := binary.Uvarint(p[1:])
+		if n <= 0 || l > uint64(len(p)-1-n) {
+			return corruptf(seq, "field tag %d at offset %d: bad length", tag, len(b)-len(p))
+		}
+		data := p[1+n : 1+n+int(l)]
+		p = p[1+n+int(l):]
+		var err error
+		switch tag {
+		case tagJob:
+			e.Job = aliasString(data)
+		case tagLease:
+			e.Lease, err = uvarintField(data)
+		case tagWorker:
+			e.Worker = aliasString(data)
+		case tagKind:
+			var v uint64
+			v, err = smallField(data)
+			e.Kind = Kind(v)
+		case tagOutcome:
+			var v uint64
+			v, err = smallField(data)
+			e.Outcome = Outcome(v)
+		case tagMode:
+			var v uint64
+			v, err = smallField(data)
+			e.Mode = RevokeMode(v)
+		case tagRef:
+			e.Ref = aliasString(data)
+		case tagReason:
+			e.Reason = aliasString(data)
+		case tagGap:
+			var v uint64
+			v, err = uvarintField(data)
+			e.Gap = unzigzag(v)
+		case tagSpec:
+			e.Spec = nonEmpty(data)
+		case tagResult:
+			e.Result = nonEmpty(data)
+		default:
+			// A field from a newer writer: skipping it is what keeps old readers working.
+		}
+		if err != nil {
+			return corruptf(seq, "field tag %d: %v", tag, err)
+		}
+	}
+	if e.Type == TypeAcquired {
+		e.Lease = seq
+	}
+	return nil
+}
+
+// nonEmpty keeps "absent" one value: an empty field decodes as nil, as it
+// would have been had the writer left it out.
+func nonEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+func uvarintField(data []byte) (uint64, error) {
+	v, n := binary.Uvarint(data)
+	if n <= 0 || n != len(data) {
+		return 0, errors.New("bad uvarint")
+	}
+	return v, nil
+}
+
+func smallField(data []byte) (uint64, error) {
+	v, err := uvarintField(data)
+	if err == nil && v > 255 {
+		err = fmt.Errorf("value %d out of range", v)
+	}
+	return v, err
+}
+
+// aliasString returns a string that shares b's memory; see Event's doc.
+func aliasString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+func corruptf(seq uint64, format string, args ...any) error {
+	return fmt.Errorf("%w: seq %d: %s", ErrCorrupt, seq, fmt.Sprintf(format, args...))
+}

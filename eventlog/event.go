@@ -1,0 +1,267 @@
+package eventlog
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Type is the type of an event. The numeric values are part of the on-disk
+// format and never change; new types take new numbers.
+type Type uint8
+
+// The event types of DESIGN §3.
+const (
+	TypeQueued Type = iota + 1
+	TypeAcquired
+	TypeRunning
+	TypeHeartbeat
+	TypeRevoked
+	TypeReported
+	TypeExpired
+	TypeCancelled
+	TypeStaleReport
+	TypeWorkerUnreachable
+	TypeWorkerReachable
+	TypeDaemonStarted
+	TypeDaemonStopping
+	TypeDaemonResumed
+
+	typeEnd // one past the last known type
+)
+
+// NumTypes bounds the Type values this version knows: every known type is in
+// [1, NumTypes). Tables indexed by Type use it as their length.
+const NumTypes = int(typeEnd)
+
+var typeNames = [...]string{
+	TypeQueued:            "lease.queued",
+	TypeAcquired:          "lease.acquired",
+	TypeRunning:           "lease.running",
+	TypeHeartbeat:         "lease.heartbeat",
+	TypeRevoked:           "lease.revoked",
+	TypeReported:          "lease.reported",
+	TypeExpired:           "lease.expired",
+	TypeCancelled:         "lease.cancelled",
+	TypeStaleReport:       "lease.stale_report",
+	TypeWorkerUnreachable: "worker.unreachable",
+	TypeWorkerReachable:   "worker.reachable",
+	TypeDaemonStarted:     "daemon.started",
+	TypeDaemonStopping:    "daemon.stopping",
+	TypeDaemonResumed:     "daemon.resumed",
+}
+
+// Types lists every known type in numeric order.
+func Types() []Type {
+	ts := make([]Type, 0, NumTypes-1)
+	for t := Type(1); t < typeEnd; t++ {
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// Known reports whether t is a type this version understands. A log written
+// by a newer version may hold types an older one does not.
+func (t Type) Known() bool { return t >= 1 && t < typeEnd }
+
+func (t Type) String() string {
+	if t.Known() {
+		return typeNames[t]
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// ParseType is the inverse of Type.String for known types.
+func ParseType(s string) (Type, error) {
+	for t := Type(1); t < typeEnd; t++ {
+		if typeNames[t] == s {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("eventlog: unknown event type %q (want one of %s)", s, strings.Join(typeNames[1:], ", "))
+}
+
+// Kind is the kind of a job.
+type Kind uint8
+
+// Job kinds. An agent session is a run; a scored job is an evaluation.
+const (
+	KindRun Kind = iota + 1
+	KindEvaluation
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindRun:
+		return "run"
+	case KindEvaluation:
+		return "evaluation"
+	case 0:
+		return ""
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// ParseKind is the inverse of Kind.String.
+func ParseKind(s string) (Kind, error) {
+	switch s {
+	case "run":
+		return KindRun, nil
+	case "evaluation":
+		return KindEvaluation, nil
+	}
+	return 0, fmt.Errorf("eventlog: unknown job kind %q (want run or evaluation)", s)
+}
+
+// Outcome is what a worker reports a job came to.
+type Outcome uint8
+
+// Report outcomes.
+const (
+	OutcomeSucceeded Outcome = iota + 1
+	OutcomeFailed
+	OutcomeCancelled
+	OutcomeKilled
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeSucceeded:
+		return "succeeded"
+	case OutcomeFailed:
+		return "failed"
+	case OutcomeCancelled:
+		return "cancelled"
+	case OutcomeKilled:
+		return "killed"
+	case 0:
+		return ""
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// ParseOutcome is the inverse of Outcome.String.
+func ParseOutcome(s string) (Outcome, error) {
+	for o := OutcomeSucceeded; o <= OutcomeKilled; o++ {
+		if o.String() == s {
+			return o, nil
+		}
+	}
+	return 0, fmt.Errorf("eventlog: unknown outcome %q (want succeeded, failed, cancelled or killed)", s)
+}
+
+// RevokeMode says how a leased job is to be stopped.
+type RevokeMode uint8
+
+// Revoke modes, weakest first: a kill overrides a cancel, never the reverse.
+const (
+	RevokeCancel RevokeMode = iota + 1
+	RevokeKill
+)
+
+func (m RevokeMode) String() string {
+	switch m {
+	case RevokeCancel:
+		return "cancel"
+	case RevokeKill:
+		return "kill"
+	case 0:
+		return ""
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// Event is one record of the log. Which fields are set depends on Type; the
+// zero value of a field means "absent" and costs nothing on disk.
+//
+// An Event handed out by an Iter aliases the iterator's memory (strings and
+// byte slices included) and is valid only until the iterator moves; Clone it
+// to keep it.
+type Event struct {
+	Seq  uint64    // log position, gap-free from 1; assigned by Append
+	ID   ulid.ULID // unique id, minted by the writer
+	Type Type
+	Time int64 // daemon wall clock, Unix nanoseconds
+
+	Job     string
+	Lease   uint64 // the fencing token the event concerns; for TypeAcquired, Seq itself
+	Worker  string
+	Kind    Kind
+	Outcome Outcome
+	Mode    RevokeMode
+	Ref     string // the ref of a report's commits
+	Reason  string
+	Gap     int64  // absence in nanoseconds (daemon.started, daemon.resumed)
+	Spec    []byte // job spec, JSON (lease.queued on submission)
+	Result  []byte // report result, JSON
+}
+
+// Clone returns a copy of e that shares no memory with it.
+func (e *Event) Clone() Event {
+	c := *e
+	c.Job = strings.Clone(e.Job)
+	c.Worker = strings.Clone(e.Worker)
+	c.Ref = strings.Clone(e.Ref)
+	c.Reason = strings.Clone(e.Reason)
+	if e.Spec != nil {
+		c.Spec = append([]byte(nil), e.Spec...)
+	}
+	if e.Result != nil {
+		c.Result = append([]byte(nil), e.Result...)
+	}
+	return c
+}
+
+// String renders e on one line, for logs, tests and the CLI.
+func (e *Event) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seq=%d %s", e.Seq, e.Type)
+	if e.Job != "" {
+		fmt.Fprintf(&b, " job=%s", e.Job)
+	}
+	if e.Kind != 0 {
+		fmt.Fprintf(&b, " kind=%s", e.Kind)
+	}
+	if e.Lease != 0 {
+		fmt.Fprintf(&b, " lease=%d", e.Lease)
+	}
+	if e.Worker != "" {
+		fmt.Fprintf(&b, " worker=%s", e.Worker)
+	}
+	if e.Mode != 0 {
+		fmt.Fprintf(&b, " mode=%s", e.Mode)
+	}
+	if e.Outcome != 0 {
+		fmt.Fprintf(&b, " outcome=%s", e.Outcome)
+	}
+	if e.Ref != "" {
+		fmt.Fprintf(&b, " ref=%s", e.Ref)
+	}
+	if e.Reason != "" {
+		fmt.Fprintf(&b, " reason=%q", e.Reason)
+	}
+	if e.Gap != 0 {
+		fmt.Fprintf(&b, " gap=%s", fmtDuration(e.Gap))
+	}
+	if len(e.Spec) != 0 {
+		fmt.Fprintf(&b, " spec=%s", e.Spec)
+	}
+	if len(e.Result) != 0 {
+		fmt.Fprintf(&b, " result=%s", e.Result)
+	}
+	return b.String()
+}
+
+func fmtDuration(ns int64) string { return time.Duration(ns).String() }
+
+// Reasons the daemon itself gives. Clients may give others.
+const (
+	ReasonWorkerLost    = "worker lost"          // a run's lease expired
+	ReasonLeaseExpired  = "lease expired"        // an evaluation's lease expired: queued again
+	ReasonRevokedLost   = "revoked; worker lost" // a revoked evaluation's lease expired: not queued again
+	ReasonDaemonStopped = "daemon stopped"       // queued when the daemon stopped
+	ReasonCancelled     = "cancelled"            // a client cancelled it while queued
+	ReasonKilled        = "killed"               // a client killed it while queued
+)

@@ -1,0 +1,179 @@
+package eventlog
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Query selects events. Zero fields select everything; set fields combine
+// with AND. The most selective index available answers it: job, then worker,
+// then type; with none of them, the log itself is scanned.
+type Query struct {
+	Type   Type
+	Job    string
+	Worker string
+	After  uint64 // only events with Seq > After (a cursor)
+	Since  int64  // only events with Time >= Since (Unix ns), if non-zero
+	Until  int64  // only events with Time < Until (Unix ns), if non-zero
+	Limit  int    // at most this many events, if positive
+}
+
+// Iter walks events in sequence order. It sees only events that were durable
+// when it was created. Not safe for concurrent use.
+//
+//	it := log.Iter(1)
+//	defer it.Close()
+//	for it.Next() { use(it.Event()) }
+//	if err := it.Err(); err != nil { ... }
+type Iter struct {
+	q      Query
+	upper  uint64 // last seq visible to this iterator
+	index  *pebble.Iterator
+	events *pebble.Iterator // nil for a scan of the log itself
+	prefix int              // length of the index prefix before the seq suffix
+	seen   int
+	ev     Event
+	key    []byte // scratch for event keys
+	err    error
+	primed bool
+}
+
+// Iter returns an iterator over every durable event with Seq >= from.
+func (l *Log) Iter(from uint64) *Iter {
+	after := uint64(0)
+	if from > 0 {
+		after = from - 1
+	}
+	return l.Query(Query{After: after})
+}
+
+// Query returns an iterator over the durable events q selects.
+func (l *Log) Query(q Query) *Iter {
+	it := &Iter{q: q, upper: l.durable.Load()}
+	var prefix []byte
+	switch {
+	case q.Job != "":
+		prefix = stringIndexPrefix(nil, prefixJob, q.Job)
+	case q.Worker != "":
+		prefix = stringIndexPrefix(nil, prefixWorker, q.Worker)
+	case q.Type != 0:
+		prefix = typeIndexPrefix(nil, q.Type)
+	}
+	if prefix == nil {
+		it.index, it.err = l.db.NewIter(&pebble.IterOptions{
+			LowerBound: eventKey(nil, q.After+1),
+			UpperBound: eventKey(nil, it.upper+1),
+		})
+		return it
+	}
+	it.prefix = len(prefix)
+	lower := append(append([]byte(nil), prefix...), eventKey(nil, q.After+1)[1:]...)
+	upper := append(append([]byte(nil), prefix...), eventKey(nil, it.upper+1)[1:]...)
+	it.index, it.err = l.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if it.err == nil {
+		it.events, it.err = l.db.NewIter(&pebble.IterOptions{
+			LowerBound: []byte{prefixEvent},
+			UpperBound: []byte{prefixEvent + 1},
+		})
+	}
+	return it
+}
+
+// Next advances to the next selected event and reports whether there is one.
+func (it *Iter) Next() bool {
+	if it.err != nil || it.index == nil {
+		return false
+	}
+	if it.q.Limit > 0 && it.seen >= it.q.Limit {
+		return false
+	}
+	for {
+		var ok bool
+		if !it.primed {
+			ok, it.primed = it.index.First(), true
+		} else {
+			ok = it.index.Next()
+		}
+		if !ok {
+			it.err = it.index.Error()
+			return false
+		}
+		if !it.load() {
+			return false
+		}
+		if it.matches() {
+			it.seen++
+			return true
+		}
+	}
+}
+
+// load decodes the event the index iterator is on into it.ev.
+func (it *Iter) load() bool {
+	key := it.index.Key()
+	seq, err := seqSuffix(key)
+	if err != nil {
+		it.err = err
+		return false
+	}
+	var val []byte
+	if it.events == nil {
+		val, err = it.index.ValueAndErr()
+	} else {
+		if len(key) != it.prefix+8 {
+			it.err = fmt.Errorf("%w: index key %q has the wrong length", ErrCorrupt, key)
+			return false
+		}
+		ek := eventKey(it.key[:0], seq)
+		it.key = ek
+		if !it.events.SeekGE(ek) || string(it.events.Key()) != string(ek) {
+			if err := it.events.Error(); err != nil {
+				it.err = fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+			} else {
+				it.err = fmt.Errorf("%w: index key %q names seq %d, which is missing", ErrCorrupt, key, seq)
+			}
+			return false
+		}
+		val, err = it.events.ValueAndErr()
+	}
+	if err != nil {
+		it.err = fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+		return false
+	}
+	if err := decodeAliased(seq, val, &it.ev); err != nil {
+		it.err = err
+		return false
+	}
+	return true
+}
+
+func (it *Iter) matches() bool {
+	e, q := &it.ev, &it.q
+	return (q.Type == 0 || e.Type == q.Type) &&
+		(q.Job == "" || e.Job == q.Job) &&
+		(q.Worker == "" || e.Worker == q.Worker) &&
+		(q.Since == 0 || e.Time >= q.Since) &&
+		(q.Until == 0 || e.Time < q.Until)
+}
+
+// Event returns the current event. It aliases the iterator's memory and is
+// valid until the next call to Next; Clone it to keep it.
+func (it *Iter) Event() *Event { return &it.ev }
+
+// Err returns the error that stopped the iteration, if any.
+func (it *Iter) Err() error { return it.err }
+
+// Close releases the iterator. It returns the iteration error, if any.
+func (it *Iter) Close() error {
+	var errs []error
+	if it.index != nil {
+		errs = append(errs, it.index.Close())
+	}
+	if it.events != nil {
+		errs = append(errs, it.events.Close())
+	}
+	errs = append(errs, it.err)
+	return errors.Join(errs...)
+}

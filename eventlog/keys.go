@@ -1,0 +1,73 @@
+package eventlog
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Key prefixes. One byte each, so that every family is one contiguous span
+// and a scan of one never reads another.
+const (
+	prefixMeta     = 'm'
+	prefixEvent    = 'e'
+	prefixType     = 't'
+	prefixJob      = 'j'
+	prefixWorker   = 'w'
+	prefixSnapshot = 's'
+)
+
+// sep ends the variable-length part of a job or worker index key. IDs are
+// validated to hold no NUL, so "j" + "a" + sep sorts apart from "j" + "ab" + sep.
+const sep = 0
+
+var metaFormatKey = []byte{prefixMeta, 'f', 'o', 'r', 'm', 'a', 't'}
+
+// storeFormat is the layout version of the keyspace, kept under metaFormatKey.
+const storeFormat = 1
+
+func eventKey(dst []byte, seq uint64) []byte {
+	dst = append(dst, prefixEvent)
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+func snapshotKey(dst []byte, seq uint64) []byte {
+	dst = append(dst, prefixSnapshot)
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+func typeIndexPrefix(dst []byte, t Type) []byte { return append(dst, prefixType, byte(t)) }
+
+func typeIndexKey(dst []byte, t Type, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(typeIndexPrefix(dst, t), seq)
+}
+
+func stringIndexPrefix(dst []byte, prefix byte, id string) []byte {
+	dst = append(dst, prefix)
+	dst = append(dst, id...)
+	return append(dst, sep)
+}
+
+func stringIndexKey(dst []byte, prefix byte, id string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(stringIndexPrefix(dst, prefix, id), seq)
+}
+
+// seqSuffix reads the sequence number that ends every event, snapshot and
+// index key.
+func seqSuffix(key []byte) (uint64, error) {
+	if len(key) < 9 {
+		return 0, fmt.Errorf("%w: key %q is too short to end in a sequence number", ErrCorrupt, key)
+	}
+	return binary.BigEndian.Uint64(key[len(key)-8:]), nil
+}
+
+// prefixEnd returns the smallest key greater than every key with the prefix p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil // p is all 0xff: no upper bound
+}

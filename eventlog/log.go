@@ -1,0 +1,395 @@
+// Package eventlog is leaselog's only source of truth: an append-only log of
+// lease events kept in Pebble. It owns the event record and its binary
+// encoding, the keyspace, the secondary indexes, snapshots, iteration, and the
+// ordered group commit that makes appends durable. No other package imports
+// Pebble.
+//
+// Key layout (one Pebble keyspace; integers big-endian so keys sort by number):
+//
+//	'm' "format"                       -> uvarint store format   (meta)
+//	'e' seq(8)                         -> record                 (the log)
+//	't' type(1) seq(8)                 -> empty                  (index by type)
+//	'j' job 0x00 seq(8)                -> empty                  (index by job)
+//	'w' worker 0x00 seq(8)             -> empty                  (index by worker)
+//	's' seq(8)                         -> crc32c(4) snapshot     (projection snapshots)
+//
+// An event and its index entries are written in one batch, so an index never
+// names an event that is not there, and an event is never missing from the
+// indexes that should name it. Sequence numbers start at 1 and have no gaps:
+// they are assigned under one mutex in the order batches enter Pebble's commit
+// pipeline, so the order of sequence numbers is the commit order and a crash
+// can only lose a suffix of the log, never a hole in it.
+//
+// Append returns once the events are durable (fsynced). Concurrent appenders
+// share fsyncs: each batch enters the commit pipeline without waiting for its
+// sync (DB.ApplyNoSyncWait), and Pebble's WAL writer syncs everything queued at
+// once; a sync that covers a batch covers every batch before it.
+package eventlog
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/rs/zerolog"
+)
+
+// ErrFailed is returned by every write after a write failed to become durable.
+// The log is then fail-stopped: the caller must close it and reopen the store,
+// which recovers exactly the durable prefix.
+var ErrFailed = errors.New("eventlog: log failed; reopen to recover")
+
+// ErrClosed is returned by calls on a closed log.
+var ErrClosed = errors.New("eventlog: closed")
+
+// MaxIDLen bounds job and worker ids, which are embedded in index keys.
+const MaxIDLen = 256
+
+// Options configures Open. The zero value is usable.
+type Options struct {
+	// FS is the filesystem the store lives on; nil means the OS filesystem.
+	// Tests pass vfs.NewMem() or vfs.NewCrashableMem().
+	FS vfs.FS
+	// Logger receives Pebble's own messages (compactions at debug level).
+	Logger zerolog.Logger
+	// OnFatal is called when Pebble reports an unrecoverable storage error. It
+	// must not return; the default logs and exits the process with status 70.
+	OnFatal func(msg string)
+	// KeepSnapshots is how many snapshots PutSnapshot keeps; 0 means 3.
+	KeepSnapshots int
+	// ReadOnly opens the store for reading only (offline replay and verify).
+	ReadOnly bool
+}
+
+// Log is an open event log. All methods are safe for concurrent use.
+type Log struct {
+	db   *pebble.DB
+	opts Options
+
+	mu struct {
+		sync.Mutex
+		next    uint64 // sequence number of the next event
+		scratch []byte // encoding buffer, reused under mu
+		err     error  // sticky: set once a write failed
+		closed  bool
+	}
+	inflight sync.WaitGroup
+
+	durable atomic.Uint64 // every event with seq <= durable is synced
+	waitMu  sync.Mutex
+	waitCh  chan struct{} // closed and replaced whenever durable grows
+}
+
+// Open opens (creating if needed) the log stored in dir.
+func Open(dir string, opts Options) (*Log, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.KeepSnapshots <= 0 {
+		opts.KeepSnapshots = 3
+	}
+	if opts.OnFatal == nil {
+		opts.OnFatal = defaultOnFatal(opts.Logger)
+	}
+	popts := &pebble.Options{
+		FS:                 opts.FS,
+		Logger:             pebbleLogger{l: opts.Logger, fatal: opts.OnFatal},
+		ReadOnly:           opts.ReadOnly,
+		FormatMajorVersion: pebble.FormatNewest,
+		// The log is write-once: a larger memtable means fewer flushes of
+		// short-lived heartbeat records and fewer L0 files to compact.
+		MemTableSize: 64 << 20,
+	}
+	db, err := pebble.Open(dir, popts)
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
+	}
+	l := &Log{db: db, opts: opts, waitCh: make(chan struct{})}
+	if err := l.checkFormat(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	last, err := l.lastEventSeq()
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	l.mu.next = last + 1
+	l.durable.Store(last)
+	return l, nil
+}
+
+func (l *Log) checkFormat() error {
+	v, closer, err := l.db.Get(metaFormatKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		if l.opts.ReadOnly {
+			return nil // an empty store read offline
+		}
+		return l.db.Set(metaFormatKey, []byte{storeFormat}, pebble.Sync)
+	case err != nil:
+		return fmt.Errorf("eventlog: read key %q: %w", metaFormatKey, err)
+	}
+	defer closer.Close()
+	if len(v) != 1 {
+		return fmt.Errorf("%w: key %q holds %d bytes, want 1", ErrCorrupt, metaFormatKey, len(v))
+	}
+	if v[0] > storeFormat {
+		return fmt.Errorf("eventlog: store format %d (this build reads up to %d): %w", v[0], storeFormat, ErrNewerFormat)
+	}
+	return nil
+}
+
+func (l *Log) lastEventSeq() (uint64, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixEvent},
+		UpperBound: []byte{prefixEvent + 1},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("eventlog: find last event: %w", err)
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, it.Error()
+	}
+	return seqSuffix(it.Key())
+}
+
+// Commit is a batch of events that has entered the commit pipeline: its
+// sequence numbers are final and it is ordered before every later batch, but
+// it is not yet durable. Wait must be called exactly once.
+type Commit struct {
+	log         *Log
+	batch       *pebble.Batch
+	first, last uint64
+}
+
+// First and Last are the sequence numbers of the commit's first and last events.
+func (c *Commit) First() uint64 { return c.first }
+
+// Last is the sequence number of the commit's last event.
+func (c *Commit) Last() uint64 { return c.last }
+
+// Wait blocks until the commit is durable. An error means it may not be; the
+// log is then failed and every later write returns ErrFailed.
+func (c *Commit) Wait() error {
+	defer c.log.inflight.Done()
+	err := c.batch.SyncWait()
+	c.batch.Close()
+	if err != nil {
+		return c.log.fail(fmt.Errorf("eventlog: sync seq %d..%d: %w", c.first, c.last, err))
+	}
+	c.log.markDurable(c.last)
+	return nil
+}
+
+// Append appends evs and returns once they are durable. It assigns each event
+// its sequence number (and, for TypeAcquired, its lease: the fencing token is
+// the acquired event's own sequence number) in place.
+func (l *Log) Append(evs []Event) error {
+	c, err := l.Stage(evs)
+	if err != nil {
+		return err
+	}
+	return c.Wait()
+}
+
+// Stage assigns sequence numbers to evs (in place), and hands them to Pebble's
+// commit pipeline without waiting for the fsync. The events are ordered after
+// every earlier Stage and before every later one. They are visible to Get
+// immediately, but not to iterators until durable. The caller must call Wait
+// on the result before replying to anyone about these events.
+//
+// Stage is how a caller that must decide under its own lock (lease.Service)
+// keeps the decision order and the log order the same while letting fsyncs of
+// concurrent decisions overlap.
+func (l *Log) Stage(evs []Event) (*Commit, error) {
+	if len(evs) == 0 {
+		return nil, errors.New("eventlog: append of no events")
+	}
+	for i := range evs {
+		if err := validate(&evs[i]); err != nil {
+			return nil, err
+		}
+	}
+	b := l.db.NewBatch()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.closed {
+		b.Close()
+		return nil, ErrClosed
+	}
+	if l.mu.err != nil {
+		b.Close()
+		return nil, l.mu.err
+	}
+	first := l.mu.next
+	for i := range evs {
+		e := &evs[i]
+		e.Seq = first + uint64(i)
+		if e.Type == TypeAcquired {
+			e.Lease = e.Seq
+		}
+		if err := l.addLocked(b, e); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("eventlog: append seq %d: %w", e.Seq, err)
+		}
+	}
+	if err := l.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		b.Close()
+		l.mu.err = fmt.Errorf("%w: apply seq %d..%d: %v", ErrFailed, first, first+uint64(len(evs))-1, err)
+		return nil, l.mu.err
+	}
+	l.mu.next = first + uint64(len(evs))
+	l.inflight.Add(1)
+	return &Commit{log: l, batch: b, first: first, last: l.mu.next - 1}, nil
+}
+
+// addLocked writes e and its index entries into b, reusing l.mu.scratch.
+func (l *Log) addLocked(b *pebble.Batch, e *Event) error {
+	s := l.mu.scratch[:0]
+	s = eventKey(s, e.Seq)
+	k := len(s)
+	s = appendRecord(s, e)
+	if err := b.Set(s[:k], s[k:], nil); err != nil {
+		return err
+	}
+	s = typeIndexKey(s[:0], e.Type, e.Seq)
+	if err := b.Set(s, nil, nil); err != nil {
+		return err
+	}
+	if e.Job != "" {
+		s = stringIndexKey(s[:0], prefixJob, e.Job, e.Seq)
+		if err := b.Set(s, nil, nil); err != nil {
+			return err
+		}
+	}
+	if e.Worker != "" {
+		s = stringIndexKey(s[:0], prefixWorker, e.Worker, e.Seq)
+		if err := b.Set(s, nil, nil); err != nil {
+			return err
+		}
+	}
+	l.mu.scratch = s
+	return nil
+}
+
+// validate refuses what would corrupt the keyspace or could never be read back.
+func validate(e *Event) error {
+	if !e.Type.Known() {
+		return fmt.Errorf("eventlog: append: unknown event type %d", e.Type)
+	}
+	for _, id := range [...]struct{ what, v string }{{"job", e.Job}, {"worker", e.Worker}} {
+		if len(id.v) > MaxIDLen {
+			return fmt.Errorf("eventlog: append %s: %s id of %d bytes exceeds %d", e.Type, id.what, len(id.v), MaxIDLen)
+		}
+		if strings.IndexByte(id.v, sep) >= 0 {
+			return fmt.Errorf("eventlog: append %s: %s id %q holds a NUL byte", e.Type, id.what, id.v)
+		}
+	}
+	return nil
+}
+
+func (l *Log) fail(err error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.err == nil {
+		l.mu.err = fmt.Errorf("%w: %v", ErrFailed, err)
+	}
+	return l.mu.err
+}
+
+// Err returns the error that failed the log, or nil while it is healthy.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.err
+}
+
+func (l *Log) markDurable(seq uint64) {
+	for {
+		cur := l.durable.Load()
+		if seq <= cur {
+			return
+		}
+		if l.durable.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
+	l.waitMu.Lock()
+	close(l.waitCh)
+	l.waitCh = make(chan struct{})
+	l.waitMu.Unlock()
+}
+
+// LastSeq is the sequence number of the last event staged, durable or not.
+func (l *Log) LastSeq() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.next - 1
+}
+
+// DurableSeq is the highest sequence number known durable: every event up to
+// it survives a crash.
+func (l *Log) DurableSeq() uint64 { return l.durable.Load() }
+
+// WaitDurable blocks until every event up to seq is durable, the log fails, or
+// done is closed. Readers use it so that nothing they answer can be undone by
+// a crash.
+func (l *Log) WaitDurable(seq uint64, done <-chan struct{}) error {
+	for {
+		if l.durable.Load() >= seq {
+			return nil
+		}
+		l.waitMu.Lock()
+		ch := l.waitCh
+		l.waitMu.Unlock()
+		if l.durable.Load() >= seq {
+			return nil
+		}
+		if err := l.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-done:
+			return errors.New("eventlog: wait for durability cancelled")
+		}
+	}
+}
+
+// Close waits for staged commits to be waited on, then closes the store.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.mu.closed = true
+	l.mu.Unlock()
+	l.inflight.Wait()
+	if err := l.db.Close(); err != nil {
+		return fmt.Errorf("eventlog: close: %w", err)
+	}
+	return nil
+}
+
+// Get returns the event with sequence number seq, copied.
+func (l *Log) Get(seq uint64) (Event, error) {
+	v, closer, err := l.db.Get(eventKey(nil, seq))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Event{}, fmt.Errorf("eventlog: seq %d: %w", seq, ErrNotFound)
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("eventlog: get seq %d: %w", seq, err)
+	}
+	defer closer.Close()
+	return Decode(seq, v)
+}
+
+// ErrNotFound is returned by Get for a sequence number the log does not hold.
+var ErrNotFound = errors.New("eventlog: not found")

@@ -1,0 +1,246 @@
+package eventlog_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/leaselog/leaselog/eventlog"
+)
+
+func openMem(t testing.TB, fs vfs.FS) *eventlog.Log {
+	t.Helper()
+	l, err := eventlog.Open("data", eventlog.Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func collect(t testing.TB, it *eventlog.Iter) []eventlog.Event {
+	t.Helper()
+	var out []eventlog.Event
+	for it.Next() {
+		out = append(out, it.Event().Clone())
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func seqs(evs []eventlog.Event) []uint64 {
+	out := make([]uint64, len(evs))
+	for i, e := range evs {
+		out[i] = e.Seq
+	}
+	return out
+}
+
+func TestAppendAssignsGapFreeSeqs(t *testing.T) {
+	l := openMem(t, vfs.NewMem())
+	defer l.Close()
+	batch := []eventlog.Event{
+		{Type: eventlog.TypeQueued, Job: "j1", Kind: eventlog.KindRun},
+		{Type: eventlog.TypeAcquired, Job: "j1", Worker: "w1"},
+	}
+	if err := l.Append(batch); err != nil {
+		t.Fatal(err)
+	}
+	if batch[0].Seq != 1 || batch[1].Seq != 2 || batch[1].Lease != 2 {
+		t.Fatalf("seqs %d,%d lease %d; want 1,2 lease 2 (an acquired event's lease is its seq)", batch[0].Seq, batch[1].Seq, batch[1].Lease)
+	}
+	if err := l.Append([]eventlog.Event{{Type: eventlog.TypeRunning, Job: "j1", Lease: 2, Worker: "w1"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, l.Iter(1))
+	if !slices.Equal(seqs(got), []uint64{1, 2, 3}) {
+		t.Fatalf("seqs %v", seqs(got))
+	}
+	if got[1].Lease != 2 || got[1].Worker != "w1" {
+		t.Errorf("acquired read back as %+v", got[1])
+	}
+	if l.LastSeq() != 3 || l.DurableSeq() != 3 {
+		t.Errorf("LastSeq %d DurableSeq %d, want 3 3", l.LastSeq(), l.DurableSeq())
+	}
+}
+
+// TestConcurrentAppendersKeepOrder has many goroutines append at once; the log
+// must hold every event exactly once, in gap-free order, and each appender's
+// own events in the order it appended them.
+func TestConcurrentAppendersKeepOrder(t *testing.T) {
+	l := openMem(t, vfs.NewMem())
+	defer l.Close()
+	const writers, each = 16, 50
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				ev := []eventlog.Event{{Type: eventlog.TypeHeartbeat, Job: fmt.Sprintf("j%d", w), Worker: fmt.Sprintf("w%d", w), Lease: uint64(i + 1)}}
+				if err := l.Append(ev); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	all := collect(t, l.Iter(1))
+	if len(all) != writers*each {
+		t.Fatalf("%d events, want %d", len(all), writers*each)
+	}
+	last := map[string]uint64{}
+	for i, e := range all {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d", i, e.Seq)
+		}
+		if e.Lease != last[e.Worker]+1 {
+			t.Fatalf("worker %s: event %d after %d", e.Worker, e.Lease, last[e.Worker])
+		}
+		last[e.Worker] = e.Lease
+	}
+}
+
+func TestStagedEventsInvisibleToIteratorsUntilDurable(t *testing.T) {
+	l := openMem(t, vfs.NewMem())
+	defer l.Close()
+	c, err := l.Stage([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := collect(t, l.Iter(1))
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	after := collect(t, l.Iter(1))
+	// Durability may be reached before Wait returns (the WAL syncs on its own),
+	// but an iterator never sees past the durable mark it was created with.
+	if len(before) > 1 || len(after) != 1 {
+		t.Fatalf("before Wait %d events, after %d; want <=1 then 1", len(before), len(after))
+	}
+	if err := l.WaitDurable(1, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestQueryUsesIndexes(t *testing.T) {
+	l := openMem(t, vfs.NewMem())
+	defer l.Close()
+	evs := []eventlog.Event{
+		{Type: eventlog.TypeQueued, Job: "a", Kind: eventlog.KindRun},
+		{Type: eventlog.TypeQueued, Job: "ab", Kind: eventlog.KindRun}, // "a" must not match "ab"
+		{Type: eventlog.TypeAcquired, Job: "a", Worker: "w1"},
+		{Type: eventlog.TypeAcquired, Job: "ab", Worker: "w2"},
+		{Type: eventlog.TypeStaleReport, Job: "a", Lease: 3, Worker: "w1", Time: 100},
+		{Type: eventlog.TypeStaleReport, Job: "ab", Lease: 4, Worker: "w2", Time: 200},
+		{Type: eventlog.TypeStaleReport, Job: "a", Lease: 3, Worker: "w1", Time: 300},
+	}
+	if err := l.Append(evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		q    eventlog.Query
+		want []uint64
+	}{
+		{eventlog.Query{Job: "a"}, []uint64{1, 3, 5, 7}},
+		{eventlog.Query{Job: "ab"}, []uint64{2, 4, 6}},
+		{eventlog.Query{Worker: "w2"}, []uint64{4, 6}},
+		{eventlog.Query{Type: eventlog.TypeStaleReport}, []uint64{5, 6, 7}},
+		{eventlog.Query{Type: eventlog.TypeStaleReport, Job: "a"}, []uint64{5, 7}},
+		{eventlog.Query{Type: eventlog.TypeStaleReport, Worker: "w1", After: 5}, []uint64{7}},
+		{eventlog.Query{Type: eventlog.TypeStaleReport, Since: 150, Until: 300}, []uint64{6}},
+		{eventlog.Query{Limit: 2, After: 1}, []uint64{2, 3}},
+		{eventlog.Query{Job: "nobody"}, nil},
+	} {
+		if got := seqs(collect(t, l.Query(tc.q))); !slices.Equal(got, tc.want) {
+			t.Errorf("%+v: got %v, want %v", tc.q, got, tc.want)
+		}
+	}
+}
+
+func TestAppendRefusesWhatWouldCorruptTheKeyspace(t *testing.T) {
+	l := openMem(t, vfs.NewMem())
+	defer l.Close()
+	for _, e := range []eventlog.Event{
+		{Type: 0},
+		{Type: 200},
+		{Type: eventlog.TypeQueued, Job: "a\x00b"},
+		{Type: eventlog.TypeQueued, Worker: strings.Repeat("w", eventlog.MaxIDLen+1)},
+	} {
+		if err := l.Append([]eventlog.Event{e}); err == nil {
+			t.Errorf("Append(%+v) succeeded", e)
+		}
+	}
+	if l.LastSeq() != 0 {
+		t.Fatalf("refused appends consumed seqs: last %d", l.LastSeq())
+	}
+}
+
+func TestReopenContinuesTheSequence(t *testing.T) {
+	fs := vfs.NewMem()
+	l := openMem(t, fs)
+	if err := l.Append([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}, {Type: eventlog.TypeDaemonStopping}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}}); !errors.Is(err, eventlog.ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	l = openMem(t, fs)
+	defer l.Close()
+	e := []eventlog.Event{{Type: eventlog.TypeDaemonStarted}}
+	if err := l.Append(e); err != nil {
+		t.Fatal(err)
+	}
+	if e[0].Seq != 3 {
+		t.Fatalf("seq after reopen %d, want 3", e[0].Seq)
+	}
+	got, err := l.Get(2)
+	if err != nil || got.Type != eventlog.TypeDaemonStopping {
+		t.Fatalf("Get(2) = %+v, %v", got, err)
+	}
+	if _, err := l.Get(9); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Fatalf("Get(9): %v", err)
+	}
+}
+
+func TestSnapshots(t *testing.T) {
+	l, err := eventlog.Open("data", eventlog.Options{FS: vfs.NewMem(), KeepSnapshots: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := 0; i < 4; i++ {
+		if err := l.Append([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.PutSnapshot(9, []byte("x")); err == nil {
+		t.Fatal("snapshot past the durable seq accepted")
+	}
+	for seq := uint64(1); seq <= 4; seq++ {
+		if err := l.PutSnapshot(seq, []byte(fmt.Sprint("table@", seq))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	have, err := l.Snapshots()
+	if err != nil || !slices.Equal(have, []uint64{4, 3}) {
+		t.Fatalf("Snapshots() = %v, %v; want [4 3]", have, err)
+	}
+	b, err := l.Snapshot(4)
+	if err != nil || string(b) != "table@4" {
+		t.Fatalf("Snapshot(4) = %q, %v", b, err)
+	}
+	if _, err := l.Snapshot(1); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Fatalf("Snapshot(1) after pruning: %v", err)
+	}
+}

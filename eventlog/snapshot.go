@@ -1,0 +1,97 @@
+package eventlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// A snapshot is an opaque serialisation of the projection as of a sequence
+// number, stored beside the log so that a restart replays only the tail. The
+// log does not interpret it; it only guards it with a checksum and keeps the
+// newest few.
+
+// PutSnapshot durably stores data as the snapshot at seq, which must be
+// durable already, and deletes all but the newest Options.KeepSnapshots.
+func (l *Log) PutSnapshot(seq uint64, data []byte) error {
+	if d := l.DurableSeq(); seq > d {
+		return fmt.Errorf("eventlog: snapshot at seq %d is past the durable seq %d", seq, d)
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	have, err := l.Snapshots()
+	if err != nil {
+		return err
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	val := make([]byte, 4, 4+len(data))
+	val = append(val, data...)
+	binary.LittleEndian.PutUint32(val, crc32.Checksum(data, castagnoli))
+	if err := b.Set(snapshotKey(nil, seq), val, nil); err != nil {
+		return err
+	}
+	keep := l.opts.KeepSnapshots - 1
+	for _, s := range have {
+		if s == seq {
+			continue
+		}
+		if keep > 0 {
+			keep--
+			continue
+		}
+		if err := b.Delete(snapshotKey(nil, s), nil); err != nil {
+			return err
+		}
+	}
+	if err := l.db.Apply(b, pebble.Sync); err != nil {
+		return fmt.Errorf("eventlog: put snapshot at seq %d: %w", seq, err)
+	}
+	return nil
+}
+
+// Snapshots lists the sequence numbers of the stored snapshots, newest first.
+func (l *Log) Snapshots() ([]uint64, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixSnapshot},
+		UpperBound: []byte{prefixSnapshot + 1},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: list snapshots: %w", err)
+	}
+	defer it.Close()
+	var seqs []uint64
+	for ok := it.Last(); ok; ok = it.Prev() {
+		seq, err := seqSuffix(it.Key())
+		if err != nil {
+			return nil, err
+		}
+		seqs = append(seqs, seq)
+	}
+	return seqs, it.Error()
+}
+
+// Snapshot returns a copy of the snapshot stored at seq. A damaged snapshot
+// gives an error wrapping ErrCorrupt that names its key.
+func (l *Log) Snapshot(seq uint64) ([]byte, error) {
+	key := snapshotKey(nil, seq)
+	v, closer, err := l.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("eventlog: snapshot at seq %d: %w", seq, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: read snapshot key %x: %w", key, err)
+	}
+	defer closer.Close()
+	if len(v) < 4 {
+		return nil, fmt.Errorf("%w: snapshot key %x: %d bytes is shorter than its checksum", ErrCorrupt, key, len(v))
+	}
+	if got, want := crc32.Checksum(v[4:], castagnoli), binary.LittleEndian.Uint32(v); got != want {
+		return nil, fmt.Errorf("%w: snapshot key %x: checksum mismatch (stored %08x, computed %08x)", ErrCorrupt, key, want, got)
+	}
+	return append([]byte(nil), v[4:]...), nil
+}

@@ -1,0 +1,144 @@
+package fsm
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/leaselog/leaselog/eventlog"
+)
+
+// TestTableMatchesLibrary checks every (kind, state, event) cell of the derived
+// table against looplab/fsm driven by the declaration.
+func TestTableMatchesLibrary(t *testing.T) {
+	cells := 0
+	for _, k := range Kinds() {
+		for s := None; s < numStates; s++ {
+			for _, typ := range eventlog.Types() {
+				want, wantOK, err := viaLibrary(k, s, typ)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, gotOK := Next(k, s, typ)
+				if got != want || gotOK != wantOK {
+					t.Errorf("%s: %s on %s: table says (%s, %v), looplab/fsm says (%s, %v)", k, typ, s, got, gotOK, want, wantOK)
+				}
+				cells++
+			}
+		}
+	}
+	if want := len(Kinds()) * int(numStates) * (eventlog.NumTypes - 1); cells != want {
+		t.Fatalf("checked %d cells, want %d", cells, want)
+	}
+}
+
+// TestLeasesPageEdges pins the edges the Leases page draws, so that a change to
+// the declaration that drops one fails here and not in production.
+func TestLeasesPageEdges(t *testing.T) {
+	for _, tc := range []struct {
+		kind     eventlog.Kind
+		from     State
+		event    eventlog.Type
+		to       State
+		accepted bool
+	}{
+		{eventlog.KindRun, None, eventlog.TypeQueued, Queued, true},
+		{eventlog.KindRun, Queued, eventlog.TypeAcquired, Acquired, true},
+		{eventlog.KindRun, Acquired, eventlog.TypeRunning, Running, true},
+		{eventlog.KindRun, Running, eventlog.TypeHeartbeat, Running, true},
+		{eventlog.KindRun, Running, eventlog.TypeReported, Reported, true},
+		{eventlog.KindRun, Acquired, eventlog.TypeExpired, Failed, true},
+		{eventlog.KindRun, Running, eventlog.TypeExpired, Failed, true},
+		{eventlog.KindRun, Queued, eventlog.TypeCancelled, Cancelled, true},
+		{eventlog.KindEvaluation, Acquired, eventlog.TypeExpired, Expired, true},
+		{eventlog.KindEvaluation, Running, eventlog.TypeExpired, Expired, true},
+		{eventlog.KindEvaluation, Expired, eventlog.TypeQueued, Queued, true},
+		{eventlog.KindRun, Expired, eventlog.TypeQueued, None, false},
+		{eventlog.KindRun, Reported, eventlog.TypeReported, None, false},
+		{eventlog.KindRun, Queued, eventlog.TypeRunning, None, false},
+		{eventlog.KindRun, Running, eventlog.TypeStaleReport, None, false},
+		{eventlog.KindEvaluation, Cancelled, eventlog.TypeAcquired, None, false},
+	} {
+		got, ok := Next(tc.kind, tc.from, tc.event)
+		if ok != tc.accepted || (ok && got != tc.to) {
+			t.Errorf("%s: %s on %s = (%s, %v), want (%s, %v)", tc.kind, tc.event, tc.from, got, ok, tc.to, tc.accepted)
+		}
+	}
+}
+
+func TestNextOutOfRange(t *testing.T) {
+	if _, ok := Next(eventlog.Kind(9), Queued, eventlog.TypeAcquired); ok {
+		t.Error("unknown kind accepted")
+	}
+	if _, ok := Next(eventlog.KindRun, State(200), eventlog.TypeAcquired); ok {
+		t.Error("unknown state accepted")
+	}
+	if _, ok := Next(eventlog.KindRun, Queued, eventlog.Type(200)); ok {
+		t.Error("unknown type accepted")
+	}
+}
+
+func TestStateNames(t *testing.T) {
+	for _, s := range States() {
+		got, err := ParseState(s.String())
+		if err != nil || got != s {
+			t.Errorf("ParseState(%q) = %v, %v", s, got, err)
+		}
+	}
+	if _, err := ParseState("sleeping"); err == nil {
+		t.Error("ParseState accepted an unknown state")
+	}
+}
+
+// TestDiagram is the golden file of the state diagram: rewrite it with -rewrite
+// after changing the declaration, and review the diff.
+func TestDiagram(t *testing.T) {
+	datadriven.RunTest(t, "testdata/diagram", func(t *testing.T, d *datadriven.TestData) string {
+		switch d.Cmd {
+		case "diagram":
+			var kind string
+			d.ScanArgs(t, "kind", &kind)
+			k, err := eventlog.ParseKind(kind)
+			if err != nil {
+				return err.Error()
+			}
+			out, err := Diagram(k)
+			if err != nil {
+				return err.Error()
+			}
+			return out
+		case "table":
+			var kind string
+			d.ScanArgs(t, "kind", &kind)
+			k, err := eventlog.ParseKind(kind)
+			if err != nil {
+				return err.Error()
+			}
+			var b strings.Builder
+			for _, s := range append([]State{None}, States()...) {
+				var moves []string
+				for _, typ := range eventlog.Types() {
+					if to, ok := Next(k, s, typ); ok {
+						moves = append(moves, fmt.Sprintf("%s→%s", typ, to))
+					}
+				}
+				if len(moves) == 0 {
+					moves = []string{"(final)"}
+				}
+				fmt.Fprintf(&b, "%-9s %s\n", s, strings.Join(moves, " "))
+			}
+			return b.String()
+		}
+		return fmt.Sprintf("unknown command %q", d.Cmd)
+	})
+}
+
+func BenchmarkNext(b *testing.B) {
+	var s State
+	for i := 0; i < b.N; i++ {
+		s, _ = Next(eventlog.KindEvaluation, Running, eventlog.TypeHeartbeat)
+	}
+	_ = s
+}

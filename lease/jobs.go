@@ -1,0 +1,247 @@
+package lease
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/projection"
+)
+
+// MaxSpecLen bounds a job spec.
+const MaxSpecLen = 256 << 10
+
+// Submit queues a new job. Submission is idempotent on the id the executor
+// chose: the same id with the same kind and spec returns the existing job
+// (created false) and records nothing; with a different kind or spec it is
+// refused with ErrJobExists. The spec must be a JSON object; it is stored in
+// canonical form (keys sorted, no spaces), so two encodings of the same object
+// are the same spec.
+func (s *Service) Submit(ctx context.Context, id string, kind eventlog.Kind, spec []byte) (projection.Job, bool, error) {
+	if err := CheckID("job", id); err != nil {
+		return projection.Job{}, false, err
+	}
+	if kind != eventlog.KindRun && kind != eventlog.KindEvaluation {
+		return projection.Job{}, false, fmt.Errorf("%w: kind must be run or evaluation", ErrInvalid)
+	}
+	spec, err := canonicalSpec(spec)
+	if err != nil {
+		return projection.Job{}, false, err
+	}
+	s.mu.Lock()
+	if j, ok := s.mu.table.Job(id); ok {
+		seq := s.mu.table.Seq()
+		s.mu.Unlock()
+		if j.Kind != kind || !bytes.Equal(j.Spec, spec) {
+			return j, false, fmt.Errorf("%w: job %q exists as a %s with spec %s", ErrJobExists, id, j.Kind, j.Spec)
+		}
+		return j, false, s.log.WaitDurable(seq, ctx.Done())
+	}
+	if s.mu.stopping {
+		s.mu.Unlock()
+		return projection.Job{}, false, ErrStopping
+	}
+	c, err := s.commitLocked(s.now(), []eventlog.Event{{Type: eventlog.TypeQueued, Job: id, Kind: kind, Spec: spec}})
+	var j projection.Job
+	if err == nil {
+		j, _ = s.mu.table.Job(id)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return projection.Job{}, false, err
+	}
+	return j, true, s.wait(c)
+}
+
+func canonicalSpec(spec []byte) ([]byte, error) {
+	if len(spec) > MaxSpecLen {
+		return nil, fmt.Errorf("%w: spec of %d bytes exceeds %d", ErrInvalid, len(spec), MaxSpecLen)
+	}
+	if len(bytes.TrimSpace(spec)) == 0 {
+		return []byte("{}"), nil
+	}
+	d := json.NewDecoder(bytes.NewReader(spec))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: spec: %v", ErrInvalid, err)
+	}
+	if d.More() {
+		return nil, fmt.Errorf("%w: spec: trailing data after the object", ErrInvalid)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, fmt.Errorf("%w: spec must be a JSON object", ErrInvalid)
+	}
+	return json.Marshal(v) // maps marshal with sorted keys
+}
+
+func compactJSON(b []byte) ([]byte, error) {
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// Cancel asks for job id to stop gracefully: a queued job is cancelled at
+// once; a leased one is revoked, and its worker is told at its next heartbeat
+// and still reports. A job that has ended is returned as it is.
+func (s *Service) Cancel(ctx context.Context, id string) (projection.Job, error) {
+	return s.revoke(ctx, id, eventlog.RevokeCancel)
+}
+
+// Kill is Cancel that tells the worker to stop the job at once.
+func (s *Service) Kill(ctx context.Context, id string) (projection.Job, error) {
+	return s.revoke(ctx, id, eventlog.RevokeKill)
+}
+
+func (s *Service) revoke(ctx context.Context, id string, mode eventlog.RevokeMode) (projection.Job, error) {
+	if err := CheckID("job", id); err != nil {
+		return projection.Job{}, err
+	}
+	s.mu.Lock()
+	j, ok := s.mu.table.Job(id)
+	if !ok {
+		s.mu.Unlock()
+		return j, fmt.Errorf("%w: job %q", ErrNotFound, id)
+	}
+	var evs []eventlog.Event
+	switch {
+	case j.State == fsm.Queued:
+		reason := eventlog.ReasonCancelled
+		if mode == eventlog.RevokeKill {
+			reason = eventlog.ReasonKilled
+		}
+		evs = []eventlog.Event{{Type: eventlog.TypeCancelled, Job: id, Reason: reason}}
+	case j.State.Live():
+		if l, _ := s.mu.table.Lease(j.Lease); l.Mode < mode {
+			evs = []eventlog.Event{{Type: eventlog.TypeRevoked, Job: id, Lease: l.ID, Worker: l.Worker, Mode: mode}}
+		}
+	}
+	if len(evs) == 0 {
+		seq := s.mu.table.Seq()
+		s.mu.Unlock()
+		return j, s.log.WaitDurable(seq, ctx.Done())
+	}
+	c, err := s.commitLocked(s.now(), evs)
+	if err == nil {
+		j, _ = s.mu.table.Job(id)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return projection.Job{}, err
+	}
+	return j, s.wait(c)
+}
+
+// Stop is the graceful stop of the daemon: every queued job is cancelled
+// (reason "daemon stopped") and daemon.stopping is recorded. Leases in flight
+// stay: their agents keep running, and their workers re-attach after the
+// restart. After Stop, submissions and acquires are refused with ErrStopping,
+// and waiting acquires return empty.
+func (s *Service) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if s.mu.stopping {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.stopping = true
+	var evs []eventlog.Event
+	for _, j := range s.mu.table.Queued(0) {
+		evs = append(evs, eventlog.Event{Type: eventlog.TypeCancelled, Job: j.ID, Reason: eventlog.ReasonDaemonStopped})
+	}
+	evs = append(evs, eventlog.Event{Type: eventlog.TypeDaemonStopping})
+	c, err := s.commitLocked(s.now(), evs)
+	close(s.mu.queued) // wake every waiting acquire: it will find the daemon stopping
+	s.mu.queued = make(chan struct{})
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.wait(c)
+}
+
+// Job returns job id.
+func (s *Service) Job(ctx context.Context, id string) (projection.Job, error) {
+	var j projection.Job
+	ok := false
+	if err := s.read(ctx, func(t *projection.Table) { j, ok = t.Job(id) }); err != nil {
+		return j, err
+	}
+	if !ok {
+		return j, fmt.Errorf("%w: job %q", ErrNotFound, id)
+	}
+	return j, nil
+}
+
+// Lease returns lease id.
+func (s *Service) Lease(ctx context.Context, id uint64) (projection.Lease, error) {
+	var l projection.Lease
+	ok := false
+	if err := s.read(ctx, func(t *projection.Table) { l, ok = t.Lease(id) }); err != nil {
+		return l, err
+	}
+	if !ok {
+		return l, fmt.Errorf("%w: lease %d", ErrNotFound, id)
+	}
+	return l, nil
+}
+
+// Leases returns the leases f selects (live ones when f.State is unset).
+func (s *Service) Leases(ctx context.Context, f projection.LeaseFilter) ([]projection.Lease, error) {
+	var ls []projection.Lease
+	err := s.read(ctx, func(t *projection.Table) { ls = t.Leases(f) })
+	return ls, err
+}
+
+// WorkerLeases returns the live leases worker holds, with their jobs: what a
+// worker re-attaches to after a restart.
+func (s *Service) WorkerLeases(ctx context.Context, worker string) ([]Grant, error) {
+	if err := CheckID("worker", worker); err != nil {
+		return nil, err
+	}
+	var gs []Grant
+	err := s.read(ctx, func(t *projection.Table) {
+		for _, l := range t.Leases(projection.LeaseFilter{Worker: worker}) {
+			j, _ := t.Job(l.Job)
+			gs = append(gs, Grant{Lease: l.ID, Job: j})
+		}
+	})
+	return gs, err
+}
+
+// Jobs returns the jobs f selects.
+func (s *Service) Jobs(ctx context.Context, f projection.JobFilter) ([]projection.Job, error) {
+	var js []projection.Job
+	err := s.read(ctx, func(t *projection.Table) { js = t.Jobs(f) })
+	return js, err
+}
+
+// Seq is the sequence number of the last durable event the table holds.
+func (s *Service) Seq(ctx context.Context) (uint64, error) {
+	var seq uint64
+	err := s.read(ctx, func(t *projection.Table) { seq = t.Seq() })
+	return seq, err
+}
+
+// CheckID checks a job or worker id: 1 to 128 bytes of letters, digits and
+// . _ - : @, so that it is safe in a URL path, a log line and an index key.
+func CheckID(what, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: missing %s id", ErrInvalid, what)
+	}
+	if len(id) > 128 {
+		return fmt.Errorf("%w: %s id of %d bytes exceeds 128", ErrInvalid, what, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' || c == ':' || c == '@') {
+			return fmt.Errorf("%w: %s id %q: byte %q at %d is not a letter, digit or one of . _ - : @", ErrInvalid, what, id, c, i)
+		}
+	}
+	return nil
+}
+

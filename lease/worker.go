@@ -1,0 +1,316 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/projection"
+)
+
+// Grant is a lease given to a worker, with its job.
+type Grant struct {
+	Lease uint64 // the fencing token
+	Job   projection.Job
+}
+
+// MaxAcquire bounds how many leases one acquire may take.
+const MaxAcquire = 100
+
+// Acquire gives worker up to max queued jobs, oldest first, without waiting.
+// A call from an unreachable worker first records that it is reachable again.
+func (s *Service) Acquire(ctx context.Context, worker string, max int) ([]Grant, error) {
+	grants, _, err := s.acquire(worker, max)
+	return grants, err
+}
+
+// AcquireWait is Acquire that waits, until ctx is done, for a job to be queued
+// when none is. It returns no grants (and no error) when ctx ends first.
+func (s *Service) AcquireWait(ctx context.Context, worker string, max int) ([]Grant, error) {
+	for {
+		grants, wake, err := s.acquire(worker, max)
+		if err != nil || len(grants) > 0 {
+			return grants, err
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
+}
+
+// acquire takes what it can now, and otherwise returns a channel that is
+// closed when a job is queued (or the daemon stops).
+func (s *Service) acquire(worker string, n int) ([]Grant, <-chan struct{}, error) {
+	if err := CheckID("worker", worker); err != nil {
+		return nil, nil, err
+	}
+	if n < 1 || n > MaxAcquire {
+		return nil, nil, fmt.Errorf("%w: max must be 1 to %d, is %d", ErrInvalid, MaxAcquire, n)
+	}
+	s.mu.Lock()
+	if s.mu.stopping {
+		s.mu.Unlock()
+		return nil, nil, ErrStopping
+	}
+	t := s.mu.table
+	evs := s.reachableLocked(worker, nil)
+	jobs := t.Queued(n)
+	for _, j := range jobs {
+		evs = append(evs, eventlog.Event{Type: eventlog.TypeAcquired, Job: j.ID, Worker: worker})
+	}
+	if len(evs) == 0 {
+		wake := s.mu.queued
+		s.mu.Unlock()
+		return nil, wake, nil
+	}
+	c, err := s.commitLocked(s.now(), evs)
+	var grants []Grant
+	if err == nil {
+		for _, e := range evs {
+			if e.Type == eventlog.TypeAcquired {
+				j, _ := t.Job(e.Job)
+				grants = append(grants, Grant{Lease: e.Lease, Job: j})
+			}
+		}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.wait(c); err != nil {
+		return nil, nil, err
+	}
+	return grants, nil, nil
+}
+
+// reachableLocked appends worker.reachable to evs if worker is marked
+// unreachable: any call from a worker proves it is there.
+func (s *Service) reachableLocked(worker string, evs []eventlog.Event) []eventlog.Event {
+	if w, ok := s.mu.table.Worker(worker); ok && w.Unreachable {
+		evs = append(evs, eventlog.Event{Type: eventlog.TypeWorkerReachable, Worker: worker})
+	}
+	return evs
+}
+
+// holdLocked finds lease id and checks that worker holds it. It returns
+// ErrNotFound for an unknown lease and ErrWrongWorker for someone else's.
+func (s *Service) holdLocked(worker string, id uint64) (projection.Lease, error) {
+	l, ok := s.mu.table.Lease(id)
+	if !ok {
+		return l, fmt.Errorf("%w: lease %d", ErrNotFound, id)
+	}
+	if l.Worker != worker {
+		return l, fmt.Errorf("%w: lease %d is not worker %q's", ErrWrongWorker, id, worker)
+	}
+	return l, nil
+}
+
+// Start records that the job of lease id started. Starting a running lease
+// again is answered the same, with nothing recorded.
+func (s *Service) Start(ctx context.Context, worker string, id uint64) (projection.Lease, error) {
+	if err := CheckID("worker", worker); err != nil {
+		return projection.Lease{}, err
+	}
+	s.mu.Lock()
+	l, err := s.holdLocked(worker, id)
+	if err == nil && !l.Live() {
+		err = fmt.Errorf("%w: lease %d is %s", ErrStaleLease, id, l.State)
+	}
+	if err != nil || l.State == fsm.Running {
+		seq := s.mu.table.Seq()
+		s.mu.Unlock()
+		if err != nil {
+			return projection.Lease{}, err
+		}
+		return l, s.log.WaitDurable(seq, ctx.Done())
+	}
+	evs := s.reachableLocked(worker, nil)
+	evs = append(evs, eventlog.Event{Type: eventlog.TypeRunning, Job: l.Job, Lease: id, Worker: worker})
+	c, err := s.commitLocked(s.now(), evs)
+	if err == nil {
+		l, _ = s.mu.table.Lease(id)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return projection.Lease{}, err
+	}
+	return l, s.wait(c)
+}
+
+// Directive tells a worker what to do with a lease it heartbeats.
+type Directive string
+
+// The directives of a heartbeat reply.
+const (
+	Continue Directive = "continue" // keep running
+	Cancel   Directive = "cancel"   // stop gracefully, then report
+	Kill     Directive = "kill"     // stop now, then report
+	Gone     Directive = "gone"     // the lease is not yours (any more): drop the job
+)
+
+// LeaseDirective is the reply for one lease of a heartbeat.
+type LeaseDirective struct {
+	Lease     uint64    `json:"lease"`
+	Directive Directive `json:"directive"`
+}
+
+// MaxHeartbeatLeases bounds the leases one heartbeat may name.
+const MaxHeartbeatLeases = 10_000
+
+// Heartbeat renews every lease in ids that worker holds live, and says for
+// each what to do. A lease that is not a live lease of worker's (expired,
+// reported, unknown, or someone else's) is answered gone and left untouched.
+func (s *Service) Heartbeat(ctx context.Context, worker string, ids []uint64) ([]LeaseDirective, error) {
+	if err := CheckID("worker", worker); err != nil {
+		return nil, err
+	}
+	if len(ids) > MaxHeartbeatLeases {
+		return nil, fmt.Errorf("%w: %d leases in one heartbeat, at most %d", ErrInvalid, len(ids), MaxHeartbeatLeases)
+	}
+	out := make([]LeaseDirective, 0, len(ids))
+	s.mu.Lock()
+	evs := s.reachableLocked(worker, make([]eventlog.Event, 0, len(ids)+1))
+	seen := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		d := LeaseDirective{Lease: id, Directive: Gone}
+		if l, ok := s.mu.table.Lease(id); ok && l.Worker == worker && l.Live() {
+			d.Directive = directiveOf(l.Mode)
+			evs = append(evs, eventlog.Event{Type: eventlog.TypeHeartbeat, Job: l.Job, Lease: id, Worker: worker})
+		}
+		out = append(out, d)
+	}
+	if len(evs) == 0 {
+		seq := s.mu.table.Seq()
+		s.mu.Unlock()
+		return out, s.log.WaitDurable(seq, ctx.Done())
+	}
+	c, err := s.commitLocked(s.now(), evs)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return out, s.wait(c)
+}
+
+func directiveOf(m eventlog.RevokeMode) Directive {
+	switch m {
+	case eventlog.RevokeCancel:
+		return Cancel
+	case eventlog.RevokeKill:
+		return Kill
+	}
+	return Continue
+}
+
+// Report is what a worker says a job came to.
+type Report struct {
+	Outcome eventlog.Outcome
+	Ref     string          // the ref of the commits it brings back
+	Reason  string          // optional, free text
+	Result  json.RawMessage // optional JSON
+}
+
+// Answer is the reply to a report: the same answer for the same report, for
+// as long as the log lives.
+type Answer struct {
+	Job   string
+	Lease uint64
+	Seq   uint64 // the lease.reported event; for a stale report, its lease.stale_report
+	Stale bool
+}
+
+// Report limits.
+const (
+	MaxRefLen    = 1024
+	MaxReasonLen = 4096
+	MaxResultLen = 256 << 10
+)
+
+// Report records worker's report on lease id. On the live lease it is accepted
+// (lease.reported, an attempt). On a lease already reported it returns the
+// first answer and records nothing. On an expired lease it is refused with
+// ErrStaleLease, recorded once as lease.stale_report, and the returned Answer
+// (Stale set) names that record; the same stale report again gets the same.
+func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report) (Answer, error) {
+	if err := CheckID("worker", worker); err != nil {
+		return Answer{}, err
+	}
+	if err := r.check(); err != nil {
+		return Answer{}, err
+	}
+	s.mu.Lock()
+	l, err := s.holdLocked(worker, id)
+	if err != nil {
+		s.mu.Unlock()
+		return Answer{}, err
+	}
+	a := Answer{Job: l.Job, Lease: id, Seq: l.ReportSeq}
+	var evs []eventlog.Event
+	switch {
+	case l.Live():
+		evs = s.reachableLocked(worker, nil)
+		evs = append(evs, eventlog.Event{Type: eventlog.TypeReported, Job: l.Job, Lease: id, Worker: worker,
+			Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
+	case l.ReportSeq != 0: // reported already: the first answer, byte for byte
+	default:
+		a.Stale = true
+		e := eventlog.Event{Type: eventlog.TypeStaleReport, Job: l.Job, Lease: id, Worker: worker,
+			Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result}
+		if seq, ok := s.mu.table.StaleReport(projection.StaleKeyOf(&e)); ok {
+			a.Seq = seq
+		} else {
+			evs = append(evs, e)
+		}
+	}
+	var c *eventlog.Commit
+	if len(evs) > 0 {
+		if c, err = s.commitLocked(s.now(), evs); err != nil {
+			s.mu.Unlock()
+			return Answer{}, err
+		}
+		a.Seq = evs[len(evs)-1].Seq
+	}
+	seq := s.mu.table.Seq()
+	s.mu.Unlock()
+	if c != nil {
+		err = s.wait(c)
+	} else {
+		err = s.log.WaitDurable(seq, ctx.Done())
+	}
+	if err != nil {
+		return Answer{}, err
+	}
+	if a.Stale {
+		return a, fmt.Errorf("%w: lease %d of job %q is %s; report kept as seq %d", ErrStaleLease, id, l.Job, l.State, a.Seq)
+	}
+	return a, nil
+}
+
+func (r *Report) check() error {
+	switch {
+	case r.Outcome < eventlog.OutcomeSucceeded || r.Outcome > eventlog.OutcomeKilled:
+		return fmt.Errorf("%w: outcome must be succeeded, failed, cancelled or killed", ErrInvalid)
+	case len(r.Ref) > MaxRefLen:
+		return fmt.Errorf("%w: ref of %d bytes exceeds %d", ErrInvalid, len(r.Ref), MaxRefLen)
+	case len(r.Reason) > MaxReasonLen:
+		return fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalid, len(r.Reason), MaxReasonLen)
+	case len(r.Result) > MaxResultLen:
+		return fmt.Errorf("%w: result of %d bytes exceeds %d", ErrInvalid, len(r.Result), MaxResultLen)
+	}
+	if len(r.Result) > 0 {
+		compact, err := compactJSON(r.Result)
+		if err != nil {
+			return fmt.Errorf("%w: result: %v", ErrInvalid, err)
+		}
+		r.Result = compact
+	}
+	return nil
+}

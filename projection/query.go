@@ -1,0 +1,199 @@
+package projection
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
+)
+
+// Job is a job as the table holds it. Spec and Result share the table's
+// memory and must not be modified.
+type Job struct {
+	ID        string
+	Kind      eventlog.Kind
+	State     fsm.State
+	Spec      []byte
+	Result    []byte
+	Attempts  int // accepted reports; expiries are never attempts
+	Leases    int // leases the job has had
+	Outcome   eventlog.Outcome
+	Reason    string
+	Ref       string
+	Lease     uint64 // the live lease, or 0
+	LastLease uint64 // the latest lease, live or ended, or 0
+	Submitted int64
+	Updated   int64
+}
+
+// Lease is a lease as the table holds it.
+type Lease struct {
+	ID        uint64 // the fencing token
+	Job       string
+	Kind      eventlog.Kind
+	Worker    string
+	State     fsm.State // acquired, running, reported or expired
+	Mode      eventlog.RevokeMode
+	Acquired  int64
+	Heard     int64  // when its holder last spoke of it (Unix ns)
+	ReportSeq uint64 // the accepted report's seq: the stored answer
+}
+
+// Live reports whether the lease still holds its job.
+func (l Lease) Live() bool { return l.State.Live() }
+
+// Worker is a worker as the table knows it.
+type Worker struct {
+	ID          string
+	Seen        int64 // when it last spoke (Unix ns)
+	Unreachable bool
+	Live        int // live leases held
+}
+
+func (j *job) view() Job {
+	v := Job{
+		ID: j.id, Kind: j.kind, State: j.state, Spec: j.spec, Result: j.result,
+		Attempts: j.attempts, Leases: j.leases, Outcome: j.outcome, Reason: j.reason, Ref: j.ref,
+		Submitted: j.submitted, Updated: j.updated,
+	}
+	if j.current != nil {
+		v.LastLease = j.current.id
+		if j.current.state.Live() {
+			v.Lease = j.current.id
+		}
+	}
+	return v
+}
+
+func (l *lease) view() Lease {
+	return Lease{
+		ID: l.id, Job: l.job.id, Kind: l.job.kind, Worker: l.worker.id, State: l.state, Mode: l.mode,
+		Acquired: l.acquired, Heard: l.heard, ReportSeq: l.reportSeq,
+	}
+}
+
+func (w *worker) view() Worker {
+	return Worker{ID: w.id, Seen: w.seen, Unreachable: w.unreachable, Live: w.live}
+}
+
+// Job returns the job with the given id.
+func (t *Table) Job(id string) (Job, bool) {
+	j := t.jobs[id]
+	if j == nil {
+		return Job{}, false
+	}
+	return j.view(), true
+}
+
+// JobFilter selects jobs; zero fields select all.
+type JobFilter struct {
+	State fsm.State
+	Kind  eventlog.Kind
+}
+
+// Jobs returns the jobs f selects, by id.
+func (t *Table) Jobs(f JobFilter) []Job {
+	var out []Job
+	for _, j := range t.jobs {
+		if (f.State == fsm.None || j.state == f.State) && (f.Kind == 0 || j.kind == f.Kind) {
+			out = append(out, j.view())
+		}
+	}
+	slices.SortFunc(out, func(a, b Job) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Lease returns the lease with the given token.
+func (t *Table) Lease(id uint64) (Lease, bool) {
+	l := t.leases[id]
+	if l == nil {
+		return Lease{}, false
+	}
+	return l.view(), true
+}
+
+// LeaseFilter selects leases. With State unset only live leases are selected:
+// the current table. Other zero fields select all.
+type LeaseFilter struct {
+	State  fsm.State
+	Worker string
+	Kind   eventlog.Kind
+}
+
+// Leases returns the leases f selects, by token.
+func (t *Table) Leases(f LeaseFilter) []Lease {
+	var out []Lease
+	pick := func(l *lease) {
+		if (f.State == fsm.None || l.state == f.State) && (f.Worker == "" || l.worker.id == f.Worker) && (f.Kind == 0 || l.job.kind == f.Kind) {
+			out = append(out, l.view())
+		}
+	}
+	if f.State == fsm.None || f.State.Live() {
+		for _, l := range t.live {
+			pick(l)
+		}
+	} else {
+		for _, l := range t.leases {
+			pick(l)
+		}
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Worker returns the worker with the given id.
+func (t *Table) Worker(id string) (Worker, bool) {
+	w := t.workers[id]
+	if w == nil {
+		return Worker{}, false
+	}
+	return w.view(), true
+}
+
+// Workers returns every worker the table knows, by id.
+func (t *Table) Workers() []Worker {
+	out := make([]Worker, 0, len(t.workers))
+	for _, w := range t.workers {
+		out = append(out, w.view())
+	}
+	slices.SortFunc(out, func(a, b Worker) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Queued returns up to n queued jobs, oldest queueing first; n <= 0 means all.
+func (t *Table) Queued(n int) []Job {
+	var out []Job
+	t.queue.each(func(j *job) bool {
+		out = append(out, j.view())
+		return n <= 0 || len(out) < n
+	})
+	return out
+}
+
+// StaleReport returns the seq of the stale report recorded under k, if any.
+func (t *Table) StaleReport(k StaleKey) (uint64, bool) {
+	seq, ok := t.stale[k]
+	return seq, ok
+}
+
+// Silent returns the live leases and the reachable workers holding live leases
+// that have not been heard from for longer than toleration and grace
+// respectively, at wall time now; all in present time, so recorded absence
+// does not count. Both lists are ordered by silence, longest first, then id.
+func (t *Table) Silent(now, grace, toleration int64) ([]Lease, []Worker) {
+	p := t.Present(now)
+	var leases []Lease
+	t.live.upTo(p-toleration-1, func(l *lease) { leases = append(leases, l.view()) })
+	slices.SortFunc(leases, func(a, b Lease) int {
+		la, lb := t.leases[a.ID], t.leases[b.ID]
+		return cmp.Or(cmp.Compare(la.heardV, lb.heardV), cmp.Compare(a.ID, b.ID))
+	})
+	var workers []Worker
+	t.watched.upTo(p-grace-1, func(w *worker) { workers = append(workers, w.view()) })
+	slices.SortFunc(workers, func(a, b Worker) int {
+		wa, wb := t.workers[a.ID], t.workers[b.ID]
+		return cmp.Or(cmp.Compare(wa.seenV, wb.seenV), cmp.Compare(a.ID, b.ID))
+	})
+	return leases, workers
+}

@@ -1,0 +1,374 @@
+// Package projection owns the lease table: the current state of every job,
+// lease and worker, computed as a fold of the event log.
+//
+// Table.Apply is deterministic: it reads no clock, draws no random numbers and
+// does no I/O, so the same log always folds to the same table, live or on
+// replay. Like a raft state machine, the table has three verbs: Apply,
+// Snapshot and Restore. Deadlines are kept in "present time": an event's time
+// minus all the daemon absence recorded before it (daemon.started and
+// daemon.resumed gaps), so an absence never counts against a worker.
+//
+// A Table is not safe for concurrent use; lease.Service guards its own.
+package projection
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
+)
+
+// Table is the lease table. The zero value is not usable; call New.
+type Table struct {
+	seq      uint64 // last event applied
+	lastTime int64  // time of the last event applied
+	absence  int64  // total daemon absence recorded, ns
+
+	jobs    map[string]*job
+	leases  map[uint64]*lease
+	workers map[string]*worker
+	stale   map[StaleKey]uint64 // stale report fingerprint -> its event's seq
+
+	queue   queue      // queued jobs, oldest first
+	live    leaseHeap  // live leases, least recently heard first
+	watched workerHeap // reachable workers holding live leases, least recently heard first
+
+	counts [eventlog.NumTypes]uint64 // events applied, by type
+
+	mem arena
+}
+
+type job struct {
+	id        string
+	kind      eventlog.Kind
+	state     fsm.State
+	spec      []byte
+	result    []byte
+	attempts  int
+	leases    int
+	outcome   eventlog.Outcome
+	reason    string
+	ref       string
+	current   *lease // the job's latest lease; live iff state is Acquired or Running
+	submitted int64
+	updated   int64
+	queuedSeq uint64 // seq of the lease.queued that put it in the queue last
+}
+
+type lease struct {
+	id        uint64
+	job       *job
+	worker    *worker
+	state     fsm.State // Acquired, Running, Reported or Expired
+	mode      eventlog.RevokeMode
+	acquired  int64
+	heard     int64 // time of the worker's latest word on this lease
+	heardV    int64 // heard, in present time
+	reportSeq uint64
+	heapIdx   int
+}
+
+type worker struct {
+	id          string
+	seen        int64
+	seenV       int64
+	unreachable bool
+	live        int // live leases held
+	heapIdx     int
+}
+
+// New returns an empty table.
+func New() *Table {
+	return &Table{
+		jobs:    make(map[string]*job),
+		leases:  make(map[uint64]*lease),
+		workers: make(map[string]*worker),
+		stale:   make(map[StaleKey]uint64),
+	}
+}
+
+// StaleKey identifies a stale report by everything its sender said, so that
+// the same stale report sent again is recognised and answered the same.
+type StaleKey [16]byte
+
+// StaleKeyOf returns the fingerprint of the stale report carried by e.
+func StaleKeyOf(e *eventlog.Event) StaleKey {
+	h := sha256.New()
+	var n [8]byte
+	field := func(b []byte) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	binary.BigEndian.PutUint64(n[:], e.Lease)
+	h.Write(n[:])
+	field([]byte(e.Worker))
+	field([]byte{byte(e.Outcome)})
+	field([]byte(e.Ref))
+	field([]byte(e.Reason))
+	field(e.Result)
+	var k StaleKey
+	copy(k[:], h.Sum(nil))
+	return k
+}
+
+// Seq is the sequence number of the last event applied; 0 for an empty table.
+func (t *Table) Seq() uint64 { return t.seq }
+
+// LastTime is the time of the last event applied (Unix ns).
+func (t *Table) LastTime() int64 { return t.lastTime }
+
+// Absence is the total daemon absence recorded so far.
+func (t *Table) Absence() int64 { return t.absence }
+
+// Present converts a wall-clock time to present time: what is left of it once
+// the recorded absence is taken out. Deadlines compare in present time.
+func (t *Table) Present(wall int64) int64 { return wall - t.absence }
+
+// Count is how many events of type typ the table has applied.
+func (t *Table) Count(typ eventlog.Type) uint64 {
+	if int(typ) >= len(t.counts) {
+		return 0
+	}
+	return t.counts[typ]
+}
+
+// Apply folds e into the table. It refuses, changing nothing, an event out of
+// sequence or one that is not a legal transition from the current state; a log
+// this module wrote never holds one. Apply does not keep e or any memory it
+// points to.
+func (t *Table) Apply(e *eventlog.Event) error {
+	if e.Seq != t.seq+1 {
+		return fmt.Errorf("projection: seq %d applied after seq %d", e.Seq, t.seq)
+	}
+	if err := t.apply(e); err != nil {
+		return fmt.Errorf("projection: seq %d %s: %w", e.Seq, e.Type, err)
+	}
+	t.seq = e.Seq
+	t.lastTime = e.Time
+	t.counts[e.Type]++
+	return nil
+}
+
+func (t *Table) apply(e *eventlog.Event) error {
+	switch e.Type {
+	case eventlog.TypeQueued:
+		return t.applyQueued(e)
+	case eventlog.TypeAcquired:
+		return t.applyAcquired(e)
+	case eventlog.TypeRunning, eventlog.TypeHeartbeat, eventlog.TypeRevoked, eventlog.TypeReported, eventlog.TypeExpired:
+		return t.applyOnLease(e)
+	case eventlog.TypeCancelled:
+		j := t.jobs[e.Job]
+		if j == nil {
+			return errUnknownJob
+		}
+		to, err := next(j, e.Type)
+		if err != nil {
+			return err
+		}
+		j.state, j.updated, j.reason = to, e.Time, t.mem.reason(e.Reason)
+		t.queue.forget()
+		return nil
+	case eventlog.TypeStaleReport:
+		l := t.leases[e.Lease]
+		switch {
+		case l == nil:
+			return fmt.Errorf("unknown lease %d", e.Lease)
+		case l.state.Live() || l.state == fsm.Reported:
+			return fmt.Errorf("lease %d is %s, not stale", l.id, l.state)
+		case l.worker.id != e.Worker:
+			return fmt.Errorf("lease %d belongs to worker %q, not %q", l.id, l.worker.id, e.Worker)
+		}
+		k := StaleKeyOf(e)
+		if _, dup := t.stale[k]; dup {
+			return fmt.Errorf("stale report on lease %d recorded twice", l.id)
+		}
+		t.stale[k] = e.Seq
+		return nil
+	case eventlog.TypeWorkerUnreachable:
+		w := t.workers[e.Worker]
+		if w == nil || w.unreachable {
+			return fmt.Errorf("worker %q is not reachable", e.Worker)
+		}
+		w.unreachable = true
+		t.watched.remove(w)
+		return nil
+	case eventlog.TypeWorkerReachable:
+		w := t.worker(e.Worker)
+		if !w.unreachable {
+			return fmt.Errorf("worker %q is not unreachable", e.Worker)
+		}
+		w.unreachable = false
+		t.heardFrom(w, e.Time)
+		return nil
+	case eventlog.TypeDaemonStarted, eventlog.TypeDaemonResumed:
+		if e.Gap < 0 {
+			return fmt.Errorf("negative gap %d", e.Gap)
+		}
+		t.absence += e.Gap
+		return nil
+	case eventlog.TypeDaemonStopping:
+		return nil
+	}
+	return fmt.Errorf("event type %d is unknown to this build (written by a newer one?)", uint8(e.Type))
+}
+
+var errUnknownJob = fmt.Errorf("unknown job")
+
+func next(j *job, typ eventlog.Type) (fsm.State, error) {
+	to, ok := fsm.Next(j.kind, j.state, typ)
+	if !ok {
+		return fsm.None, fmt.Errorf("job %q (%s) is %s: %s not allowed", j.id, j.kind, j.state, typ)
+	}
+	return to, nil
+}
+
+func (t *Table) applyQueued(e *eventlog.Event) error {
+	j := t.jobs[e.Job]
+	if j == nil {
+		if e.Job == "" {
+			return fmt.Errorf("no job id")
+		}
+		if _, ok := fsm.Next(e.Kind, fsm.None, e.Type); !ok {
+			return fmt.Errorf("job %q: bad kind %d", e.Job, e.Kind)
+		}
+		j = t.mem.newJob()
+		j.id = t.mem.str(e.Job)
+		j.kind = e.Kind
+		j.spec = t.mem.bytes(e.Spec)
+		j.submitted = e.Time
+		t.jobs[j.id] = j
+	} else if _, err := next(j, e.Type); err != nil {
+		return err
+	}
+	j.state, j.updated, j.queuedSeq = fsm.Queued, e.Time, e.Seq
+	if e.Reason != "" {
+		j.reason = t.mem.reason(e.Reason)
+	}
+	t.queue.push(j)
+	return nil
+}
+
+func (t *Table) applyAcquired(e *eventlog.Event) error {
+	j := t.jobs[e.Job]
+	if j == nil {
+		return errUnknownJob
+	}
+	to, err := next(j, e.Type)
+	if err != nil {
+		return err
+	}
+	if e.Worker == "" {
+		return fmt.Errorf("no worker")
+	}
+	if w := t.workers[e.Worker]; w != nil && w.unreachable {
+		return fmt.Errorf("worker %q is unreachable and may not take a lease", e.Worker)
+	}
+	if e.Lease != e.Seq {
+		return fmt.Errorf("lease %d is not the event's own seq", e.Lease)
+	}
+	if j.current != nil && j.current.id >= e.Lease {
+		return fmt.Errorf("token %d does not grow past %d", e.Lease, j.current.id)
+	}
+	w := t.worker(e.Worker)
+	l := t.mem.newLease()
+	*l = lease{id: e.Seq, job: j, worker: w, state: to, acquired: e.Time, heard: e.Time, heardV: t.Present(e.Time), heapIdx: -1}
+	t.leases[l.id] = l
+	j.state, j.updated, j.current, j.reason = to, e.Time, l, ""
+	j.leases++
+	w.live++
+	t.live.add(l)
+	t.heardFrom(w, e.Time)
+	t.queue.forget()
+	return nil
+}
+
+// applyOnLease folds the events a live lease's holder (or the sweeper) sends
+// about it: running, heartbeat, revoked, reported, expired.
+func (t *Table) applyOnLease(e *eventlog.Event) error {
+	l := t.leases[e.Lease]
+	if l == nil {
+		return fmt.Errorf("unknown lease %d", e.Lease)
+	}
+	j := l.job
+	if j.id != e.Job {
+		return fmt.Errorf("lease %d is of job %q, not %q", l.id, j.id, e.Job)
+	}
+	if j.current != l || !l.state.Live() {
+		return fmt.Errorf("lease %d is %s, not live", l.id, l.state)
+	}
+	from := e.Type == eventlog.TypeRunning || e.Type == eventlog.TypeHeartbeat || e.Type == eventlog.TypeReported
+	if from && e.Worker != l.worker.id {
+		return fmt.Errorf("lease %d belongs to worker %q, not %q", l.id, l.worker.id, e.Worker)
+	}
+	to, err := next(j, e.Type)
+	if err != nil {
+		return err
+	}
+	switch e.Type {
+	case eventlog.TypeRevoked:
+		if e.Mode <= l.mode || e.Mode > eventlog.RevokeKill {
+			return fmt.Errorf("revoke mode %s does not strengthen %s", e.Mode, l.mode)
+		}
+		l.mode = e.Mode
+	case eventlog.TypeReported:
+		if e.Outcome < eventlog.OutcomeSucceeded || e.Outcome > eventlog.OutcomeKilled {
+			return fmt.Errorf("bad outcome %d", e.Outcome)
+		}
+		l.state, l.reportSeq = fsm.Reported, e.Seq
+		j.attempts++
+		j.outcome = e.Outcome
+		j.ref = t.mem.str(e.Ref)
+		j.result = t.mem.bytes(e.Result)
+		j.reason = t.mem.reason(e.Reason)
+		t.endLease(l)
+	case eventlog.TypeExpired:
+		l.state = fsm.Expired
+		j.reason = t.mem.reason(e.Reason)
+		t.endLease(l)
+	default:
+		l.state = to
+	}
+	if from {
+		l.heard, l.heardV = e.Time, t.Present(e.Time)
+		t.live.fix(l)
+		t.heardFrom(l.worker, e.Time)
+	}
+	j.state, j.updated = to, e.Time
+	return nil
+}
+
+func (t *Table) endLease(l *lease) {
+	t.live.remove(l)
+	l.worker.live--
+	if l.worker.live == 0 {
+		t.watched.remove(l.worker)
+	}
+}
+
+func (t *Table) worker(id string) *worker {
+	w := t.workers[id]
+	if w == nil {
+		w = t.mem.newWorker()
+		*w = worker{id: t.mem.str(id), heapIdx: -1}
+		t.workers[w.id] = w
+	}
+	return w
+}
+
+// heardFrom records that worker w spoke at time now, and keeps it watched for
+// silence while it is reachable and holds a live lease.
+func (t *Table) heardFrom(w *worker, now int64) {
+	w.seen, w.seenV = now, t.Present(now)
+	switch {
+	case w.unreachable || w.live == 0:
+		t.watched.remove(w)
+	case w.heapIdx < 0:
+		t.watched.add(w)
+	default:
+		t.watched.fix(w)
+	}
+}
