@@ -244,4 +244,3 @@ func CheckID(what, id string) error {
 	}
 	return nil
 }
-

@@ -32,12 +32,12 @@ import (
 // Errors callers branch on. Each is returned wrapped, with a message saying
 // what was wrong.
 var (
-	ErrInvalid     = errors.New("invalid request")                         // bad input: HTTP 400
-	ErrNotFound    = errors.New("not found")                               // unknown job or lease: 404
-	ErrWrongWorker = errors.New("lease held by another worker")            // 403
-	ErrStaleLease  = errors.New("stale lease")                             // old or expired token: 409
-	ErrJobExists   = errors.New("job exists with another kind or spec")    // 409
-	ErrStopping    = errors.New("daemon is stopping")                      // 503
+	ErrInvalid     = errors.New("invalid request")                          // bad input: HTTP 400
+	ErrNotFound    = errors.New("not found")                                // unknown job or lease: 404
+	ErrWrongWorker = errors.New("lease held by another worker")             // 403
+	ErrStaleLease  = errors.New("stale lease")                              // old or expired token: 409
+	ErrJobExists   = errors.New("job exists with another kind or spec")     // 409
+	ErrStopping    = errors.New("daemon is stopping")                       // 503
 	ErrFailed      = errors.New("lease service failed; restart the daemon") // storage failed: 503
 )
 
@@ -258,7 +258,9 @@ func (s *Service) read(ctx context.Context, fn func(t *projection.Table)) error 
 
 // View runs fn on the lease table, under the service's lock; fn must not keep
 // the table or block. Tests and the daemon's read paths use it.
-func (s *Service) View(ctx context.Context, fn func(t *projection.Table)) error { return s.read(ctx, fn) }
+func (s *Service) View(ctx context.Context, fn func(t *projection.Table)) error {
+	return s.read(ctx, fn)
+}
 
 // Close writes a last snapshot (when the service is healthy). It does not
 // close the log, which the caller opened.

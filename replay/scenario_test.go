@@ -330,7 +330,9 @@ func (s *scenario) fmtEvent(e *eventlog.Event) string {
 	return fmt.Sprintf("%d @%s %s", e.Seq, s.since(e.Time), line)
 }
 
-func (s *scenario) since(ns int64) string { return time.Duration(ns - clocktest.Epoch.UnixNano()).String() }
+func (s *scenario) since(ns int64) string {
+	return time.Duration(ns - clocktest.Epoch.UnixNano()).String()
+}
 
 func (s *scenario) dump() string {
 	var out string
@@ -404,7 +406,9 @@ func (s *scenario) durPos(d *datadriven.TestData) time.Duration {
 	return dur
 }
 
-func (s *scenario) leaseArg(d *datadriven.TestData) uint64 { return s.parseUint(s.arg(d, "lease", "0")) }
+func (s *scenario) leaseArg(d *datadriven.TestData) uint64 {
+	return s.parseUint(s.arg(d, "lease", "0"))
+}
 
 func (s *scenario) parseUint(v string) uint64 {
 	n, err := strconv.ParseUint(v, 10, 64)
