@@ -9,6 +9,7 @@ require (
 	github.com/oklog/ulid/v2 v2.1.2
 	github.com/rs/zerolog v1.35.1
 	github.com/spf13/cobra v1.10.2
+	pgregory.net/rapid v1.3.0
 )
 
 require (

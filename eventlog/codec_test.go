@@ -163,6 +163,21 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+func TestRecordChecksumBindsSeq(t *testing.T) {
+	body := []byte("the rest of a record")
+	seen := map[uint32]uint64{}
+	for seq := uint64(0); seq < 100_000; seq++ {
+		c := recordChecksum(seq, body)
+		if other, dup := seen[c]; dup {
+			t.Fatalf("seqs %d and %d share a checksum", other, seq)
+		}
+		seen[c] = seq
+	}
+	if n := testing.AllocsPerRun(100, func() { recordChecksum(7, body) }); n != 0 {
+		t.Errorf("recordChecksum allocates %v times", n)
+	}
+}
+
 func TestTypeNames(t *testing.T) {
 	for _, typ := range Types() {
 		got, err := ParseType(typ.String())

@@ -18,6 +18,11 @@ type Query struct {
 	Since  int64  // only events with Time >= Since (Unix ns), if non-zero
 	Until  int64  // only events with Time < Until (Unix ns), if non-zero
 	Limit  int    // at most this many events, if positive
+
+	// ReadAhead reads the log on a second goroutine while the caller works
+	// through what was read, for long scans of the log itself (replay); it is
+	// ignored when an index answers the query.
+	ReadAhead bool
 }
 
 // Iter walks events in sequence order. It sees only events that were durable
@@ -38,6 +43,7 @@ type Iter struct {
 	key    []byte // scratch for event keys
 	err    error
 	primed bool
+	ahead  *readAhead
 }
 
 // Iter returns an iterator over every durable event with Seq >= from.
@@ -66,6 +72,9 @@ func (l *Log) Query(q Query) *Iter {
 			LowerBound: eventKey(nil, q.After+1),
 			UpperBound: eventKey(nil, it.upper+1),
 		})
+		if it.err == nil && q.ReadAhead {
+			it.ahead = startReadAhead(it.index)
+		}
 		return it
 	}
 	it.prefix = len(prefix)
@@ -88,6 +97,9 @@ func (it *Iter) Next() bool {
 	}
 	if it.q.Limit > 0 && it.seen >= it.q.Limit {
 		return false
+	}
+	if it.ahead != nil {
+		return it.nextAhead()
 	}
 	for {
 		var ok bool
@@ -167,6 +179,9 @@ func (it *Iter) Err() error { return it.err }
 
 // Close releases the iterator. It returns the iteration error, if any.
 func (it *Iter) Close() error {
+	if it.ahead != nil {
+		it.ahead.stop()
+	}
 	var errs []error
 	if it.index != nil {
 		errs = append(errs, it.index.Close())

@@ -29,6 +29,7 @@ package eventlog
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -393,3 +394,19 @@ func (l *Log) Get(seq uint64) (Event, error) {
 
 // ErrNotFound is returned by Get for a sequence number the log does not hold.
 var ErrNotFound = errors.New("eventlog: not found")
+
+// Exists reports whether dir holds a store (on fs; nil means the OS
+// filesystem). A missing dir holds none.
+func Exists(dir string, fs vfs.FS) (bool, error) {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	if _, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	desc, err := pebble.Peek(dir, fs)
+	if err != nil {
+		return false, fmt.Errorf("eventlog: look for a store in %s: %w", dir, err)
+	}
+	return desc.Exists, nil
+}

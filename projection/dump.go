@@ -13,7 +13,7 @@ import (
 // sorted, with times in UTC. It is what golden files and `leaselog replay`
 // print, and what a failed equality check shows.
 func (t *Table) Dump(w io.Writer) {
-	fmt.Fprintf(w, "seq=%d absence=%s queued=%d live=%d\n", t.seq, time.Duration(t.absence), len(t.Queued(0)), len(t.live))
+	fmt.Fprintf(w, "seq=%d absence=%s queued=%d live=%d\n", t.seq, time.Duration(t.absence), len(t.Queued(0)), t.nlive)
 	for _, x := range t.Workers() {
 		state := "reachable"
 		if x.Unreachable {

@@ -1,10 +1,6 @@
 package projection
 
-import (
-	"container/heap"
-
-	"github.com/leaselog/leaselog/fsm"
-)
+import "github.com/leaselog/leaselog/fsm"
 
 // queue holds queued jobs, oldest queueing first. A job that leaves the queue
 // is not removed at once: its entry goes stale (the job is no longer queued,
@@ -46,109 +42,85 @@ func (q *queue) each(fn func(*job) bool) {
 	}
 }
 
-// leaseHeap orders live leases by the present time their holder was last
-// heard from, so the sweeper finds the silent ones without a scan.
-type leaseHeap []*lease
-
-func (h leaseHeap) Len() int { return len(h) }
-func (h leaseHeap) Less(i, j int) bool {
-	if h[i].heardV != h[j].heardV {
-		return h[i].heardV < h[j].heardV
-	}
-	return h[i].id < h[j].id
-}
-func (h leaseHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
-}
-func (h *leaseHeap) Push(x any) {
-	l := x.(*lease)
-	l.heapIdx = len(*h)
-	*h = append(*h, l)
-}
-func (h *leaseHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	l.heapIdx = -1
-	return l
-}
-func (h *leaseHeap) add(l *lease) { heap.Push(h, l) }
-func (h *leaseHeap) fix(l *lease) {
-	if l.heapIdx >= 0 {
-		heap.Fix(h, l.heapIdx)
-	}
-}
-func (h *leaseHeap) remove(l *lease) {
-	if l.heapIdx >= 0 {
-		heap.Remove(h, l.heapIdx)
-	}
+// recency orders records by the present time they were last heard from,
+// oldest first, so that the sweeper finds the silent ones by walking from the
+// front and stops at the first that is not. It is a doubly linked list threaded
+// through the records: times almost always grow, so a record heard from again
+// moves to the back in O(1); a time that steps back walks to its place.
+type recency[T any, P interface {
+	*T
+	node() *node[T]
+}] struct {
+	front, back P
 }
 
-// upTo calls fn on every lease heard from at or before present time v. It
-// walks only the part of the heap that qualifies, in no particular order.
-func (h leaseHeap) upTo(v int64, fn func(*lease)) {
-	var walk func(i int)
-	walk = func(i int) {
-		if i >= len(h) || h[i].heardV > v {
-			return
+// node is the part of a record that recency owns.
+type node[T any] struct {
+	prev, next *T
+	at         int64 // present time last heard from
+	in         bool
+}
+
+// touch (re)places p at present time at.
+func (r *recency[T, P]) touch(p P, at int64) {
+	r.remove(p)
+	n := p.node()
+	n.at, n.in = at, true
+	after := r.back
+	for after != nil && after.node().at > at {
+		after = P(after.node().prev)
+	}
+	if after == nil { // p goes to the front
+		n.prev, n.next = nil, (*T)(r.front)
+		if r.front != nil {
+			r.front.node().prev = (*T)(p)
+		} else {
+			r.back = p
 		}
-		fn(h[i])
-		walk(2*i + 1)
-		walk(2*i + 2)
+		r.front = p
+		return
 	}
-	walk(0)
+	an := after.node()
+	n.prev, n.next = (*T)(after), an.next
+	if an.next != nil {
+		P(an.next).node().prev = (*T)(p)
+	} else {
+		r.back = p
+	}
+	an.next = (*T)(p)
 }
 
-// workerHeap orders watched workers by the present time they were last heard.
-type workerHeap []*worker
+func (r *recency[T, P]) remove(p P) {
+	n := p.node()
+	if !n.in {
+		return
+	}
+	if n.prev != nil {
+		P(n.prev).node().next = n.next
+	} else {
+		r.front = P(n.next)
+	}
+	if n.next != nil {
+		P(n.next).node().prev = n.prev
+	} else {
+		r.back = P(n.prev)
+	}
+	n.prev, n.next, n.in = nil, nil, false
+}
 
-func (h workerHeap) Len() int { return len(h) }
-func (h workerHeap) Less(i, j int) bool {
-	if h[i].seenV != h[j].seenV {
-		return h[i].seenV < h[j].seenV
-	}
-	return h[i].id < h[j].id
-}
-func (h workerHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
-}
-func (h *workerHeap) Push(x any) {
-	w := x.(*worker)
-	w.heapIdx = len(*h)
-	*h = append(*h, w)
-}
-func (h *workerHeap) Pop() any {
-	old := *h
-	w := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	w.heapIdx = -1
-	return w
-}
-func (h *workerHeap) add(w *worker) { heap.Push(h, w) }
-func (h *workerHeap) fix(w *worker) {
-	if w.heapIdx >= 0 {
-		heap.Fix(h, w.heapIdx)
-	}
-}
-func (h *workerHeap) remove(w *worker) {
-	if w.heapIdx >= 0 {
-		heap.Remove(h, w.heapIdx)
+// upTo calls fn, oldest first, on every record last heard at or before v.
+func (r *recency[T, P]) upTo(v int64, fn func(P)) {
+	for p := r.front; p != nil && p.node().at <= v; p = P(p.node().next) {
+		fn(p)
 	}
 }
 
-func (h workerHeap) upTo(v int64, fn func(*worker)) {
-	var walk func(i int)
-	walk = func(i int) {
-		if i >= len(h) || h[i].seenV > v {
-			return
-		}
-		fn(h[i])
-		walk(2*i + 1)
-		walk(2*i + 2)
+// each calls fn on every record, oldest first.
+func (r *recency[T, P]) each(fn func(P)) {
+	for p := r.front; p != nil; p = P(p.node().next) {
+		fn(p)
 	}
-	walk(0)
 }
+
+func (l *lease) node() *node[lease]   { return &l.order }
+func (w *worker) node() *node[worker] { return &w.order }

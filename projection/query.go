@@ -130,9 +130,7 @@ func (t *Table) Leases(f LeaseFilter) []Lease {
 		}
 	}
 	if f.State == fsm.None || f.State.Live() {
-		for _, l := range t.live {
-			pick(l)
-		}
+		t.live.each(pick)
 	} else {
 		for _, l := range t.leases {
 			pick(l)
@@ -183,17 +181,19 @@ func (t *Table) StaleReport(k StaleKey) (uint64, bool) {
 // does not count. Both lists are ordered by silence, longest first, then id.
 func (t *Table) Silent(now, grace, toleration int64) ([]Lease, []Worker) {
 	p := t.Present(now)
-	var leases []Lease
-	t.live.upTo(p-toleration-1, func(l *lease) { leases = append(leases, l.view()) })
-	slices.SortFunc(leases, func(a, b Lease) int {
-		la, lb := t.leases[a.ID], t.leases[b.ID]
-		return cmp.Or(cmp.Compare(la.heardV, lb.heardV), cmp.Compare(a.ID, b.ID))
-	})
-	var workers []Worker
-	t.watched.upTo(p-grace-1, func(w *worker) { workers = append(workers, w.view()) })
-	slices.SortFunc(workers, func(a, b Worker) int {
-		wa, wb := t.workers[a.ID], t.workers[b.ID]
-		return cmp.Or(cmp.Compare(wa.seenV, wb.seenV), cmp.Compare(a.ID, b.ID))
-	})
+	var ls []*lease
+	t.live.upTo(p-toleration-1, func(l *lease) { ls = append(ls, l) })
+	slices.SortFunc(ls, func(a, b *lease) int { return cmp.Or(cmp.Compare(a.order.at, b.order.at), cmp.Compare(a.id, b.id)) })
+	var ws []*worker
+	t.watched.upTo(p-grace-1, func(w *worker) { ws = append(ws, w) })
+	slices.SortFunc(ws, func(a, b *worker) int { return cmp.Or(cmp.Compare(a.order.at, b.order.at), cmp.Compare(a.id, b.id)) })
+	leases := make([]Lease, len(ls))
+	for i, l := range ls {
+		leases[i] = l.view()
+	}
+	workers := make([]Worker, len(ws))
+	for i, w := range ws {
+		workers[i] = w.view()
+	}
 	return leases, workers
 }

@@ -25,10 +25,10 @@ var ErrSnapshot = errors.New("projection: bad snapshot")
 // rebuilds them.
 //
 //	version seq lastTime absence counts[NumTypes]
-//	nworkers { id seen seenV unreachable }          by id
+//	nworkers { id seen seenAt unreachable }         by id    (…At: present time)
 //	njobs    { id kind state spec result attempts leases outcome reason ref
 //	           submitted updated queuedSeq current } by id
-//	nleases  { id job worker state mode acquired heard heardV reportSeq } by id
+//	nleases  { id job worker state mode acquired heard heardAt reportSeq } by id
 //	nstale   { key(16) seq }                        by key
 func (t *Table) Snapshot() []byte {
 	var w enc
@@ -46,7 +46,7 @@ func (t *Table) Snapshot() []byte {
 	for _, x := range workers {
 		w.str(x.id)
 		w.varint(x.seen)
-		w.varint(x.seenV)
+		w.varint(x.order.at)
 		w.bool(x.unreachable)
 	}
 
@@ -83,7 +83,7 @@ func (t *Table) Snapshot() []byte {
 		w.uvarint(uint64(l.mode))
 		w.varint(l.acquired)
 		w.varint(l.heard)
-		w.varint(l.heardV)
+		w.varint(l.order.at)
 		w.uvarint(l.reportSeq)
 	}
 
@@ -133,7 +133,8 @@ func Restore(b []byte) (*Table, error) {
 
 	for i, n := 0, r.count(4); i < n && r.err == nil; i++ {
 		w := t.mem.newWorker()
-		*w = worker{id: t.mem.str(r.str()), seen: r.varint(), seenV: r.varint(), unreachable: r.bool(), heapIdx: -1}
+		*w = worker{id: t.mem.str(r.str()), seen: r.varint()}
+		w.order.at, w.unreachable = r.varint(), r.bool()
 		t.workers[w.id] = w
 	}
 	current := make(map[*job]uint64)
@@ -168,9 +169,8 @@ func Restore(b []byte) (*Table, error) {
 		l.mode = eventlog.RevokeMode(r.uvarint())
 		l.acquired = r.varint()
 		l.heard = r.varint()
-		l.heardV = r.varint()
+		l.order.at = r.varint()
 		l.reportSeq = r.uvarint()
-		l.heapIdx = -1
 		if r.err != nil {
 			break
 		}
@@ -207,18 +207,22 @@ func Restore(b []byte) (*Table, error) {
 			t.queue.push(j)
 		}
 	}
-	for _, l := range sortedValues(t.leases, func(a, b *lease) int { return cmp.Compare(a.id, b.id) }) {
+	// Oldest heard first, so that every insertion is at the back.
+	byHeard := func(a, b *lease) int { return cmp.Or(cmp.Compare(a.order.at, b.order.at), cmp.Compare(a.id, b.id)) }
+	for _, l := range sortedValues(t.leases, byHeard) {
 		if l.state.Live() {
 			if l.job.current != l {
 				return nil, fmt.Errorf("%w: live lease %d is not its job's current lease", ErrSnapshot, l.id)
 			}
-			t.live.add(l)
+			t.live.touch(l, l.order.at)
+			t.nlive++
 			l.worker.live++
 		}
 	}
-	for _, w := range sortedValues(t.workers, func(a, b *worker) int { return cmp.Compare(a.id, b.id) }) {
+	bySeen := func(a, b *worker) int { return cmp.Or(cmp.Compare(a.order.at, b.order.at), cmp.Compare(a.id, b.id)) }
+	for _, w := range sortedValues(t.workers, bySeen) {
 		if !w.unreachable && w.live > 0 {
-			t.watched.add(w)
+			t.watched.touch(w, w.order.at)
 		}
 	}
 	return t, nil

@@ -31,9 +31,10 @@ type Table struct {
 	workers map[string]*worker
 	stale   map[StaleKey]uint64 // stale report fingerprint -> its event's seq
 
-	queue   queue      // queued jobs, oldest first
-	live    leaseHeap  // live leases, least recently heard first
-	watched workerHeap // reachable workers holding live leases, least recently heard first
+	queue   queue                    // queued jobs, oldest first
+	live    recency[lease, *lease]   // live leases, least recently heard first
+	watched recency[worker, *worker] // reachable workers holding live leases, least recently heard first
+	nlive   int                      // live leases
 
 	counts [eventlog.NumTypes]uint64 // events applied, by type
 
@@ -65,18 +66,16 @@ type lease struct {
 	mode      eventlog.RevokeMode
 	acquired  int64
 	heard     int64 // time of the worker's latest word on this lease
-	heardV    int64 // heard, in present time
 	reportSeq uint64
-	heapIdx   int
+	order     node[lease] // place in Table.live; order.at is heard in present time
 }
 
 type worker struct {
 	id          string
 	seen        int64
-	seenV       int64
 	unreachable bool
-	live        int // live leases held
-	heapIdx     int
+	live        int          // live leases held
+	order       node[worker] // place in Table.watched; order.at is seen in present time
 }
 
 // New returns an empty table.
@@ -197,8 +196,8 @@ func (t *Table) apply(e *eventlog.Event) error {
 		t.watched.remove(w)
 		return nil
 	case eventlog.TypeWorkerReachable:
-		w := t.worker(e.Worker)
-		if !w.unreachable {
+		w := t.workers[e.Worker]
+		if w == nil || !w.unreachable {
 			return fmt.Errorf("worker %q is not unreachable", e.Worker)
 		}
 		w.unreachable = false
@@ -264,7 +263,8 @@ func (t *Table) applyAcquired(e *eventlog.Event) error {
 	if e.Worker == "" {
 		return fmt.Errorf("no worker")
 	}
-	if w := t.workers[e.Worker]; w != nil && w.unreachable {
+	w := t.workers[e.Worker]
+	if w != nil && w.unreachable {
 		return fmt.Errorf("worker %q is unreachable and may not take a lease", e.Worker)
 	}
 	if e.Lease != e.Seq {
@@ -273,14 +273,17 @@ func (t *Table) applyAcquired(e *eventlog.Event) error {
 	if j.current != nil && j.current.id >= e.Lease {
 		return fmt.Errorf("token %d does not grow past %d", e.Lease, j.current.id)
 	}
-	w := t.worker(e.Worker)
+	if w == nil {
+		w = t.newWorker(e.Worker)
+	}
 	l := t.mem.newLease()
-	*l = lease{id: e.Seq, job: j, worker: w, state: to, acquired: e.Time, heard: e.Time, heardV: t.Present(e.Time), heapIdx: -1}
+	*l = lease{id: e.Seq, job: j, worker: w, state: to, acquired: e.Time, heard: e.Time}
 	t.leases[l.id] = l
 	j.state, j.updated, j.current, j.reason = to, e.Time, l, ""
 	j.leases++
 	w.live++
-	t.live.add(l)
+	t.nlive++
+	t.live.touch(l, t.Present(e.Time))
 	t.heardFrom(w, e.Time)
 	t.queue.forget()
 	return nil
@@ -333,8 +336,10 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 		l.state = to
 	}
 	if from {
-		l.heard, l.heardV = e.Time, t.Present(e.Time)
-		t.live.fix(l)
+		l.heard = e.Time
+		if l.state.Live() {
+			t.live.touch(l, t.Present(e.Time))
+		}
 		t.heardFrom(l.worker, e.Time)
 	}
 	j.state, j.updated = to, e.Time
@@ -343,32 +348,27 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 
 func (t *Table) endLease(l *lease) {
 	t.live.remove(l)
+	t.nlive--
 	l.worker.live--
 	if l.worker.live == 0 {
 		t.watched.remove(l.worker)
 	}
 }
 
-func (t *Table) worker(id string) *worker {
-	w := t.workers[id]
-	if w == nil {
-		w = t.mem.newWorker()
-		*w = worker{id: t.mem.str(id), heapIdx: -1}
-		t.workers[w.id] = w
-	}
+func (t *Table) newWorker(id string) *worker {
+	w := t.mem.newWorker()
+	*w = worker{id: t.mem.str(id)}
+	t.workers[w.id] = w
 	return w
 }
 
 // heardFrom records that worker w spoke at time now, and keeps it watched for
 // silence while it is reachable and holds a live lease.
 func (t *Table) heardFrom(w *worker, now int64) {
-	w.seen, w.seenV = now, t.Present(now)
-	switch {
-	case w.unreachable || w.live == 0:
+	w.seen = now
+	if w.unreachable || w.live == 0 {
 		t.watched.remove(w)
-	case w.heapIdx < 0:
-		t.watched.add(w)
-	default:
-		t.watched.fix(w)
+	} else {
+		t.watched.touch(w, t.Present(now))
 	}
 }

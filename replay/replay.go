@@ -60,7 +60,7 @@ func Rebuild(log Log, logger zerolog.Logger) (*projection.Table, Stats, error) {
 		t, st.SnapshotSeq = restored, seq
 		break
 	}
-	n, err := fold(t, log.Iter(t.Seq()+1))
+	n, err := fold(t, log.Query(eventlog.Query{After: t.Seq(), ReadAhead: true}))
 	st.Events = n
 	if err != nil {
 		return nil, st, err
@@ -126,7 +126,7 @@ func Verify(log Log) (Report, error) {
 		at[s] = true
 	}
 	t := projection.New()
-	it := log.Iter(1)
+	it := log.Query(eventlog.Query{ReadAhead: true})
 	for it.Next() {
 		e := it.Event()
 		if e.Seq != t.Seq()+1 {

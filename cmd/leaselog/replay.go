@@ -3,13 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
 )
 
@@ -30,15 +29,22 @@ the fold at its sequence number. Exit status 0 means the log is sound.`,
 			if dir == "" {
 				return errors.New("replay: --data DIR is required")
 			}
-			if _, err := os.Stat(filepath.Join(dir, "CURRENT")); err != nil {
-				return fmt.Errorf("replay: no leaselog store in %s (%v)", dir, err)
+			out := cmd.OutOrStdout()
+			exists, err := eventlog.Exists(dir, nil)
+			if err != nil {
+				return fmt.Errorf("replay: %w", err)
+			}
+			if !exists {
+				// Nothing has happened yet: an empty log folds to an empty table.
+				fmt.Fprintf(out, "no store in %s yet: the log is empty\n", dir)
+				projection.New().Dump(out)
+				return nil
 			}
 			log, err := eventlog.Open(dir, eventlog.Options{ReadOnly: true, Logger: zerolog.Nop()})
 			if err != nil {
 				return fmt.Errorf("replay: %w", err)
 			}
 			defer log.Close()
-			out := cmd.OutOrStdout()
 			if verify {
 				rep, err := replay.Verify(log)
 				if err != nil {

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/lease"
+)
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := (&Main{Stdout: &out, Stderr: &errOut}).Run(context.Background(), args)
+	return out.String() + errOut.String(), err
+}
+
+func TestReplayCommand(t *testing.T) {
+	dir := t.TempDir()
+	log, err := eventlog.Open(dir, eventlog.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := lease.Open(log, lease.Options{Config: lease.DefaultConfig(), Clock: clocktest.New(clocktest.Epoch)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, _, err := svc.Submit(ctx, "j1", eventlog.KindRun, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Acquire(ctx, "w1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := run(t, "replay", "--data", dir, "--verify")
+	if err != nil || !strings.Contains(out, "job j1 run acquired") || !strings.Contains(out, "verified: 3 events, 1 snapshots") {
+		t.Fatalf("replay --verify: %v\n%s", err, out)
+	}
+	out, err = run(t, "replay", "--data", dir)
+	if err != nil || !strings.Contains(out, "rebuilt: snapshot at seq 3, then 0 events") {
+		t.Fatalf("replay: %v\n%s", err, out)
+	}
+	out, err = run(t, "replay", "--data", t.TempDir()+"/none")
+	if err != nil || !strings.Contains(out, "the log is empty") {
+		t.Fatalf("replay of no store: %v\n%s", err, out)
+	}
+	if _, err := run(t, "replay"); err == nil || !strings.Contains(err.Error(), "--data") {
+		t.Fatalf("replay without --data: %v", err)
+	}
+}

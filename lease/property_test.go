@@ -1,0 +1,367 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand"
+	randv2 "math/rand/v2"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/rs/zerolog"
+	"pgregory.net/rapid"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/projection"
+	"github.com/leaselog/leaselog/replay"
+)
+
+var ctx = context.Background()
+
+var testConfig = lease.Config{Renew: time.Second, Grace: 5 * time.Second, Toleration: 15 * time.Second}
+
+// harness runs a lease.Service on a crashable in-memory store with a manual
+// clock, and keeps what the property test must remember about its answers.
+type harness struct {
+	t     *rapid.T
+	fs    *vfs.MemFS
+	clock *clocktest.Clock
+	log   *eventlog.Log
+	svc   *lease.Service
+
+	tokens    map[string][]uint64     // job -> tokens granted, in order
+	accepted  map[uint64]lease.Answer // lease -> the first accepted answer
+	stale     map[string]lease.Answer // stale report content -> its first answer
+	reports   map[uint64]bool         // leases ever reported
+	allLeases []uint64
+	holder    map[uint64]string // lease -> the worker it was granted to
+}
+
+func newHarness(t *rapid.T) *harness {
+	h := &harness{
+		t: t, fs: vfs.NewCrashableMem(), clock: clocktest.New(clocktest.Epoch),
+		tokens: map[string][]uint64{}, accepted: map[uint64]lease.Answer{}, stale: map[string]lease.Answer{},
+		reports: map[uint64]bool{}, holder: map[uint64]string{},
+	}
+	h.open()
+	return h
+}
+
+func (h *harness) open() {
+	log, err := eventlog.Open("data", eventlog.Options{FS: h.fs, Logger: zerolog.Nop()})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	svc, err := lease.Open(log, lease.Options{Config: testConfig, Clock: h.clock, Entropy: rand.New(rand.NewSource(7)), SnapshotEvery: 25})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.log, h.svc = log, svc
+}
+
+func (h *harness) close() { _ = h.log.Close() }
+
+func (h *harness) table() (snap []byte, jobs []projection.Job, leases []projection.Lease, workers []projection.Worker) {
+	err := h.svc.View(ctx, func(t *projection.Table) {
+		snap = t.Snapshot()
+		jobs = t.Jobs(projection.JobFilter{})
+		for _, s := range fsm.States() {
+			leases = append(leases, t.Leases(projection.LeaseFilter{State: s})...)
+		}
+		workers = t.Workers()
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return
+}
+
+var (
+	jobIDs    = rapid.SampledFrom([]string{"j0", "j1", "j2", "j3", "j4"})
+	workerIDs = rapid.SampledFrom([]string{"w0", "w1", "w2"})
+	kinds     = rapid.SampledFrom([]eventlog.Kind{eventlog.KindRun, eventlog.KindEvaluation})
+	outcomes  = rapid.SampledFrom([]eventlog.Outcome{eventlog.OutcomeSucceeded, eventlog.OutcomeFailed, eventlog.OutcomeCancelled, eventlog.OutcomeKilled})
+)
+
+func (h *harness) someLease(t *rapid.T) uint64 {
+	if len(h.allLeases) == 0 || rapid.IntRange(0, 9).Draw(t, "unknown") == 0 {
+		return rapid.Uint64Range(1, 500).Draw(t, "lease")
+	}
+	return rapid.SampledFrom(h.allLeases).Draw(t, "lease")
+}
+
+// call picks who calls about which lease: mostly a lease's own holder, so
+// that calls land; sometimes anyone about anything, so that refusals are
+// exercised too.
+func (h *harness) call(t *rapid.T) (string, uint64) {
+	if len(h.allLeases) > 0 && rapid.IntRange(0, 3).Draw(t, "own") > 0 {
+		id := rapid.SampledFrom(h.allLeases).Draw(t, "lease")
+		return h.holder[id], id
+	}
+	return workerIDs.Draw(t, "worker"), h.someLease(t)
+}
+
+// actions are the steps rapid draws from, uniformly; an action listed under
+// several names is drawn that much more often.
+func (h *harness) actions() map[string]func(*rapid.T) {
+	a := h.baseActions()
+	for _, name := range []string{"tick", "acquire", "heartbeat", "report", "start", "submit"} {
+		a[name+"-again"] = a[name]
+	}
+	a["tick-more"] = a["tick"]
+	return a
+}
+
+func (h *harness) baseActions() map[string]func(*rapid.T) {
+	return map[string]func(*rapid.T){
+		"submit": func(t *rapid.T) {
+			spec := rapid.SampledFrom([]string{`{"run":"a"}`, `{"run":"b"}`}).Draw(t, "spec")
+			_, _, err := h.svc.Submit(ctx, jobIDs.Draw(t, "job"), kinds.Draw(t, "kind"), []byte(spec))
+			if err != nil && !errors.Is(err, lease.ErrJobExists) && !errors.Is(err, lease.ErrStopping) {
+				t.Fatal(err)
+			}
+		},
+		"acquire": func(t *rapid.T) {
+			w := workerIDs.Draw(t, "worker")
+			gs, err := h.svc.Acquire(ctx, w, rapid.IntRange(1, 3).Draw(t, "max"))
+			if err != nil && !errors.Is(err, lease.ErrStopping) {
+				t.Fatal(err)
+			}
+			for _, g := range gs {
+				prev := h.tokens[g.Job.ID]
+				if len(prev) > 0 && g.Lease <= prev[len(prev)-1] {
+					t.Fatalf("job %s: token %d granted after %d", g.Job.ID, g.Lease, prev[len(prev)-1])
+				}
+				h.tokens[g.Job.ID] = append(prev, g.Lease)
+				h.allLeases = append(h.allLeases, g.Lease)
+				h.holder[g.Lease] = w
+			}
+		},
+		"start": func(t *rapid.T) {
+			w, id := h.call(t)
+			_, err := h.svc.Start(ctx, w, id)
+			if err != nil && !errors.Is(err, lease.ErrNotFound) && !errors.Is(err, lease.ErrWrongWorker) && !errors.Is(err, lease.ErrStaleLease) {
+				t.Fatal(err)
+			}
+		},
+		"heartbeat": func(t *rapid.T) {
+			w, id := h.call(t)
+			ids := append(rapid.SliceOfN(rapid.Custom(h.someLease), 0, 3).Draw(t, "leases"), id)
+			ds, err := h.svc.Heartbeat(ctx, w, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range ds {
+				l, err := h.svc.Lease(ctx, d.Lease)
+				live := err == nil && l.Worker == w && l.Live()
+				if live != (d.Directive != lease.Gone) {
+					t.Fatalf("lease %d (%+v) of %s answered %s", d.Lease, l, w, d.Directive)
+				}
+			}
+		},
+		"report": func(t *rapid.T) { h.report(t) },
+		"cancel": func(t *rapid.T) {
+			id := jobIDs.Draw(t, "job")
+			var err error
+			if rapid.Bool().Draw(t, "kill") {
+				_, err = h.svc.Kill(ctx, id)
+			} else {
+				_, err = h.svc.Cancel(ctx, id)
+			}
+			if err != nil && !errors.Is(err, lease.ErrNotFound) {
+				t.Fatal(err)
+			}
+		},
+		"tick": func(t *rapid.T) {
+			h.clock.Advance(rapid.SampledFrom([]time.Duration{100 * time.Millisecond, time.Second, 3 * time.Second, testConfig.Grace, testConfig.Grace}).Draw(t, "d"))
+			if err := h.svc.Sweep(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"sleep": func(t *rapid.T) {
+			// The daemon is absent past grace and maybe past toleration: the next
+			// sweep must record the absence and expire nothing.
+			d := rapid.Int64Range(int64(testConfig.Grace)+1, 3*int64(testConfig.Toleration)).Draw(t, "d")
+			before := h.log.LastSeq()
+			h.clock.Advance(time.Duration(d))
+			if err := h.svc.Sweep(); err != nil {
+				t.Fatal(err)
+			}
+			evs := h.eventsAfter(before)
+			if len(evs) != 1 || evs[0].Type != eventlog.TypeDaemonResumed || evs[0].Gap < d {
+				t.Fatalf("sweep after an absence of %v appended %v", time.Duration(d), evs)
+			}
+		},
+		"crash": func(t *rapid.T) {
+			snap, _, _, _ := h.table()
+			clone := h.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: randv2.New(randv2.NewPCG(1, 2))})
+			h.close()
+			h.fs = clone
+			h.clock.Advance(time.Duration(rapid.Int64Range(0, 3*int64(testConfig.Toleration)).Draw(t, "downtime")))
+			log, err := eventlog.Open("data", eventlog.Options{FS: h.fs, Logger: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rebuilt, _, err := replay.Rebuild(log, zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(rebuilt.Snapshot(), snap) {
+				t.Fatalf("table after crash differs from the one before:\n%s", rebuilt)
+			}
+			_ = log.Close()
+			h.open()
+			// The downtime is absence: the first sweep expires nothing.
+			before := h.log.LastSeq()
+			if err := h.svc.Sweep(); err != nil {
+				t.Fatal(err)
+			}
+			if evs := h.eventsAfter(before); len(evs) != 0 {
+				t.Fatalf("first sweep after a restart appended %v", evs)
+			}
+		},
+		"stop": func(t *rapid.T) {
+			if err := h.svc.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.svc.Close(); err != nil {
+				t.Fatal(err)
+			}
+			h.close()
+			h.open()
+		},
+		"": func(t *rapid.T) { h.check(t) },
+	}
+}
+
+// report sends a report and checks the answers: the first accepted answer of
+// a lease is its answer forever; a stale report changes nothing in the table,
+// is recorded, and the same stale report gets the same answer.
+func (h *harness) report(t *rapid.T) {
+	w, id := h.call(t)
+	r := lease.Report{Outcome: outcomes.Draw(t, "outcome"), Ref: rapid.SampledFrom([]string{"", "refs/a", "refs/b"}).Draw(t, "ref")}
+	_, jobsBefore, leasesBefore, workersBefore := h.table()
+	a, err := h.svc.Report(ctx, w, id, r)
+	switch {
+	case errors.Is(err, lease.ErrNotFound), errors.Is(err, lease.ErrWrongWorker):
+	case errors.Is(err, lease.ErrStaleLease):
+		_, jobs, leases, workers := h.table()
+		if !reflect.DeepEqual(jobs, jobsBefore) || !slices.Equal(leases, leasesBefore) || !slices.Equal(workers, workersBefore) {
+			t.Fatalf("stale report on lease %d changed the table", id)
+		}
+		rec, err := h.log.Get(a.Seq)
+		if err != nil || rec.Type != eventlog.TypeStaleReport || rec.Lease != id || rec.Ref != r.Ref || rec.Outcome != r.Outcome || rec.Worker != w {
+			t.Fatalf("stale report answered seq %d, which holds %+v (%v)", a.Seq, rec, err)
+		}
+		key := fmt.Sprint(id, w, r.Outcome, r.Ref)
+		if first, ok := h.stale[key]; ok && first != a {
+			t.Fatalf("the same stale report answered %+v, then %+v", first, a)
+		}
+		h.stale[key] = a
+	case err != nil:
+		t.Fatal(err)
+	default:
+		if first, ok := h.accepted[id]; ok && first != a {
+			t.Fatalf("lease %d: first answer %+v, now %+v", id, first, a)
+		}
+		h.accepted[id] = a
+		h.reports[id] = true
+	}
+}
+
+func (h *harness) eventsAfter(seq uint64) []eventlog.Event {
+	it := h.log.Iter(seq + 1)
+	var out []eventlog.Event
+	for it.Next() {
+		out = append(out, it.Event().Clone())
+	}
+	if err := it.Close(); err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+// check holds after every step: the invariants of DESIGN §7 that a single
+// process can see.
+func (h *harness) check(t *rapid.T) {
+	snap, jobs, leases, _ := h.table()
+
+	// 3. fold(log) == live table.
+	rebuilt, _, err := replay.Rebuild(h.log, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rebuilt.Snapshot(), snap) {
+		t.Fatalf("fold(log) != live table\n--- fold\n%s", rebuilt)
+	}
+
+	// At most one live lease per job, and it is the job's current one.
+	live := map[string]uint64{}
+	for _, l := range leases {
+		if l.Live() {
+			if other, dup := live[l.Job]; dup {
+				t.Fatalf("job %s has live leases %d and %d", l.Job, other, l.ID)
+			}
+			live[l.Job] = l.ID
+		}
+	}
+	// 5. Nothing double-counted: attempts are the accepted reports, one at most.
+	reported := map[string]int{}
+	it := h.log.Query(eventlog.Query{Type: eventlog.TypeReported})
+	for it.Next() {
+		reported[strings.Clone(it.Event().Job)]++ // the event aliases the iterator: keys must be copies
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if j.Lease != live[j.ID] {
+			t.Fatalf("job %s names live lease %d, the table holds %d", j.ID, j.Lease, live[j.ID])
+		}
+		if j.Attempts != reported[j.ID] || j.Attempts > 1 {
+			t.Fatalf("job %s: %d attempts, %d lease.reported events", j.ID, j.Attempts, reported[j.ID])
+		}
+		if (j.State == fsm.Reported) != (j.Attempts == 1) {
+			t.Fatalf("job %s is %s with %d attempts", j.ID, j.State, j.Attempts)
+		}
+	}
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("rapid.steps"); f != nil && f.Value.String() == f.DefValue {
+		_ = f.Value.Set("150") // long enough runs for leases to expire and reports to go stale
+	}
+	os.Exit(m.Run())
+}
+
+func TestServiceProperties(t *testing.T) {
+	seen := map[eventlog.Type]int{}
+	rapid.Check(t, func(t *rapid.T) {
+		h := newHarness(t)
+		defer h.close()
+		t.Repeat(h.actions())
+		for _, e := range h.eventsAfter(0) {
+			seen[e.Type]++
+		}
+		if err := replayVerify(h.log); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("events: %v", seen)
+}
+
+func replayVerify(log *eventlog.Log) error {
+	_, err := replay.Verify(log)
+	return err
+}

@@ -1,0 +1,170 @@
+package lease_test
+
+import (
+	"bytes"
+	"errors"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/projection"
+)
+
+type fixture struct {
+	t     *testing.T
+	fs    vfs.FS
+	clock *clocktest.Clock
+	log   *eventlog.Log
+	svc   *lease.Service
+}
+
+func newFixture(t *testing.T) *fixture {
+	f := &fixture{t: t, fs: vfs.NewMem(), clock: clocktest.New(clocktest.Epoch)}
+	f.open()
+	t.Cleanup(func() { _ = f.log.Close() })
+	return f
+}
+
+func (f *fixture) open() {
+	f.t.Helper()
+	log, err := eventlog.Open("data", eventlog.Options{FS: f.fs, Logger: zerolog.Nop()})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	svc, err := lease.Open(log, lease.Options{Config: testConfig, Clock: f.clock, Entropy: rand.New(rand.NewSource(1))})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.log, f.svc = log, svc
+}
+
+func (f *fixture) snapshot() []byte {
+	var b []byte
+	if err := f.svc.View(ctx, func(t *projection.Table) { b = t.Snapshot() }); err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+func (f *fixture) must(err error) {
+	f.t.Helper()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// busy puts the service mid-scenario: a running run, an acquired evaluation,
+// a queued job, a reported one and a revoke.
+func (f *fixture) busy() {
+	for _, j := range []struct {
+		id   string
+		kind eventlog.Kind
+	}{{"r1", eventlog.KindRun}, {"e1", eventlog.KindEvaluation}, {"r2", eventlog.KindRun}, {"q1", eventlog.KindRun}} {
+		_, _, err := f.svc.Submit(ctx, j.id, j.kind, nil)
+		f.must(err)
+	}
+	gs, err := f.svc.Acquire(ctx, "w1", 3)
+	f.must(err)
+	_, err = f.svc.Start(ctx, "w1", gs[0].Lease)
+	f.must(err)
+	_, err = f.svc.Report(ctx, "w1", gs[2].Lease, lease.Report{Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"})
+	f.must(err)
+	_, err = f.svc.Kill(ctx, "e1")
+	f.must(err)
+	f.clock.Advance(time.Second)
+	_, err = f.svc.Heartbeat(ctx, "w1", []uint64{gs[0].Lease, gs[1].Lease})
+	f.must(err)
+}
+
+func TestRestartRebuildsTheSameTable(t *testing.T) {
+	for _, graceful := range []bool{false, true} {
+		f := newFixture(t)
+		f.busy()
+		before := f.snapshot()
+		if graceful {
+			f.must(f.svc.Close()) // writes a snapshot: the restart restores it
+		}
+		f.must(f.log.Close())
+		f.open()
+		if graceful && f.svc.Rebuilt().SnapshotSeq == 0 {
+			t.Fatal("graceful restart did not restore the snapshot")
+		}
+		// The reopened service appended daemon.started; the log before it folds
+		// to the table from before the restart.
+		n := f.log.LastSeq() - 1
+		tab := projection.New()
+		it := f.log.Query(eventlog.Query{Limit: int(n)})
+		for it.Next() {
+			f.must(tab.Apply(it.Event()))
+		}
+		f.must(it.Close())
+		if last, err := f.log.Get(n + 1); err != nil || last.Type != eventlog.TypeDaemonStarted {
+			t.Fatalf("seq %d after the restart is %v (%v), want daemon.started", n+1, last.String(), err)
+		}
+		rebuilt := tab.Snapshot()
+		if !bytes.Equal(rebuilt, before) {
+			t.Fatalf("graceful=%v: table after restart differs:\n%s", graceful, tab)
+		}
+	}
+}
+
+// TestAbsenceExpiresNothing: the clock jumps past grace and toleration
+// between two sweeps (a sleep, a SIGSTOP); the next sweep records the absence
+// and nobody is judged by it.
+func TestAbsenceExpiresNothing(t *testing.T) {
+	f := newFixture(t)
+	f.busy()
+	last := f.log.LastSeq()
+	f.clock.Advance(10 * testConfig.Toleration)
+	f.must(f.svc.Sweep())
+	e, err := f.log.Get(last + 1)
+	f.must(err)
+	if e.Type != eventlog.TypeDaemonResumed || e.Gap < int64(10*testConfig.Toleration) || f.log.LastSeq() != last+1 {
+		t.Fatalf("the sweep after the jump appended %v (last seq %d), want daemon.resumed alone", e.String(), f.log.LastSeq())
+	}
+	var silentLeases []projection.Lease
+	var silentWorkers []projection.Worker
+	f.must(f.svc.View(ctx, func(tab *projection.Table) {
+		silentLeases, silentWorkers = tab.Silent(f.clock.Now().UnixNano(), int64(testConfig.Grace), int64(testConfig.Toleration))
+	}))
+	if len(silentLeases) != 0 || len(silentWorkers) != 0 {
+		t.Fatalf("after the absence, silent leases %v and workers %v", silentLeases, silentWorkers)
+	}
+	// Silence after the absence counts again.
+	for i := 0; i < 20; i++ {
+		f.clock.Advance(testConfig.Toleration / 10)
+		f.must(f.svc.Sweep())
+	}
+	j, err := f.svc.Job(ctx, "r1")
+	f.must(err)
+	if j.State.String() != "failed" || j.Reason != eventlog.ReasonWorkerLost {
+		t.Fatalf("r1 is %s (%q) after 2×toleration of real silence", j.State, j.Reason)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		c   lease.Config
+		key string
+	}{
+		{lease.Config{Renew: 0, Grace: 5, Toleration: 10}, "renew_seconds"},
+		{lease.Config{Renew: 3, Grace: 6, Toleration: 10}, "grace_seconds"},
+		{lease.Config{Renew: 1, Grace: 10, Toleration: 10}, "toleration_seconds"},
+		{lease.DefaultConfig(), ""},
+	} {
+		err := tc.c.Validate()
+		var ce *lease.ConfigError
+		switch {
+		case tc.key == "" && err != nil:
+			t.Errorf("%+v: %v", tc.c, err)
+		case tc.key != "" && (!errors.As(err, &ce) || ce.Key != tc.key):
+			t.Errorf("%+v: %v, want an error naming %s", tc.c, err, tc.key)
+		}
+	}
+}

@@ -1,0 +1,43 @@
+package projection_test
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/internal/synth"
+	"github.com/leaselog/leaselog/projection"
+)
+
+// BenchmarkFold folds a synthetic log held in memory (no storage, no decode):
+// the cost of Apply alone, per event, and its heap allocations per event. The
+// only allocations left are amortised: slabs of job and lease records, arena
+// chunks, and map growth.
+func BenchmarkFold(b *testing.B) {
+	const events = 200_000
+	var evs []eventlog.Event
+	if err := synth.Default.Events(1, events, func(batch []eventlog.Event) error {
+		for i := range batch {
+			evs = append(evs, batch[i].Clone())
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := projection.New()
+		for j := range evs {
+			if err := t.Apply(&evs[j]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	runtime.ReadMemStats(&after)
+	total := float64(b.N) * float64(len(evs))
+	b.ReportMetric(b.Elapsed().Seconds()*1e9/total, "ns/event")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/total, "allocs/event")
+}

@@ -1,0 +1,196 @@
+package projection_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/projection"
+)
+
+// folder applies events with consecutive sequence numbers.
+type folder struct {
+	t   testing.TB
+	tab *projection.Table
+}
+
+func (f *folder) apply(evs ...eventlog.Event) {
+	f.t.Helper()
+	for i := range evs {
+		evs[i].Seq = f.tab.Seq() + 1
+		if evs[i].Type == eventlog.TypeAcquired {
+			evs[i].Lease = evs[i].Seq
+		}
+		if err := f.tab.Apply(&evs[i]); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// sampleTable folds a log that touches every part of the table.
+func sampleTable(t testing.TB) *projection.Table {
+	f := &folder{t: t, tab: projection.New()}
+	f.apply(
+		eventlog.Event{Type: eventlog.TypeDaemonStarted, Time: 1},
+		eventlog.Event{Type: eventlog.TypeQueued, Time: 2, Job: "r1", Kind: eventlog.KindRun, Spec: []byte(`{"run":"x"}`)},
+		eventlog.Event{Type: eventlog.TypeQueued, Time: 3, Job: "e1", Kind: eventlog.KindEvaluation},
+		eventlog.Event{Type: eventlog.TypeQueued, Time: 3, Job: "e2", Kind: eventlog.KindEvaluation},
+		eventlog.Event{Type: eventlog.TypeAcquired, Time: 4, Job: "r1", Worker: "w1"}, // lease 5
+		eventlog.Event{Type: eventlog.TypeAcquired, Time: 5, Job: "e1", Worker: "w2"}, // lease 6
+		eventlog.Event{Type: eventlog.TypeRunning, Time: 6, Job: "r1", Lease: 5, Worker: "w1"},
+		eventlog.Event{Type: eventlog.TypeRevoked, Time: 7, Job: "r1", Lease: 5, Worker: "w1", Mode: eventlog.RevokeCancel},
+		eventlog.Event{Type: eventlog.TypeDaemonResumed, Time: 100, Gap: 90},
+		eventlog.Event{Type: eventlog.TypeWorkerUnreachable, Time: 200, Worker: "w2"},
+		eventlog.Event{Type: eventlog.TypeExpired, Time: 400, Job: "e1", Lease: 6, Worker: "w2", Reason: eventlog.ReasonLeaseExpired},
+		eventlog.Event{Type: eventlog.TypeQueued, Time: 400, Job: "e1", Reason: eventlog.ReasonLeaseExpired},
+		eventlog.Event{Type: eventlog.TypeStaleReport, Time: 401, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"},
+		eventlog.Event{Type: eventlog.TypeHeartbeat, Time: 402, Job: "r1", Lease: 5, Worker: "w1"},
+		eventlog.Event{Type: eventlog.TypeReported, Time: 403, Job: "r1", Lease: 5, Worker: "w1", Outcome: eventlog.OutcomeCancelled, Result: []byte(`{}`)},
+	)
+	return f.tab
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	tab := sampleTable(t)
+	snap := tab.Snapshot()
+	restored, err := projection.Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(restored.Snapshot(), snap) || restored.String() != tab.String() {
+		t.Fatalf("restored table differs:\n%s\nwant\n%s", restored, tab)
+	}
+	// The restored table must also behave the same: queue order and deadlines
+	// are rebuilt, not stored.
+	if got, want := fmt.Sprint(restored.Queued(0)), fmt.Sprint(tab.Queued(0)); got != want {
+		t.Errorf("queue after restore %s, want %s", got, want)
+	}
+	l1, w1 := tab.Silent(10_000, 50, 300)
+	l2, w2 := restored.Silent(10_000, 50, 300)
+	if fmt.Sprint(l1, w1) != fmt.Sprint(l2, w2) {
+		t.Errorf("silent after restore %v %v, want %v %v", l2, w2, l1, w1)
+	}
+	next := eventlog.Event{Seq: tab.Seq() + 1, Type: eventlog.TypeAcquired, Time: 500, Job: "e2", Worker: "w1", Lease: tab.Seq() + 1}
+	for _, x := range []*projection.Table{tab, restored} {
+		e := next
+		if err := x.Apply(&e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(restored.Snapshot(), tab.Snapshot()) {
+		t.Fatal("tables diverge after the same event")
+	}
+}
+
+func TestRestoreRefusesDamage(t *testing.T) {
+	snap := sampleTable(t).Snapshot()
+	for i := 0; i < len(snap); i += 7 {
+		if _, err := projection.Restore(snap[:i]); !errors.Is(err, projection.ErrSnapshot) {
+			t.Fatalf("restore of %d of %d bytes: %v", i, len(snap), err)
+		}
+	}
+	if _, err := projection.Restore(append(bytes.Clone(snap), 0)); !errors.Is(err, projection.ErrSnapshot) {
+		t.Fatalf("trailing byte: %v", err)
+	}
+}
+
+// FuzzRestore: no bytes make Restore panic, and what it accepts snapshots
+// back to the same bytes.
+func FuzzRestore(f *testing.F) {
+	f.Add(sampleTable(f).Snapshot())
+	f.Add(projection.New().Snapshot())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tab, err := projection.Restore(b)
+		if err != nil {
+			return
+		}
+		if again, err := projection.Restore(tab.Snapshot()); err != nil || !bytes.Equal(again.Snapshot(), tab.Snapshot()) {
+			t.Fatalf("re-snapshot of an accepted snapshot: %v", err)
+		}
+	})
+}
+
+// FuzzApply: whatever events arrive, Apply never panics, and an event it
+// refuses leaves the table as it was.
+func FuzzApply(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte{1, 1, 2, 2, 3, 13, 7, 1, 6, 2})
+	f.Fuzz(func(t *testing.T, script []byte) {
+		tab := projection.New()
+		for i := 0; i+1 < len(script); i += 2 {
+			e := eventlog.Event{
+				Seq: tab.Seq() + 1, Type: eventlog.Type(script[i] % 16), Time: int64(i),
+				Job: fmt.Sprint("j", script[i+1]%3), Worker: fmt.Sprint("w", script[i+1]%2),
+				Lease: uint64(script[i+1] % 8), Kind: eventlog.Kind(script[i+1]%3 + 0), Mode: eventlog.RevokeMode(script[i+1] % 3),
+				Outcome: eventlog.Outcome(script[i+1] % 5), Gap: int64(script[i+1]),
+			}
+			if e.Type == eventlog.TypeAcquired {
+				e.Lease = e.Seq
+			}
+			before := tab.Snapshot()
+			if err := tab.Apply(&e); err != nil && !bytes.Equal(before, tab.Snapshot()) {
+				t.Fatalf("refused %s changed the table: %v", e.String(), err)
+			}
+		}
+	})
+}
+
+func TestApplyRefusesIllegalEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ev   eventlog.Event
+		want string
+	}{
+		{"out of sequence", eventlog.Event{Seq: 99, Type: eventlog.TypeDaemonStopping}, "applied after"},
+		{"unknown job", eventlog.Event{Type: eventlog.TypeCancelled, Job: "nope"}, "unknown job"},
+		{"report on a stale lease", eventlog.Event{Type: eventlog.TypeReported, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeFailed}, "not live"},
+		{"lease of another worker", eventlog.Event{Type: eventlog.TypeHeartbeat, Job: "r1", Lease: 5, Worker: "w2"}, "not live"},
+		{"acquire of a job not queued", eventlog.Event{Type: eventlog.TypeAcquired, Job: "r1", Worker: "w1"}, "not allowed"},
+		{"acquire by an unreachable worker", eventlog.Event{Type: eventlog.TypeAcquired, Job: "e2", Worker: "w2"}, "unreachable"},
+		{"stale report on a live lease", eventlog.Event{Type: eventlog.TypeStaleReport, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"}, "recorded twice"},
+		{"unknown type", eventlog.Event{Type: 99}, "unknown to this build"},
+		{"submission without kind", eventlog.Event{Type: eventlog.TypeQueued, Job: "new"}, "bad kind"},
+	} {
+		tab := sampleTable(t)
+		before := tab.Snapshot()
+		e := tc.ev
+		if e.Seq == 0 {
+			e.Seq = tab.Seq() + 1
+		}
+		if e.Type == eventlog.TypeAcquired {
+			e.Lease = e.Seq
+		}
+		err := tab.Apply(&e)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want one containing %q", tc.name, err, tc.want)
+		}
+		if !bytes.Equal(before, tab.Snapshot()) {
+			t.Errorf("%s: the refused event changed the table", tc.name)
+		}
+	}
+}
+
+// TestFoldDoesNotAllocate: the events that make up almost all of a log
+// (heartbeats, and the ends of leases) fold without allocating.
+func TestFoldDoesNotAllocate(t *testing.T) {
+	tab := sampleTable(t)
+	f := &folder{t: t, tab: tab}
+	f.apply(eventlog.Event{Type: eventlog.TypeAcquired, Time: 500, Job: "e2", Worker: "w1"})
+	lease := tab.Seq()
+	allocs := testing.AllocsPerRun(1000, func() {
+		e := eventlog.Event{Seq: tab.Seq() + 1, Type: eventlog.TypeHeartbeat, Time: 600, Job: "e2", Lease: lease, Worker: "w1"}
+		if err := tab.Apply(&e); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("heartbeat fold: %v allocations per event", allocs)
+	}
+	if l, _ := tab.Lease(lease); l.State != fsm.Acquired {
+		t.Fatalf("lease %d is %s", lease, l.State)
+	}
+}
