@@ -1,0 +1,236 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultServer is where clients look for the daemon when told nothing.
+const DefaultServer = "http://127.0.0.1:7420"
+
+// Client calls a leaselog daemon. Its methods are safe for concurrent use.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// NewClient returns a client for the daemon at server: an http:// URL, or
+// unix:///path/to.sock. token, if set, is sent as a bearer token.
+func NewClient(server, token string) (*Client, error) {
+	if server == "" {
+		server = DefaultServer
+	}
+	c := &Client{token: token, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}}
+	if path, ok := strings.CutPrefix(server, "unix://"); ok {
+		c.http.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}}
+		c.base = "http://leaselog"
+		return c, nil
+	}
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("api: server %q is not an http(s):// or unix:// address", server)
+	}
+	c.base = strings.TrimRight(server, "/")
+	return c, nil
+}
+
+// do sends a request and decodes a 2xx answer into out (if not nil). Any
+// other answer becomes an *Error.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) (int, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return 0, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode/100 != 2 {
+		var eb ErrorBody
+		if json.Unmarshal(b, &eb) != nil || eb.Error == nil {
+			return resp.StatusCode, &Error{Status: resp.StatusCode, Code: CodeInternal, Message: strings.TrimSpace(string(b))}
+		}
+		eb.Error.Status, eb.Error.StaleReportSeq = resp.StatusCode, eb.StaleReportSeq
+		return resp.StatusCode, eb.Error
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("api: %s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// IsCode reports whether err is an API error with the given code.
+func IsCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// Submit submits a job; created is false when the same job existed.
+func (c *Client) Submit(ctx context.Context, s Submit) (job Job, created bool, err error) {
+	status, err := c.do(ctx, http.MethodPost, "/v1/jobs", s, &job)
+	return job, status == http.StatusCreated, err
+}
+
+// Job returns job id.
+func (c *Client) Job(ctx context.Context, id string) (Job, error) {
+	var j Job
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, &j)
+	return j, err
+}
+
+// Jobs lists jobs, optionally by state and kind.
+func (c *Client) Jobs(ctx context.Context, state, kind string) ([]Job, error) {
+	var js Jobs
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs"+query("state", state, "kind", kind), nil, &js)
+	return js.Jobs, err
+}
+
+// Cancel cancels job id (revokes it, if leased).
+func (c *Client) Cancel(ctx context.Context, id string) (Job, error) {
+	var j Job
+	_, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, &j)
+	return j, err
+}
+
+// Kill kills job id (revokes it with kill, if leased).
+func (c *Client) Kill(ctx context.Context, id string) (Job, error) {
+	var j Job
+	_, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/kill", nil, &j)
+	return j, err
+}
+
+// History returns every event of job id.
+func (c *Client) History(ctx context.Context, id string) ([]Event, error) {
+	var es Events
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/history", nil, &es)
+	return es.Events, err
+}
+
+// Acquire asks for up to max leases, waiting up to wait for one.
+func (c *Client) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]Grant, error) {
+	var g Grants
+	_, err := c.do(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(worker)+"/acquire", Acquire{Max: max, WaitSeconds: wait.Seconds()}, &g)
+	return g.Leases, err
+}
+
+// Heartbeat renews the worker's leases.
+func (c *Client) Heartbeat(ctx context.Context, worker string, leases []uint64) (HeartbeatReply, error) {
+	var r HeartbeatReply
+	if leases == nil {
+		leases = []uint64{}
+	}
+	_, err := c.do(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(worker)+"/heartbeat", Heartbeat{Leases: leases}, &r)
+	return r, err
+}
+
+// WorkerLeases returns the live leases the daemon holds for worker.
+func (c *Client) WorkerLeases(ctx context.Context, worker string) ([]Grant, error) {
+	var g Grants
+	_, err := c.do(ctx, http.MethodGet, "/v1/workers/"+url.PathEscape(worker)+"/leases", nil, &g)
+	return g.Leases, err
+}
+
+// Start says the job of a lease started.
+func (c *Client) Start(ctx context.Context, worker string, lease uint64) (Lease, error) {
+	var l Lease
+	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+strconv.FormatUint(lease, 10)+"/start", Start{Worker: worker}, &l)
+	return l, err
+}
+
+// Report reports on a lease. A stale lease gives an *Error with code
+// stale_lease and StaleReportSeq set.
+func (c *Client) Report(ctx context.Context, lease uint64, r Report) (ReportReply, error) {
+	var rr ReportReply
+	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+strconv.FormatUint(lease, 10)+"/report", r, &rr)
+	return rr, err
+}
+
+// Leases lists leases (live ones unless state is given).
+func (c *Client) Leases(ctx context.Context, state, worker, kind string) ([]Lease, error) {
+	var ls Leases
+	_, err := c.do(ctx, http.MethodGet, "/v1/leases"+query("state", state, "worker", worker, "kind", kind), nil, &ls)
+	return ls.Leases, err
+}
+
+// EventQuery selects events.
+type EventQuery struct {
+	Type, Job, Worker string
+	Since, Until      time.Time
+	After             uint64
+	Limit             int
+}
+
+// Events returns one page of events.
+func (c *Client) Events(ctx context.Context, q EventQuery) (Events, error) {
+	var es Events
+	args := []string{"type", q.Type, "job", q.Job, "worker", q.Worker}
+	if !q.Since.IsZero() {
+		args = append(args, "since", q.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if !q.Until.IsZero() {
+		args = append(args, "until", q.Until.UTC().Format(time.RFC3339Nano))
+	}
+	if q.After > 0 {
+		args = append(args, "after", strconv.FormatUint(q.After, 10))
+	}
+	if q.Limit > 0 {
+		args = append(args, "limit", strconv.Itoa(q.Limit))
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/events"+query(args...), nil, &es)
+	return es, err
+}
+
+// Health returns the daemon's health and last durable seq.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	_, err := c.do(ctx, http.MethodGet, "/healthz", nil, &h)
+	return h, err
+}
+
+func query(kv ...string) string {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			v.Set(kv[i], kv[i+1])
+		}
+	}
+	if len(v) == 0 {
+		return ""
+	}
+	return "?" + v.Encode()
+}

@@ -1,0 +1,43 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/leaselog/leaselog/api"
+)
+
+// Executor runs the jobs of a worker's leases. The worker loop owns the
+// leases (heartbeats, directives, self-fencing, reports); the executor owns
+// the processes.
+type Executor interface {
+	// Start begins the job of grant g and returns its run. It returns once the
+	// job is under way (checked out and started); an error means it could not
+	// start, and the worker reports the lease failed with the error as reason.
+	Start(ctx context.Context, g api.Grant) (Run, error)
+
+	// Reattach finds the run of a lease this worker held before it restarted
+	// (the daemon still holds it live). found false means nothing of it is
+	// left (its worktree is gone): the worker reports the lease lost.
+	Reattach(ctx context.Context, g api.Grant) (run Run, found bool, err error)
+}
+
+// Run is one job being run. Its methods are safe for concurrent use.
+type Run interface {
+	// Done is closed when the job has ended, however it ended.
+	Done() <-chan struct{}
+	// Outcome is what to report once Done is closed.
+	Outcome() Outcome
+	// Stop asks the job to end: gracefully (the daemon said cancel) or at once
+	// (kill, gone, or self-fencing). It returns without waiting; Done says
+	// when the job is over. Stopping an ended run does nothing.
+	Stop(kill bool)
+}
+
+// Outcome is what a worker reports about a run.
+type Outcome struct {
+	Outcome string          // succeeded, failed, cancelled or killed
+	Ref     string          // the ref of the commits brought back, if any
+	Reason  string          // why, for anything but success
+	Result  json.RawMessage // optional JSON the job left behind
+}
