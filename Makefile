@@ -5,7 +5,7 @@ BENCH   ?= .
 COUNT   ?= 6
 BENCHTIME ?= 1s
 
-.PHONY: build test vet fmt-check race bench run replay clean
+.PHONY: build test vet fmt-check bench run replay demo clean
 
 build:
 	$(GO) build -o bin/leaselog ./cmd/leaselog
@@ -24,13 +24,19 @@ fmt-check:
 
 # Benchmarks with their baselines, $(COUNT) runs each, for benchstat.
 bench:
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -benchtime $(BENCHTIME) ./eventlog ./replay ./projection ./fsm | tee bench.out
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -benchtime $(BENCHTIME) ./eventlog ./replay ./projection ./fsm ./server | tee bench.out
 
-# Rebuild and verify the log in $(DATA), printing the table.
+# The daemon on the embedded default: Pebble in $(DATA), the API on
+# 127.0.0.1:7420, the local worker on. Stop it with ^C.
+run: build
+	./bin/leaselog serve --data $(DATA) --log-format console
+
+# Rebuild and verify the log in $(DATA) offline (stop the daemon first).
 replay: build
 	./bin/leaselog replay --data $(DATA) --verify
 
-run: replay
+demo: build
+	./bin/leaselog demo
 
 clean:
 	rm -rf bin bench.out

@@ -36,6 +36,7 @@ const (
 	CodeUnauthorized = "unauthorized"
 	CodeForbidden    = "forbidden"
 	CodeNotFound     = "not_found"
+	CodeMethod       = "method_not_allowed" // 405
 	CodeJobExists    = "job_exists"
 	CodeStaleLease   = "stale_lease"
 	CodeStopping     = "stopping"

@@ -33,6 +33,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -43,6 +45,10 @@ import (
 // The log is then fail-stopped: the caller must close it and reopen the store,
 // which recovers exactly the durable prefix.
 var ErrFailed = errors.New("eventlog: log failed; reopen to recover")
+
+// ErrLocked is returned by Open when another process (or another Log in this
+// one) has the store open: one writer per store.
+var ErrLocked = errors.New("eventlog: store in use by another process")
 
 // ErrClosed is returned by calls on a closed log.
 var ErrClosed = errors.New("eventlog: closed")
@@ -64,6 +70,10 @@ type Options struct {
 	KeepSnapshots int
 	// ReadOnly opens the store for reading only (offline replay and verify).
 	ReadOnly bool
+	// OnCommit, if set, is told how long each durable commit took from entering
+	// Pebble's commit pipeline to its fsync (Pebble's own commit statistics),
+	// for metrics. It is called on the committer's goroutine and must be quick.
+	OnCommit func(time.Duration)
 }
 
 // Log is an open event log. All methods are safe for concurrent use.
@@ -107,6 +117,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock held by current process") {
+			return nil, fmt.Errorf("%w: %s (%v)", ErrLocked, dir, err)
+		}
 		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
 	}
 	l := &Log{db: db, opts: opts, waitCh: make(chan struct{})}
@@ -180,6 +193,9 @@ func (c *Commit) Last() uint64 { return c.last }
 func (c *Commit) Wait() error {
 	defer c.log.inflight.Done()
 	err := c.batch.SyncWait()
+	if err == nil && c.log.opts.OnCommit != nil {
+		c.log.opts.OnCommit(c.batch.CommitStats().TotalDuration)
+	}
 	c.batch.Close()
 	if err != nil {
 		return c.log.fail(fmt.Errorf("eventlog: sync seq %d..%d: %w", c.first, c.last, err))

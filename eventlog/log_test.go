@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -105,6 +106,30 @@ func TestConcurrentAppendersKeepOrder(t *testing.T) {
 			t.Fatalf("worker %s: event %d after %d", e.Worker, e.Lease, last[e.Worker])
 		}
 		last[e.Worker] = e.Lease
+	}
+}
+
+func TestOnCommitSeesEveryCommit(t *testing.T) {
+	var mu sync.Mutex
+	var seen []time.Duration
+	l, err := eventlog.Open("data", eventlog.Options{FS: vfs.NewMem(), OnCommit: func(d time.Duration) {
+		mu.Lock()
+		seen = append(seen, d)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := 0; i < 3; i++ {
+		if err := l.Append([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 3 {
+		t.Fatalf("OnCommit called %d times for 3 commits", len(seen))
 	}
 }
 
@@ -210,6 +235,18 @@ func TestReopenContinuesTheSequence(t *testing.T) {
 	}
 	if _, err := l.Get(9); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("Get(9): %v", err)
+	}
+}
+
+func TestSecondOpenIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	l, err := eventlog.Open(dir, eventlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := eventlog.Open(dir, eventlog.Options{}); !errors.Is(err, eventlog.ErrLocked) {
+		t.Fatalf("second open: %v, want ErrLocked", err)
 	}
 }
 

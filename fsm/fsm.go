@@ -41,6 +41,10 @@ const (
 	numStates
 )
 
+// NumStates bounds the states: every State is in [0, NumStates). Tables
+// indexed by State use it as their length.
+const NumStates = int(numStates)
+
 var stateNames = [numStates]string{"none", "queued", "acquired", "running", "reported", "expired", "cancelled", "failed"}
 
 func (s State) String() string {

@@ -31,7 +31,9 @@ func (s *Service) Submit(ctx context.Context, id string, kind eventlog.Kind, spe
 	if err != nil {
 		return projection.Job{}, false, err
 	}
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return projection.Job{}, false, err
+	}
 	if j, ok := s.mu.table.Job(id); ok {
 		seq := s.mu.table.Seq()
 		s.mu.Unlock()
@@ -102,7 +104,9 @@ func (s *Service) revoke(ctx context.Context, id string, mode eventlog.RevokeMod
 	if err := CheckID("job", id); err != nil {
 		return projection.Job{}, err
 	}
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return projection.Job{}, err
+	}
 	j, ok := s.mu.table.Job(id)
 	if !ok {
 		s.mu.Unlock()
@@ -143,7 +147,9 @@ func (s *Service) revoke(ctx context.Context, id string, mode eventlog.RevokeMod
 // restart. After Stop, submissions and acquires are refused with ErrStopping,
 // and waiting acquires return empty.
 func (s *Service) Stop(ctx context.Context) error {
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return err
+	}
 	if s.mu.stopping {
 		s.mu.Unlock()
 		return nil

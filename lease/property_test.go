@@ -305,6 +305,21 @@ func (h *harness) check(t *rapid.T) {
 		t.Fatalf("fold(log) != live table\n--- fold\n%s", rebuilt)
 	}
 
+	// The counts the fold keeps agree with the table they count.
+	byState := map[fsm.State]int{}
+	for _, j := range jobs {
+		byState[j.State]++
+	}
+	if err := h.svc.View(ctx, func(tab *projection.Table) {
+		for _, st := range fsm.States() {
+			if tab.JobCount(st) != byState[st] {
+				t.Fatalf("JobCount(%s) = %d, the table holds %d", st, tab.JobCount(st), byState[st])
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+
 	// At most one live lease per job, and it is the job's current one.
 	live := map[string]uint64{}
 	for _, l := range leases {

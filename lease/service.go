@@ -159,6 +159,7 @@ func (s *Service) commitLocked(now int64, evs []eventlog.Event) (*eventlog.Commi
 	if err != nil {
 		if errors.Is(err, eventlog.ErrFailed) || errors.Is(err, eventlog.ErrClosed) {
 			s.failLocked(err)
+			return nil, s.mu.err
 		}
 		return nil, err
 	}
@@ -179,6 +180,17 @@ func (s *Service) commitLocked(now int64, evs []eventlog.Event) (*eventlog.Commi
 		s.mu.queued = make(chan struct{})
 	}
 	return c, nil
+}
+
+// lock takes the service's mutex for a command, unless the service failed:
+// then every command is refused, those that would record nothing included.
+func (s *Service) lock() error {
+	s.mu.Lock()
+	if err := s.mu.err; err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // wait waits for c to be durable; a failure fails the service.
@@ -245,9 +257,7 @@ func (s *Service) logEvent(e *eventlog.Event) {
 // could have seen is durable, so that no answer a reader gets can be undone by
 // a crash.
 func (s *Service) read(ctx context.Context, fn func(t *projection.Table)) error {
-	s.mu.Lock()
-	if err := s.mu.err; err != nil {
-		s.mu.Unlock()
+	if err := s.lock(); err != nil {
 		return err
 	}
 	fn(s.mu.table)

@@ -168,3 +168,34 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedServiceRefusesEverything: once the log fails under it, the
+// service answers every command, those that would record nothing included,
+// with ErrFailed, and never a stale table.
+func TestFailedServiceRefusesEverything(t *testing.T) {
+	f := newFixture(t)
+	f.busy()
+	f.must(f.log.Close()) // the store goes away under the service
+	if _, _, err := f.svc.Submit(ctx, "new", eventlog.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
+		t.Fatalf("submit on a closed log: %v, want ErrFailed", err)
+	}
+	for name, call := range map[string]func() error{
+		"submit again": func() error { _, _, err := f.svc.Submit(ctx, "r1", eventlog.KindRun, nil); return err },
+		"acquire":      func() error { _, err := f.svc.Acquire(ctx, "w1", 1); return err },
+		"heartbeat":    func() error { _, err := f.svc.Heartbeat(ctx, "w1", nil); return err },
+		"start":        func() error { _, err := f.svc.Start(ctx, "w1", 5); return err },
+		"report": func() error {
+			_, err := f.svc.Report(ctx, "w1", 5, lease.Report{Outcome: eventlog.OutcomeFailed})
+			return err
+		},
+		"cancel": func() error { _, err := f.svc.Cancel(ctx, "q1"); return err },
+		"job":    func() error { _, err := f.svc.Job(ctx, "r1"); return err },
+		"sweep":  f.svc.Sweep,
+		"stop":   func() error { return f.svc.Stop(ctx) },
+	} {
+		if err := call(); !errors.Is(err, lease.ErrFailed) {
+			t.Errorf("%s: %v, want ErrFailed", name, err)
+		}
+	}
+	f.log, _ = eventlog.Open("data", eventlog.Options{FS: f.fs, Logger: zerolog.Nop()}) // for the cleanup
+}

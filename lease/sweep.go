@@ -18,7 +18,9 @@ func (s *Service) now() int64 { return s.clock.Now().UnixNano() }
 // lost", not an attempt); an evaluation goes back to the queue with a new
 // token to come, or is cancelled if it had been revoked.
 func (s *Service) Sweep() error {
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return err
+	}
 	now := s.now()
 	var evs []eventlog.Event
 	var gap int64

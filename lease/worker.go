@@ -51,7 +51,9 @@ func (s *Service) acquire(worker string, n int) ([]Grant, <-chan struct{}, error
 	if n < 1 || n > MaxAcquire {
 		return nil, nil, fmt.Errorf("%w: max must be 1 to %d, is %d", ErrInvalid, MaxAcquire, n)
 	}
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return nil, nil, err
+	}
 	if s.mu.stopping {
 		s.mu.Unlock()
 		return nil, nil, ErrStopping
@@ -115,7 +117,9 @@ func (s *Service) Start(ctx context.Context, worker string, id uint64) (projecti
 	if err := CheckID("worker", worker); err != nil {
 		return projection.Lease{}, err
 	}
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return projection.Lease{}, err
+	}
 	l, err := s.holdLocked(worker, id)
 	if err == nil && !l.Live() {
 		err = fmt.Errorf("%w: lease %d is %s", ErrStaleLease, id, l.State)
@@ -172,7 +176,9 @@ func (s *Service) Heartbeat(ctx context.Context, worker string, ids []uint64) ([
 		return nil, fmt.Errorf("%w: %d leases in one heartbeat, at most %d", ErrInvalid, len(ids), MaxHeartbeatLeases)
 	}
 	out := make([]LeaseDirective, 0, len(ids))
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return nil, err
+	}
 	evs := s.reachableLocked(worker, make([]eventlog.Event, 0, len(ids)+1))
 	seen := make(map[uint64]bool, len(ids))
 	for _, id := range ids {
@@ -246,7 +252,9 @@ func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report
 	if err := r.check(); err != nil {
 		return Answer{}, err
 	}
-	s.mu.Lock()
+	if err := s.lock(); err != nil {
+		return Answer{}, err
+	}
 	l, err := s.holdLocked(worker, id)
 	if err != nil {
 		s.mu.Unlock()

@@ -104,6 +104,25 @@ func (t *Table) Jobs(f JobFilter) []Job {
 	return out
 }
 
+// JobCount is how many jobs are in state s.
+func (t *Table) JobCount(s fsm.State) int {
+	if int(s) >= len(t.jobsIn) {
+		return 0
+	}
+	return t.jobsIn[s]
+}
+
+// LiveCount is how many live leases are in state s (acquired or running).
+func (t *Table) LiveCount(s fsm.State) int {
+	n := 0
+	t.live.each(func(l *lease) {
+		if l.state == s {
+			n++
+		}
+	})
+	return n
+}
+
 // Lease returns the lease with the given token.
 func (t *Table) Lease(id uint64) (Lease, bool) {
 	l := t.leases[id]

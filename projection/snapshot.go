@@ -206,6 +206,7 @@ func Restore(b []byte) (*Table, error) {
 		if j.state == fsm.Queued {
 			t.queue.push(j)
 		}
+		t.jobsIn[j.state]++
 	}
 	// Oldest heard first, so that every insertion is at the back.
 	byHeard := func(a, b *lease) int { return cmp.Or(cmp.Compare(a.order.at, b.order.at), cmp.Compare(a.id, b.id)) }

@@ -37,6 +37,7 @@ type Table struct {
 	nlive   int                      // live leases
 
 	counts [eventlog.NumTypes]uint64 // events applied, by type
+	jobsIn [fsm.NumStates]int        // jobs, by state
 
 	mem arena
 }
@@ -168,7 +169,8 @@ func (t *Table) apply(e *eventlog.Event) error {
 		if err != nil {
 			return err
 		}
-		j.state, j.updated, j.reason = to, e.Time, t.mem.reason(e.Reason)
+		t.setState(j, to)
+		j.updated, j.reason = e.Time, t.mem.reason(e.Reason)
 		t.queue.forget()
 		return nil
 	case eventlog.TypeStaleReport:
@@ -243,7 +245,8 @@ func (t *Table) applyQueued(e *eventlog.Event) error {
 	} else if _, err := next(j, e.Type); err != nil {
 		return err
 	}
-	j.state, j.updated, j.queuedSeq = fsm.Queued, e.Time, e.Seq
+	t.setState(j, fsm.Queued)
+	j.updated, j.queuedSeq = e.Time, e.Seq
 	if e.Reason != "" {
 		j.reason = t.mem.reason(e.Reason)
 	}
@@ -279,7 +282,8 @@ func (t *Table) applyAcquired(e *eventlog.Event) error {
 	l := t.mem.newLease()
 	*l = lease{id: e.Seq, job: j, worker: w, state: to, acquired: e.Time, heard: e.Time}
 	t.leases[l.id] = l
-	j.state, j.updated, j.current, j.reason = to, e.Time, l, ""
+	t.setState(j, to)
+	j.updated, j.current, j.reason = e.Time, l, ""
 	j.leases++
 	w.live++
 	t.nlive++
@@ -342,8 +346,18 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 		}
 		t.heardFrom(l.worker, e.Time)
 	}
-	j.state, j.updated = to, e.Time
+	t.setState(j, to)
+	j.updated = e.Time
 	return nil
+}
+
+// setState moves j to state to, keeping the counts by state.
+func (t *Table) setState(j *job, to fsm.State) {
+	if j.state != fsm.None {
+		t.jobsIn[j.state]--
+	}
+	j.state = to
+	t.jobsIn[to]++
 }
 
 func (t *Table) endLease(l *lease) {

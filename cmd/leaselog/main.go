@@ -44,7 +44,12 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	root.SetOut(m.Stdout)
 	root.SetErr(m.Stderr)
 	root.SetArgs(args)
-	root.AddCommand(m.replayCommand())
+	root.AddCommand(
+		m.serveCommand(), m.workerCommand(),
+		m.submitCommand(), m.revokeCommand(false), m.revokeCommand(true), m.jobsCommand(), m.leasesCommand(),
+		m.eventsCommand(), m.auditCommand(),
+		m.replayCommand(), m.demoCommand(),
+	)
 	return root.ExecuteContext(ctx)
 }
 

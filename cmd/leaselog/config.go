@@ -1,0 +1,215 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/server"
+)
+
+// Config is the daemon's configuration file (TOML). Every key has a default;
+// an empty file is a valid configuration.
+//
+//	[server]
+//	listen = "127.0.0.1:7420"        # or "unix:///run/leaselog.sock"
+//
+//	[store]
+//	dir = "./leaselog-data"
+//	snapshot_every = 100000          # events between snapshots
+//
+//	[plugins.executor]
+//	renew_seconds = 10               # decimals allowed
+//	grace_seconds = 50
+//	toleration_seconds = 300
+//	local_capacity = 4               # default: number of CPUs; 0: no local worker
+//	workdir = "./leaselog-data/work" # where the local worker runs jobs
+//
+//	[auth]                           # absent: open, and only on loopback or a unix socket
+//	admin = ["TOKEN"]
+//	auditor = ["TOKEN"]
+//	[auth.workers]
+//	w1 = "TOKEN"
+//
+//	[log]
+//	format = "json"                  # or "console"
+//	level = "info"
+type Config struct {
+	Server  ServerConfig  `toml:"server"`
+	Store   StoreConfig   `toml:"store"`
+	Plugins PluginsConfig `toml:"plugins"`
+	Auth    *AuthConfig   `toml:"auth"`
+	Log     LogConfig     `toml:"log"`
+}
+
+// ServerConfig is [server].
+type ServerConfig struct {
+	Listen string `toml:"listen"`
+}
+
+// StoreConfig is [store].
+type StoreConfig struct {
+	Dir           string `toml:"dir"`
+	SnapshotEvery int    `toml:"snapshot_every"`
+}
+
+// PluginsConfig is [plugins].
+type PluginsConfig struct {
+	Executor ExecutorConfig `toml:"executor"`
+}
+
+// ExecutorConfig is [plugins.executor].
+type ExecutorConfig struct {
+	RenewSeconds      float64 `toml:"renew_seconds"`
+	GraceSeconds      float64 `toml:"grace_seconds"`
+	TolerationSeconds float64 `toml:"toleration_seconds"`
+	LocalCapacity     *int    `toml:"local_capacity"`
+	Workdir           string  `toml:"workdir"`
+}
+
+// AuthConfig is [auth].
+type AuthConfig struct {
+	Admin   []string          `toml:"admin"`
+	Auditor []string          `toml:"auditor"`
+	Workers map[string]string `toml:"workers"`
+}
+
+// LogConfig is [log].
+type LogConfig struct {
+	Format string `toml:"format"`
+	Level  string `toml:"level"`
+}
+
+// DefaultConfig is the configuration of an empty file.
+func DefaultConfig() Config {
+	def := lease.DefaultConfig()
+	capacity := runtime.NumCPU()
+	return Config{
+		Server: ServerConfig{Listen: "127.0.0.1:7420"},
+		Store:  StoreConfig{Dir: "./leaselog-data", SnapshotEvery: 100_000},
+		Plugins: PluginsConfig{Executor: ExecutorConfig{
+			RenewSeconds: def.Renew.Seconds(), GraceSeconds: def.Grace.Seconds(), TolerationSeconds: def.Toleration.Seconds(),
+			LocalCapacity: &capacity,
+		}},
+		Log: LogConfig{Format: "json", Level: "info"},
+	}
+}
+
+// ParseConfig reads a TOML document over the defaults. A key leaselog does
+// not know is an error, naming it: a misspelt key must not be silently
+// ignored.
+func ParseConfig(text string) (Config, error) {
+	c := DefaultConfig()
+	md, err := toml.Decode(text, &c)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		keys := make([]string, len(undecoded))
+		for i, k := range undecoded {
+			keys[i] = k.String()
+		}
+		sort.Strings(keys)
+		return Config{}, fmt.Errorf("config: unknown key %s", strings.Join(keys, ", "))
+	}
+	return c, nil
+}
+
+// Lease returns the lease timing of [plugins.executor].
+func (c Config) Lease() lease.Config {
+	e := c.Plugins.Executor
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	return lease.Config{Renew: sec(e.RenewSeconds), Grace: sec(e.GraceSeconds), Toleration: sec(e.TolerationSeconds)}
+}
+
+// Capacity is the local worker's capacity.
+func (c Config) Capacity() int {
+	if c.Plugins.Executor.LocalCapacity == nil {
+		return runtime.NumCPU()
+	}
+	return *c.Plugins.Executor.LocalCapacity
+}
+
+// Workdir is where the local worker runs its jobs.
+func (c Config) Workdir() string {
+	if c.Plugins.Executor.Workdir != "" {
+		return c.Plugins.Executor.Workdir
+	}
+	return strings.TrimRight(c.Store.Dir, "/") + "/work"
+}
+
+// Validate checks the configuration; the error names the key at fault.
+func (c Config) Validate() error {
+	if err := c.Lease().Validate(); err != nil {
+		var ce *lease.ConfigError
+		if errors.As(err, &ce) {
+			return fmt.Errorf("config: plugins.executor.%s: %s", ce.Key, ce.Message)
+		}
+		return err
+	}
+	switch {
+	case c.Capacity() < 0:
+		return fmt.Errorf("config: plugins.executor.local_capacity: must be 0 or more, is %d", c.Capacity())
+	case c.Store.Dir == "":
+		return errors.New("config: store.dir: must not be empty")
+	case c.Store.SnapshotEvery < 0:
+		return fmt.Errorf("config: store.snapshot_every: must be 0 (never) or more, is %d", c.Store.SnapshotEvery)
+	case c.Log.Format != "json" && c.Log.Format != "console":
+		return fmt.Errorf("config: log.format: must be json or console, is %q", c.Log.Format)
+	}
+	if _, err := parseLevel(c.Log.Level); err != nil {
+		return fmt.Errorf("config: log.level: %w", err)
+	}
+	if _, _, err := splitListen(c.Server.Listen); err != nil {
+		return fmt.Errorf("config: server.listen: %w", err)
+	}
+	if a := c.ServerAuth(); a != nil {
+		if err := a.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err) // it names the key at fault
+		}
+	} else if network, addr, _ := splitListen(c.Server.Listen); network == "tcp" && !isLoopback(addr) {
+		return fmt.Errorf("config: server.listen: %s is not a loopback address, and with no [auth] section the API is open: add [auth] tokens, or listen on 127.0.0.1 or a unix socket", addr)
+	}
+	return nil
+}
+
+// ServerAuth converts [auth] for the server.
+func (c Config) ServerAuth() *server.Auth {
+	if c.Auth == nil {
+		return nil
+	}
+	return &server.Auth{Admin: c.Auth.Admin, Auditor: c.Auth.Auditor, Workers: c.Auth.Workers}
+}
+
+// splitListen parses "host:port" or "unix:///path".
+func splitListen(s string) (network, addr string, err error) {
+	if path, ok := strings.CutPrefix(s, "unix://"); ok {
+		if path == "" {
+			return "", "", errors.New("unix:// needs a socket path")
+		}
+		return "unix", path, nil
+	}
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		return "", "", fmt.Errorf("%q is neither host:port nor unix:///path: %v", s, err)
+	}
+	return "tcp", s, nil
+}
+
+func isLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	c, err := ParseConfig(`
+[server]
+listen = "unix:///tmp/leaselog.sock"
+[store]
+dir = "/var/lib/leaselog"
+[plugins.executor]
+renew_seconds = 0.5
+grace_seconds = 3
+toleration_seconds = 10
+local_capacity = 0
+[auth]
+admin = ["admin-token-0123456789"]
+[auth.workers]
+w1 = "worker-token-0123456789"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	l := c.Lease()
+	if l.Renew != 500*time.Millisecond || l.Grace != 3*time.Second || l.Toleration != 10*time.Second {
+		t.Errorf("timing %+v", l)
+	}
+	if c.Capacity() != 0 || c.Workdir() != "/var/lib/leaselog/work" || c.Auth.Workers["w1"] == "" {
+		t.Errorf("config %+v", c)
+	}
+	if d := DefaultConfig(); d.Validate() != nil || d.Lease().Toleration != 300*time.Second {
+		t.Errorf("default config %+v: %v", d, d.Validate())
+	}
+}
+
+// TestConfigErrorsNameTheKey: every refused configuration says which key.
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	for _, tc := range []struct{ text, want string }{
+		{"[plugins.executor]\nrenew_seconds = 0", "plugins.executor.renew_seconds"},
+		{"[plugins.executor]\nrenew_seconds = 30", "plugins.executor.grace_seconds"},
+		{"[plugins.executor]\ngrace_seconds = 400", "plugins.executor.toleration_seconds"},
+		{"[plugins.executor]\nlocal_capacity = -1", "plugins.executor.local_capacity"},
+		{"[plugins.executor]\nrenew_secs = 5", "unknown key plugins.executor.renew_secs"},
+		{"[sever]\nlisten = \"x\"", "unknown key sever"},
+		{"[server]\nlisten = \"0.0.0.0:7420\"", "server.listen: 0.0.0.0:7420 is not a loopback address"},
+		{"[server]\nlisten = \"nonsense\"", "server.listen"},
+		{"[log]\nformat = \"xml\"", "log.format"},
+		{"[auth]\nadmin = [\"short\"]", "auth.admin[0]"},
+		{"[auth]\n[auth.workers]\n\"bad/id\" = \"worker-token-0123456789\"", "auth.workers.bad/id"},
+		{"[auth]\nadmin = [\"same-token-0123456789\"]\nauditor = [\"same-token-0123456789\"]", "auth.auditor[0]"},
+		{"[store]\ndir = \"\"", "store.dir"},
+		{"[plugins.executor]\nrenew_seconds = \"ten\"", "renew_seconds"},
+	} {
+		c, err := ParseConfig(tc.text)
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error naming %q", tc.text, err, tc.want)
+		}
+	}
+	// With tokens, any address may be used.
+	c, err := ParseConfig("[server]\nlisten = \"0.0.0.0:7420\"\n[auth]\nadmin = [\"admin-token-0123456789\"]")
+	if err != nil || c.Validate() != nil {
+		t.Errorf("authenticated config on 0.0.0.0: %v %v", err, c.Validate())
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add("[plugins.executor]\nrenew_seconds = 1.5\ngrace_seconds = 5\ntoleration_seconds = 20")
+	f.Add("[auth]\nadmin = [\"admin-token-0123456789\"]")
+	f.Fuzz(func(t *testing.T, text string) {
+		c, err := ParseConfig(text)
+		if err != nil {
+			return
+		}
+		if c.Validate() == nil && c.Lease().Validate() != nil {
+			t.Fatalf("Validate accepted timing the lease service refuses: %+v", c.Lease())
+		}
+	})
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leaselog/leaselog/api"
+)
+
+func (m *Main) submitCommand() *cobra.Command {
+	var f clientFlags
+	var id, kind, repo, ref string
+	var bringBack []string
+	cmd := &cobra.Command{
+		Use:   "submit --id ID --kind run|evaluation [--repo R --ref REF] [--bring-back PATH]... -- COMMAND...",
+		Short: "Submit a job (idempotent on its id)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				return errors.New("submit: give the command to run after --")
+			}
+			spec := api.Spec{Run: strings.Join(args, " "), BringBack: bringBack}
+			if repo != "" {
+				spec.Checkout = &api.Checkout{Repo: repo, Ref: ref}
+			} else if ref != "" {
+				return errors.New("submit: --ref needs --repo")
+			}
+			raw, err := json.Marshal(spec)
+			if err != nil {
+				return err
+			}
+			j, created, err := c.Submit(cmd.Context(), api.Submit{ID: id, Kind: kind, Spec: raw})
+			if err != nil {
+				return fmt.Errorf("submit %s: %w", id, err)
+			}
+			p := f.printer(cmd.OutOrStdout(), jobHeader()...)
+			jobRow(p, j)
+			p.flush()
+			if !created && f.output == "table" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "job %s existed already with this spec: nothing submitted\n", id)
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&id, "id", "", "the job's id, chosen by you (required)")
+	cmd.Flags().StringVar(&kind, "kind", "", "run (an agent session) or evaluation (required)")
+	cmd.Flags().StringVar(&repo, "repo", "", "git repository to check out into a worktree")
+	cmd.Flags().StringVar(&ref, "ref", "", "ref to check out (default HEAD)")
+	cmd.Flags().StringArrayVar(&bringBack, "bring-back", nil, "path to commit and bring back as refs/leaselog/JOB/LEASE (repeatable)")
+	return cmd
+}
+
+func (m *Main) revokeCommand(kill bool) *cobra.Command {
+	var f clientFlags
+	use, short := "cancel JOB", "Cancel a job: at once if queued, at its worker's next heartbeat if leased"
+	if kill {
+		use, short = "kill JOB", "Kill a job: at once if queued; its worker stops it now if leased"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			call := c.Cancel
+			if kill {
+				call = c.Kill
+			}
+			j, err := call(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			p := f.printer(cmd.OutOrStdout(), jobHeader()...)
+			jobRow(p, j)
+			p.flush()
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func (m *Main) jobsCommand() *cobra.Command {
+	var f clientFlags
+	var state, kind string
+	cmd := &cobra.Command{
+		Use:   "jobs [JOB]",
+		Short: "List jobs, or show one",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			var jobs []api.Job
+			if len(args) == 1 {
+				j, err := c.Job(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				jobs = []api.Job{j}
+			} else if jobs, err = c.Jobs(cmd.Context(), state, kind); err != nil {
+				return err
+			}
+			p := f.printer(cmd.OutOrStdout(), jobHeader()...)
+			for _, j := range jobs {
+				jobRow(p, j)
+			}
+			p.flush()
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state")
+	cmd.Flags().StringVar(&kind, "kind", "", "only jobs of this kind")
+	return cmd
+}
+
+func (m *Main) leasesCommand() *cobra.Command {
+	var f clientFlags
+	var state, worker, kind string
+	cmd := &cobra.Command{
+		Use:   "leases [--state S] [--worker W]",
+		Short: "List leases: the live ones, or those in --state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ls, err := c.Leases(cmd.Context(), state, worker, kind)
+			if err != nil {
+				return err
+			}
+			p := f.printer(cmd.OutOrStdout(), "LEASE", "JOB", "KIND", "WORKER", "STATE", "REVOKE", "ACQUIRED", "HEARD")
+			for _, l := range ls {
+				p.row(l, l.Lease, l.Job, l.Kind, l.Worker, l.State, l.Revoke, fmtTime(l.Acquired), fmtTime(l.Heard))
+			}
+			p.flush()
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&state, "state", "", "acquired, running, reported or expired (default: the live ones)")
+	cmd.Flags().StringVar(&worker, "worker", "", "only this worker's")
+	cmd.Flags().StringVar(&kind, "kind", "", "only leases of jobs of this kind")
+	return cmd
+}

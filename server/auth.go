@@ -1,0 +1,242 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/lease"
+)
+
+// Auth is who may call what: the [auth] section of the config. Admin tokens
+// may submit, cancel and kill jobs and read everything; auditor tokens may
+// read (jobs, leases, events, metrics); a worker's token may only call the
+// worker endpoints of its own id, and start and report leases in its own name.
+type Auth struct {
+	Admin   []string
+	Auditor []string
+	Workers map[string]string // worker id -> token
+}
+
+// Validate checks that every token is non-empty and given once, and that
+// every worker id is a valid id: a token in two roles is almost always a
+// copy-paste mistake in the config.
+func (a *Auth) Validate() error {
+	if len(a.Admin)+len(a.Auditor)+len(a.Workers) == 0 {
+		return &AuthError{Message: "names no token; remove the section to run open (loopback only)"}
+	}
+	seen := map[string]string{}
+	add := func(key, token string) error {
+		if len(token) < MinTokenLen {
+			return &AuthError{key, fmt.Sprintf("a token must be at least %d characters", MinTokenLen)}
+		}
+		if prev, ok := seen[token]; ok {
+			return &AuthError{key, "the same token is given to " + prev}
+		}
+		seen[token] = key
+		return nil
+	}
+	for i, t := range a.Admin {
+		if err := add(fmt.Sprintf("admin[%d]", i), t); err != nil {
+			return err
+		}
+	}
+	for i, t := range a.Auditor {
+		if err := add(fmt.Sprintf("auditor[%d]", i), t); err != nil {
+			return err
+		}
+	}
+	ids := make([]string, 0, len(a.Workers))
+	for id := range a.Workers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // the same config always names the same mistake
+	for _, id := range ids {
+		if err := lease.CheckID("worker", id); err != nil {
+			return &AuthError{"workers." + id, err.Error()}
+		}
+		if err := add("workers."+id, a.Workers[id]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AuthError names what is wrong with an Auth, by its key in the [auth]
+// section of the configuration ("admin[0]", "workers.w1"); the key is empty
+// when the section as a whole is wrong.
+type AuthError struct {
+	Key     string
+	Message string
+}
+
+func (e *AuthError) Error() string {
+	if e.Key == "" {
+		return "auth: " + e.Message
+	}
+	return "auth." + e.Key + ": " + e.Message
+}
+
+// MinTokenLen is the shortest token Validate accepts: a token is a secret,
+// not a name.
+const MinTokenLen = 16
+
+// access is what a route asks of the caller's token.
+type access uint8
+
+const (
+	open            access = iota // anyone: /healthz
+	read                          // admin or auditor
+	admin                         // admin
+	ownWorker                     // the worker named in the path
+	ownWorkerOrRead               // the worker named in the path, or admin or auditor
+	anyWorker                     // a worker; the handler checks the body names it
+)
+
+// principal is what a token may act as. A token given to several roles
+// (which Auth.Validate refuses) gets all of them.
+type principal struct {
+	admin, auditor bool
+	workers        []string
+}
+
+func (p *principal) reader() bool { return p.admin || p.auditor }
+
+func (p *principal) isWorker(id string) bool { return slices.Contains(p.workers, id) }
+
+// authenticator holds the SHA-256 of every token. Comparing fixed-length
+// digests in constant time keeps a caller from learning a token, or its
+// length, from how long a refusal takes.
+type authenticator struct {
+	entries []authEntry
+}
+
+type authEntry struct {
+	sum    [sha256.Size]byte
+	role   access // admin, read (auditor) or ownWorker
+	worker string
+}
+
+func newAuthenticator(a *Auth) *authenticator {
+	au := &authenticator{}
+	add := func(token string, role access, worker string) {
+		if token != "" { // an empty token must never let anyone in
+			au.entries = append(au.entries, authEntry{sum: sha256.Sum256([]byte(token)), role: role, worker: worker})
+		}
+	}
+	for _, t := range a.Admin {
+		add(t, admin, "")
+	}
+	for _, t := range a.Auditor {
+		add(t, read, "")
+	}
+	for id, t := range a.Workers {
+		add(t, ownWorker, id)
+	}
+	return au
+}
+
+// lookup returns what token may act as, or nil for an unknown token. It
+// compares against every entry, matched or not, so that its time does not
+// depend on which entry matches.
+func (au *authenticator) lookup(token string) *principal {
+	sum := sha256.Sum256([]byte(token))
+	var p principal
+	found := false
+	for i := range au.entries {
+		e := &au.entries[i]
+		if subtle.ConstantTimeCompare(sum[:], e.sum[:]) != 1 {
+			continue
+		}
+		found = true
+		switch e.role {
+		case admin:
+			p.admin = true
+		case read:
+			p.auditor = true
+		case ownWorker:
+			p.workers = append(p.workers, e.worker)
+		}
+	}
+	if !found {
+		return nil
+	}
+	return &p
+}
+
+// authorize checks the caller's token against what rt needs: 401 for a
+// missing or unknown token, 403 for a known one that may not do this.
+func (s *Server) authorize(r *http.Request, rt *route, c *call) error {
+	if s.auth == nil || rt.access == open {
+		return nil
+	}
+	token, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized,
+			Message: "missing bearer token: send Authorization: Bearer TOKEN"}
+	}
+	p := s.auth.lookup(token)
+	if p == nil {
+		return &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "unknown token"}
+	}
+	c.who = p
+	var need string
+	switch rt.access {
+	case read:
+		if p.reader() {
+			return nil
+		}
+		need = "an admin or auditor token"
+	case admin:
+		if p.admin {
+			return nil
+		}
+		need = "an admin token"
+	case ownWorker:
+		if p.isWorker(c.worker) {
+			return nil
+		}
+		need = fmt.Sprintf("worker %q's token", c.worker)
+	case ownWorkerOrRead:
+		if p.reader() || p.isWorker(c.worker) {
+			return nil
+		}
+		need = fmt.Sprintf("worker %q's token, or an admin or auditor token", c.worker)
+	case anyWorker:
+		if len(p.workers) > 0 {
+			return nil
+		}
+		need = "a worker's token"
+	default:
+		return errors.New("server: route with unknown access") // a bug: fail closed
+	}
+	return forbidden("%s needs %s", rt.pattern, need)
+}
+
+// checkWorker refuses a body that speaks for a worker the token is not.
+func (s *Server) checkWorker(c *call, worker string) error {
+	if c.who == nil || c.who.isWorker(worker) {
+		return nil
+	}
+	return forbidden("this token is not worker %q's", worker)
+}
+
+func forbidden(format string, args ...any) *api.Error {
+	return &api.Error{Status: http.StatusForbidden, Code: api.CodeForbidden, Message: fmt.Sprintf(format, args...)}
+}
+
+// bearer extracts the token of an "Authorization: Bearer TOKEN" header. The
+// scheme is case-insensitive (RFC 9110, section 11.1).
+func bearer(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}

@@ -1,0 +1,144 @@
+package server_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/server"
+)
+
+// TestBadInputWritesNothing sends bad input to every endpoint: each gets a
+// 400 whose JSON error names what is wrong, and none changes the log.
+func TestBadInputWritesNothing(t *testing.T) {
+	const maxBody = 1024
+	f := newFixture(t, server.Options{MaxBody: maxBody})
+	f.submit("j1", eventlog.KindRun)
+	l := f.grant("w1")
+	f.submit("q1", eventlog.KindEvaluation)
+	start := fmt.Sprintf("/v1/leases/%d/start", l)
+	report := fmt.Sprintf("/v1/leases/%d/report", l)
+	big := `{"id":"j9","kind":"run","spec":{"run":"` + strings.Repeat("x", maxBody) + `"}}`
+
+	cases := []struct {
+		name   string
+		req    request
+		code   string // "" is bad_request
+		saying string // the message mentions it
+	}{
+		{"healthz query", request{method: "GET", path: "/healthz?verbose=1"}, "", `"verbose"`},
+		{"metrics query", request{method: "GET", path: "/metrics?format=json"}, "", `"format"`},
+
+		{"submit malformed", request{method: "POST", path: "/v1/jobs", body: `{"id":`}, "", "body"},
+		{"submit not JSON", request{method: "POST", path: "/v1/jobs", body: `id=j2&kind=run`}, "", "JSON object"},
+		{"submit array", request{method: "POST", path: "/v1/jobs", body: `[]`}, "", "JSON object"},
+		{"submit null", request{method: "POST", path: "/v1/jobs", body: `null`}, "", "JSON object"},
+		{"submit empty", request{method: "POST", path: "/v1/jobs", body: ``}, "", "missing body"},
+		{"submit unknown field", request{method: "POST", path: "/v1/jobs", body: `{"id":"j2","kind":"run","prio":1}`}, "", `unknown field "prio"`},
+		{"submit trailing object", request{method: "POST", path: "/v1/jobs", body: `{"id":"j2","kind":"run"} {}`}, "", "trailing"},
+		{"submit trailing brace", request{method: "POST", path: "/v1/jobs", body: `{"id":"j2","kind":"run"}}`}, "", "trailing"},
+		{"submit missing id", request{method: "POST", path: "/v1/jobs", body: `{"kind":"run"}`}, "", "missing job id"},
+		{"submit bad id", request{method: "POST", path: "/v1/jobs", body: `{"id":"a b","kind":"run"}`}, "", "job id"},
+		{"submit id not string", request{method: "POST", path: "/v1/jobs", body: `{"id":7,"kind":"run"}`}, "", `"id"`},
+		{"submit missing kind", request{method: "POST", path: "/v1/jobs", body: `{"id":"j2"}`}, "", "missing kind"},
+		{"submit unknown kind", request{method: "POST", path: "/v1/jobs", body: `{"id":"j2","kind":"batch"}`}, "", `kind "batch"`},
+		{"submit spec not object", request{method: "POST", path: "/v1/jobs", body: `{"id":"j2","kind":"run","spec":[1]}`}, "", "spec"},
+		{"submit oversized", request{method: "POST", path: "/v1/jobs", body: big}, api.CodeTooLarge, "1024 bytes"},
+		{"submit query", request{method: "POST", path: "/v1/jobs?dry=1", body: `{"id":"j2","kind":"run"}`}, "", `"dry"`},
+
+		{"jobs bad state", request{method: "GET", path: "/v1/jobs?state=done"}, "", `state "done"`},
+		{"jobs bad kind", request{method: "GET", path: "/v1/jobs?kind=batch"}, "", `kind "batch"`},
+		{"jobs unknown param", request{method: "GET", path: "/v1/jobs?status=queued"}, "", `"status"`},
+		{"jobs param twice", request{method: "GET", path: "/v1/jobs?state=queued&state=failed"}, "", "2 times"},
+		{"job bad id", request{method: "GET", path: "/v1/jobs/a%20b"}, "", "job id"},
+		{"job query", request{method: "GET", path: "/v1/jobs/j1?x=1"}, "", `"x"`},
+
+		{"cancel body", request{method: "POST", path: "/v1/jobs/q1/cancel", body: `{"reason":"no"}`}, "", `unknown field "reason"`},
+		{"cancel array", request{method: "POST", path: "/v1/jobs/q1/cancel", body: `[]`}, "", "JSON object"},
+		{"cancel bad id", request{method: "POST", path: "/v1/jobs/a%20b/cancel"}, "", "job id"},
+		{"kill body", request{method: "POST", path: "/v1/jobs/j1/kill", body: `{"now":true}`}, "", `unknown field "now"`},
+		{"kill bad id", request{method: "POST", path: "/v1/jobs/a%20b/kill"}, "", "job id"},
+		{"history bad id", request{method: "GET", path: "/v1/jobs/a%20b/history"}, "", "job id"},
+		{"history query", request{method: "GET", path: "/v1/jobs/j1/history?limit=1"}, "", `"limit"`},
+
+		{"acquire malformed", request{method: "POST", path: "/v1/workers/w2/acquire", body: `{"max":`}, "", "body"},
+		{"acquire unknown field", request{method: "POST", path: "/v1/workers/w2/acquire", body: `{"count":1}`}, "", `unknown field "count"`},
+		{"acquire negative wait", request{method: "POST", path: "/v1/workers/w2/acquire", body: `{"wait_seconds":-1}`}, "", "wait_seconds"},
+		{"acquire wait not number", request{method: "POST", path: "/v1/workers/w2/acquire", body: `{"wait_seconds":"5"}`}, "", `"wait_seconds"`},
+		{"acquire max too big", request{method: "POST", path: "/v1/workers/w2/acquire", body: `{"max":101}`}, "", "max"},
+		{"acquire max negative", request{method: "POST", path: "/v1/workers/w2/acquire", body: `{"max":-1}`}, "", "max"},
+		{"acquire bad worker", request{method: "POST", path: "/v1/workers/a%20b/acquire", body: `{}`}, "", "worker id"},
+		{"acquire oversized", request{method: "POST", path: "/v1/workers/w2/acquire", body: `{"max":1` + strings.Repeat(" ", maxBody) + `}`}, api.CodeTooLarge, "bytes"},
+
+		{"heartbeat malformed", request{method: "POST", path: "/v1/workers/w1/heartbeat", body: `{"leases":[`}, "", "body"},
+		{"heartbeat leases not array", request{method: "POST", path: "/v1/workers/w1/heartbeat", body: `{"leases":"3"}`}, "", `"leases"`},
+		{"heartbeat negative lease", request{method: "POST", path: "/v1/workers/w1/heartbeat", body: `{"leases":[-3]}`}, "", `"leases"`},
+		{"heartbeat unknown field", request{method: "POST", path: "/v1/workers/w1/heartbeat", body: `{"lease":[3]}`}, "", `unknown field "lease"`},
+		{"heartbeat bad worker", request{method: "POST", path: "/v1/workers/a%20b/heartbeat", body: `{"leases":[]}`}, "", "worker id"},
+
+		{"worker leases bad worker", request{method: "GET", path: "/v1/workers/a%20b/leases"}, "", "worker id"},
+		{"worker leases query", request{method: "GET", path: "/v1/workers/w1/leases?all=1"}, "", `"all"`},
+
+		{"start lease not number", request{method: "POST", path: "/v1/leases/abc/start", body: `{"worker":"w1"}`}, "", `lease id "abc"`},
+		{"start lease zero", request{method: "POST", path: "/v1/leases/0/start", body: `{"worker":"w1"}`}, "", `lease id "0"`},
+		{"start lease negative", request{method: "POST", path: "/v1/leases/-1/start", body: `{"worker":"w1"}`}, "", `lease id "-1"`},
+		{"start lease fraction", request{method: "POST", path: "/v1/leases/1.5/start", body: `{"worker":"w1"}`}, "", `lease id "1.5"`},
+		{"start lease overflow", request{method: "POST", path: "/v1/leases/99999999999999999999/start", body: `{"worker":"w1"}`}, "", "positive integer"},
+		{"start lease plus", request{method: "POST", path: "/v1/leases/+1/start", body: `{"worker":"w1"}`}, "", "positive integer"},
+		{"start missing worker", request{method: "POST", path: start, body: `{}`}, "", "missing worker id"},
+		{"start missing body", request{method: "POST", path: start}, "", "missing body"},
+		{"start bad worker", request{method: "POST", path: start, body: `{"worker":"w/1"}`}, "", "worker id"},
+		{"start unknown field", request{method: "POST", path: start, body: `{"worker":"w1","at":1}`}, "", `unknown field "at"`},
+
+		{"report lease not number", request{method: "POST", path: "/v1/leases/x/report", body: `{"worker":"w1","outcome":"succeeded"}`}, "", `lease id "x"`},
+		{"report missing outcome", request{method: "POST", path: report, body: `{"worker":"w1"}`}, "", "missing outcome"},
+		{"report bad outcome", request{method: "POST", path: report, body: `{"worker":"w1","outcome":"ok"}`}, "", `outcome "ok"`},
+		{"report missing worker", request{method: "POST", path: report, body: `{"outcome":"succeeded"}`}, "", "missing worker id"},
+		{"report unknown field", request{method: "POST", path: report, body: `{"worker":"w1","outcome":"failed","exit":1}`}, "", `unknown field "exit"`},
+		{"report malformed result", request{method: "POST", path: report, body: `{"worker":"w1","outcome":"failed","result":}`}, "", "body"},
+
+		{"leases job state", request{method: "GET", path: "/v1/leases?state=queued"}, "", `state "queued"`},
+		{"leases bad state", request{method: "GET", path: "/v1/leases?state=live"}, "", `state "live"`},
+		{"leases bad kind", request{method: "GET", path: "/v1/leases?kind=x"}, "", `kind "x"`},
+		{"leases bad worker", request{method: "GET", path: "/v1/leases?worker=a%20b"}, "", "worker id"},
+		{"leases unknown param", request{method: "GET", path: "/v1/leases?job=j1"}, "", `"job"`},
+
+		{"events bad type", request{method: "GET", path: "/v1/events?type=lease.done"}, "", `type "lease.done"`},
+		{"events bad since", request{method: "GET", path: "/v1/events?since=yesterday"}, "", `since "yesterday"`},
+		{"events bad until", request{method: "GET", path: "/v1/events?until=2026-13-01T00:00:00Z"}, "", "until"},
+		{"events since out of range", request{method: "GET", path: "/v1/events?since=1000-01-01T00:00:00Z"}, "", "out of range"},
+		{"events bad after", request{method: "GET", path: "/v1/events?after=-1"}, "", `after "-1"`},
+		{"events zero limit", request{method: "GET", path: "/v1/events?limit=0"}, "", `limit "0"`},
+		{"events limit too big", request{method: "GET", path: "/v1/events?limit=1001"}, "", `limit "1001"`},
+		{"events limit not number", request{method: "GET", path: "/v1/events?limit=all"}, "", `limit "all"`},
+		{"events bad job", request{method: "GET", path: "/v1/events?job=a%20b"}, "", "job id"},
+		{"events bad worker", request{method: "GET", path: "/v1/events?worker=a%20b"}, "", "worker id"},
+		{"events unknown param", request{method: "GET", path: "/v1/events?lease=3"}, "", `"lease"`},
+
+		{"stream bad after", request{method: "GET", path: "/v1/events/stream?after=x"}, "", `after "x"`},
+		{"stream bad Last-Event-ID", request{method: "GET", path: "/v1/events/stream", header: map[string]string{"Last-Event-ID": "x"}}, "", "Last-Event-ID"},
+		{"stream bad type", request{method: "GET", path: "/v1/events/stream?type=nope"}, "", `type "nope"`},
+		{"stream limit", request{method: "GET", path: "/v1/events/stream?limit=5"}, "", `"limit"`},
+	}
+	seq, last := f.seq(), f.log.LastSeq()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code := tc.code
+			if code == "" {
+				code = api.CodeBadRequest
+			}
+			r := f.send(tc.req)
+			wantError(t, r, http.StatusBadRequest, code, tc.saying)
+			t.Logf("%s", r.body)
+			if got := f.seq(); got != seq {
+				t.Fatalf("seq %d after the refusal, was %d", got, seq)
+			}
+			if got := f.log.LastSeq(); got != last {
+				t.Fatalf("log staged up to %d after the refusal, was %d", got, last)
+			}
+		})
+	}
+}

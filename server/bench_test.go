@@ -1,0 +1,127 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/server"
+)
+
+// BenchmarkHeartbeatHTTP: W workers, each holding one lease, heartbeat as
+// fast as they can over HTTP on loopback; every heartbeat is a durable
+// lease.heartbeat. Beside it, in the same run, W goroutines append one event
+// per call straight to the event log (BenchmarkAppend's measure): the
+// difference is the cost of HTTP, JSON and the lease service.
+//
+//	go test -run '^$' -bench BenchmarkHeartbeatHTTP -count 6 ./server | tee h.txt
+//	benchstat -col /impl h.txt
+//
+// It reports heartbeats/s, and the p50 and p99 latency of a heartbeat.
+func BenchmarkHeartbeatHTTP(b *testing.B) {
+	for _, w := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchHeartbeatHTTP(b, w) })
+		b.Run(fmt.Sprintf("workers=%d/impl=append", w), func(b *testing.B) { benchAppendBaseline(b, w) })
+	}
+}
+
+func benchHeartbeatHTTP(b *testing.B, workers int) {
+	ctx := context.Background()
+	log, err := eventlog.Open(b.TempDir(), eventlog.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer log.Close()
+	svc, err := lease.Open(log, lease.Options{Config: lease.DefaultConfig(), SnapshotEvery: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := server.New(svc, server.Options{Logger: zerolog.Nop()})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	defer srv.Close()
+	c, err := api.NewClient(ts.URL, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	leases := make([]uint64, workers)
+	for i := range leases {
+		id := fmt.Sprintf("j%d", i)
+		if _, _, err := c.Submit(ctx, api.Submit{ID: id, Kind: "run"}); err != nil {
+			b.Fatal(err)
+		}
+		gs, err := c.Acquire(ctx, fmt.Sprintf("w%d", i), 1, 0)
+		if err != nil || len(gs) != 1 {
+			b.Fatalf("acquire: %v %v", gs, err)
+		}
+		leases[i] = gs[0].Lease
+	}
+	lat := runWorkers(b, workers, func(w int) error {
+		r, err := c.Heartbeat(ctx, fmt.Sprintf("w%d", w), leases[w:w+1])
+		if err == nil && r.Leases[0].Directive != lease.Continue {
+			err = fmt.Errorf("lease %d: %s", leases[w], r.Leases[0].Directive)
+		}
+		return err
+	})
+	report(b, lat, "heartbeats/s")
+}
+
+func benchAppendBaseline(b *testing.B, workers int) {
+	log, err := eventlog.Open(b.TempDir(), eventlog.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer log.Close()
+	lat := runWorkers(b, workers, func(w int) error {
+		ev := [1]eventlog.Event{{Type: eventlog.TypeHeartbeat, Time: time.Now().UnixNano(), Job: fmt.Sprintf("j%d", w), Lease: uint64(w + 1), Worker: fmt.Sprintf("w%d", w)}}
+		return log.Append(ev[:])
+	})
+	report(b, lat, "events/s")
+}
+
+// runWorkers runs b.N calls of op spread over n goroutines (op gets the
+// goroutine's index) and returns every call's latency.
+func runWorkers(b *testing.B, n int, op func(w int) error) []time.Duration {
+	var next atomic.Int64
+	lat := make([]time.Duration, b.N)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				start := time.Now()
+				if err := op(w); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[i] = time.Since(start)
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	return lat
+}
+
+func report(b *testing.B, lat []time.Duration, unit string) {
+	slices.Sort(lat)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}

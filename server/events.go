@@ -1,0 +1,217 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/lease"
+)
+
+// Limits of GET /v1/events.
+const (
+	defaultEventLimit = 100
+	maxEventLimit     = 1000
+)
+
+// streamFlushEvery bounds how many events an event stream writes between
+// flushes (and write deadlines), so a long backlog reaches the client as it
+// goes rather than at the end.
+const streamFlushEvery = 256
+
+// listEvents answers GET /v1/events?type=&job=&worker=&since=&until=&after=&limit=
+// from the log's indexes: one page of events, and the cursor of the next.
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, c *call) error {
+	p, err := params(r, "type", "job", "worker", "since", "until", "after", "limit")
+	if err != nil {
+		return err
+	}
+	q, err := eventQuery(p)
+	if err != nil {
+		return err
+	}
+	q.Limit = defaultEventLimit
+	if v := p["limit"]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxEventLimit {
+			return badRequest("limit %q: want an integer from 1 to %d", v, maxEventLimit)
+		}
+		q.Limit = n
+	}
+	evs, last, err := s.query(q)
+	if err != nil {
+		return err
+	}
+	out := api.Events{Events: evs, Next: q.After}
+	if last != 0 {
+		out.Next = last
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
+	return nil
+}
+
+// eventQuery parses the filters an events query and an event stream share:
+// type, job, worker, since, until, after.
+func eventQuery(p map[string]string) (eventlog.Query, error) {
+	var q eventlog.Query
+	if v := p["type"]; v != "" {
+		t, err := eventlog.ParseType(v)
+		if err != nil {
+			return q, badRequest("type %q: not an event type", v)
+		}
+		q.Type = t
+	}
+	if q.Job = p["job"]; q.Job != "" {
+		if err := lease.CheckID("job", q.Job); err != nil {
+			return q, err
+		}
+	}
+	if q.Worker = p["worker"]; q.Worker != "" {
+		if err := lease.CheckID("worker", q.Worker); err != nil {
+			return q, err
+		}
+	}
+	var err error
+	if q.Since, err = parseTime("since", p["since"]); err != nil {
+		return q, err
+	}
+	if q.Until, err = parseTime("until", p["until"]); err != nil {
+		return q, err
+	}
+	if v := p["after"]; v != "" {
+		if q.After, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return q, badRequest("after %q: want a sequence number (a non-negative integer)", v)
+		}
+	}
+	return q, nil
+}
+
+// parseTime parses an RFC 3339 time into Unix nanoseconds; "" is 0 (no
+// bound). Times an int64 of nanoseconds cannot hold are refused rather than
+// wrapped around.
+func parseTime(name, v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return 0, badRequest("%s %q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", name, v)
+	}
+	if t.Year() < 1678 || t.Year() > 2261 {
+		return 0, badRequest("%s %q: out of range", name, v)
+	}
+	return t.UnixNano(), nil
+}
+
+// query runs q against the log and converts what it finds, returning the seq
+// of the last event (0 if none). Only durable events are ever seen.
+func (s *Server) query(q eventlog.Query) ([]api.Event, uint64, error) {
+	it := s.svc.Log().Query(q)
+	out := []api.Event{}
+	var last uint64
+	for it.Next() {
+		e := it.Event() // aliases the iterator: converted (copied) before Next
+		out = append(out, api.EventOf(e))
+		last = e.Seq
+	}
+	if err := it.Close(); err != nil {
+		return nil, 0, fmt.Errorf("server: query events: %w", err)
+	}
+	return out, last, nil
+}
+
+// stream answers GET /v1/events/stream?after=SEQ (and the filters of
+// /v1/events but limit) with server-sent events: one per log event, in order,
+// with id = seq and event = type, the event's JSON as data. A client resumes
+// with Last-Event-ID, which wins over after=. Only durable events are sent:
+// the stream reads the log, and waits on the log's durable mark for more.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
+	p, err := params(r, "type", "job", "worker", "since", "until", "after")
+	if err != nil {
+		return err
+	}
+	q, err := eventQuery(p)
+	if err != nil {
+		return err
+	}
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		if q.After, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return badRequest("Last-Event-ID %q: want a sequence number", v)
+		}
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(s.base, cancel)() // Close ends the stream
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // proxies must not sit on the events
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil || r.Method == http.MethodHead {
+		return nil // the client is gone, cannot stream, or asked for headers only
+	}
+
+	log := s.svc.Log()
+	for {
+		// Every event up to upper is durable and so visible to the iterator
+		// made after it; those it skips did not match the filters. Resuming
+		// past upper never misses one.
+		upper := log.DurableSeq()
+		it := log.Query(q)
+		n := 0
+		var werr error
+		for werr == nil && it.Next() {
+			if n%streamFlushEvery == 0 {
+				_ = rc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout)) // not every writer has one
+			}
+			e := it.Event()
+			werr = writeEvent(w, api.EventOf(e))
+			q.After = e.Seq
+			if n++; n%streamFlushEvery == 0 && werr == nil {
+				werr = rc.Flush()
+			}
+		}
+		if err := it.Close(); err != nil {
+			s.log.Error().Err(err).Str("route", c.route).Msg("event stream: read the log")
+			return nil // the status line is out: ending the stream is all that is left
+		}
+		if werr != nil {
+			return nil // the client went away
+		}
+		if n > 0 {
+			if err := rc.Flush(); err != nil {
+				return nil
+			}
+		}
+		q.After = max(q.After, upper)
+		if err := log.WaitDurable(q.After+1, ctx.Done()); err != nil {
+			return nil // the client left, the server closed, or the log failed
+		}
+	}
+}
+
+// writeEvent writes one server-sent event. The JSON of an event has no raw
+// newline, so it fits one data: line.
+func writeEvent(w http.ResponseWriter, e api.Event) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("server: encode event %d: %w", e.Seq, err)
+	}
+	buf := make([]byte, 0, len(b)+64)
+	buf = append(buf, "id: "...)
+	buf = strconv.AppendUint(buf, e.Seq, 10)
+	buf = append(buf, "\nevent: "...)
+	buf = append(buf, e.Type...)
+	buf = append(buf, "\ndata: "...)
+	buf = append(buf, b...)
+	buf = append(buf, "\n\n"...)
+	_, err = w.Write(buf)
+	return err
+}

@@ -1,0 +1,210 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/projection"
+)
+
+// submit answers POST /v1/jobs: 201 and the job when it is new, 200 and the
+// job when the same job exists, 409 job_exists when the id is taken by
+// another kind or spec.
+func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
+	if _, err := params(r); err != nil {
+		return err
+	}
+	var in api.Submit
+	if err := decodeBody(r, &in, false); err != nil {
+		return err
+	}
+	c.job = in.ID
+	if err := lease.CheckID("job", in.ID); err != nil {
+		return err
+	}
+	if in.Kind == "" {
+		return badRequest("missing kind: want run or evaluation")
+	}
+	kind, err := parseKind(in.Kind)
+	if err != nil {
+		return err
+	}
+	spec := in.Spec
+	if string(bytes.TrimSpace(spec)) == "null" { // a client's "no spec", as Python's None
+		spec = nil
+	}
+	j, created, err := s.svc.Submit(r.Context(), in.ID, kind, spec)
+	if err != nil {
+		return err
+	}
+	out, err := s.jobWithLease(r.Context(), j)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/v1/jobs/"+url.PathEscape(j.ID))
+	}
+	s.writeJSON(w, c, status, out)
+	return nil
+}
+
+// jobWithLease converts j, with its live lease if it has one.
+func (s *Server) jobWithLease(ctx context.Context, j projection.Job) (api.Job, error) {
+	if j.Lease == 0 {
+		return api.JobOf(j, nil), nil
+	}
+	l, err := s.svc.Lease(ctx, j.Lease)
+	if err != nil {
+		return api.Job{}, fmt.Errorf("server: live lease %d of job %q: %w", j.Lease, j.ID, err)
+	}
+	return api.JobOf(j, &l), nil
+}
+
+// getJob answers GET /v1/jobs/{id}.
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request, c *call) error {
+	if _, err := params(r); err != nil {
+		return err
+	}
+	if err := lease.CheckID("job", c.job); err != nil {
+		return err
+	}
+	var out api.Job
+	found := false
+	err := s.svc.View(r.Context(), func(t *projection.Table) {
+		var j projection.Job
+		if j, found = t.Job(c.job); found {
+			out = jobOf(t, j)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("%w: job %q", lease.ErrNotFound, c.job)
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
+	return nil
+}
+
+// jobOf converts j, with its live lease, from inside a View.
+func jobOf(t *projection.Table, j projection.Job) api.Job {
+	if j.Lease != 0 {
+		if l, ok := t.Lease(j.Lease); ok {
+			return api.JobOf(j, &l)
+		}
+	}
+	return api.JobOf(j, nil)
+}
+
+// listJobs answers GET /v1/jobs?state=&kind=: the jobs, by id.
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error {
+	q, err := params(r, "state", "kind")
+	if err != nil {
+		return err
+	}
+	var f projection.JobFilter
+	if v := q["state"]; v != "" {
+		if f.State, err = fsm.ParseState(v); err != nil {
+			return badRequest("state %q: want one of queued, acquired, running, reported, expired, cancelled, failed", v)
+		}
+	}
+	if f.Kind, err = parseKind(q["kind"]); err != nil {
+		return err
+	}
+	var out api.Jobs
+	err = s.svc.View(r.Context(), func(t *projection.Table) {
+		js := t.Jobs(f)
+		out.Jobs = make([]api.Job, 0, len(js))
+		for _, j := range js {
+			out.Jobs = append(out.Jobs, jobOf(t, j))
+		}
+	})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
+	return nil
+}
+
+// cancel answers POST /v1/jobs/{id}/cancel.
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.revoke(w, r, c, s.svc.Cancel)
+}
+
+// kill answers POST /v1/jobs/{id}/kill.
+func (s *Server) kill(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.revoke(w, r, c, s.svc.Kill)
+}
+
+// revoke runs a cancel or a kill. They take no body; an empty object is
+// accepted, anything in it is refused, so that a client who thinks it is
+// passing a reason learns that it is not.
+func (s *Server) revoke(w http.ResponseWriter, r *http.Request, c *call, do func(context.Context, string) (projection.Job, error)) error {
+	if _, err := params(r); err != nil {
+		return err
+	}
+	if err := decodeBody(r, &struct{}{}, true); err != nil {
+		return err
+	}
+	if err := lease.CheckID("job", c.job); err != nil {
+		return err
+	}
+	j, err := do(r.Context(), c.job)
+	if err != nil {
+		return err
+	}
+	out, err := s.jobWithLease(r.Context(), j)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
+	return nil
+}
+
+// history answers GET /v1/jobs/{id}/history: every event of the job, in
+// order, from the log's job index.
+func (s *Server) history(w http.ResponseWriter, r *http.Request, c *call) error {
+	if _, err := params(r); err != nil {
+		return err
+	}
+	if err := lease.CheckID("job", c.job); err != nil {
+		return err
+	}
+	// The job lookup waits until what the table knows of it is durable, so
+	// the log, which shows durable events only, has all of it.
+	if _, err := s.svc.Job(r.Context(), c.job); err != nil {
+		return err
+	}
+	evs, _, err := s.query(eventlog.Query{Job: c.job})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, c, http.StatusOK, historyBody{Events: evs})
+	return nil
+}
+
+// historyBody is the answer to GET /v1/jobs/{id}/history.
+type historyBody struct {
+	Events []api.Event `json:"events"`
+}
+
+// parseKind parses an optional kind; "" is no kind.
+func parseKind(v string) (eventlog.Kind, error) {
+	if v == "" {
+		return 0, nil
+	}
+	k, err := eventlog.ParseKind(v)
+	if err != nil {
+		return 0, badRequest("kind %q: want run or evaluation", v)
+	}
+	return k, nil
+}

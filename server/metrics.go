@@ -1,0 +1,198 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/projection"
+)
+
+// Metrics are the server's Prometheus metrics. What describes the lease
+// table is read from it at scrape time (tableCollector), so it cannot drift
+// from the table and survives restarts, the table being a fold of the log;
+// only what the table does not know (HTTP, fsync latency) is counted here.
+//
+// Metrics exist apart from a Server because the daemon needs the fsync
+// observer when it opens the log, before the service and the server exist:
+// it makes them with NewMetrics, hands ObserveCommit to the log, and passes
+// them to New in Options.Metrics.
+type Metrics struct {
+	reg      prometheus.Registerer
+	gather   prometheus.Gatherer
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	fsync    prometheus.Histogram
+	handler  http.Handler
+}
+
+// NewMetrics registers the HTTP and fsync metrics on reg (nil means a private
+// registry, with the Go runtime and process collectors) and returns them.
+// GET /metrics serves reg if it is also a prometheus.Gatherer (a
+// *prometheus.Registry is), else prometheus.DefaultGatherer. It panics if
+// reg refuses them (registered twice): a wiring mistake, not a runtime
+// condition.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	var gather prometheus.Gatherer = prometheus.DefaultGatherer
+	if reg == nil {
+		private := prometheus.NewRegistry()
+		private.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg, gather = private, private
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		gather = g
+	}
+	m := &Metrics{
+		reg:    reg,
+		gather: gather,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leaselog_http_requests_total",
+			Help: "HTTP requests answered, by route pattern and status.",
+		}, []string{"route", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leaselog_http_request_duration_seconds",
+			Help:    "Time to answer an HTTP request, by route pattern and status (long-polls and streams included).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"route", "status"}),
+		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leaselog_fsync_seconds",
+			Help:    "Latency of the event log's fsyncs.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50µs to 1.6s
+		}),
+	}
+	reg.MustRegister(m.requests, m.duration, m.fsync)
+	return m
+}
+
+// attach registers the collector that reads svc's table at scrape time, and
+// sends promhttp's errors to log.
+func (m *Metrics) attach(svc *lease.Service, timeout time.Duration, log zerolog.Logger) {
+	m.reg.MustRegister(newTableCollector(svc, timeout))
+	m.handler = promhttp.HandlerFor(m.gather, promhttp.HandlerOpts{
+		ErrorLog:      promLogger{log},
+		ErrorHandling: promhttp.ContinueOnError, // a partial scrape beats none
+	})
+}
+
+// ObserveCommit records one fsync of the event log taking d, into the
+// histogram leaselog_fsync_seconds. It is safe for concurrent use and quick
+// enough for the log's commit hook (eventlog.Options.OnCommit).
+func (m *Metrics) ObserveCommit(d time.Duration) { m.fsync.Observe(d.Seconds()) }
+
+func (m *Metrics) observe(route string, status int, d time.Duration) {
+	code := strconv.Itoa(status)
+	m.requests.WithLabelValues(route, code).Inc()
+	m.duration.WithLabelValues(route, code).Observe(d.Seconds())
+}
+
+// SyncObserver returns the function that records an fsync of the event log
+// taking d (Metrics.ObserveCommit of the server's metrics), to be handed to
+// the log's sync hook.
+func (s *Server) SyncObserver() func(d time.Duration) { return s.metrics.ObserveCommit }
+
+// serveMetrics answers GET /metrics in the Prometheus text format. The only
+// query parameter is promhttp's own name[] filter.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, _ *call) error {
+	for k := range r.URL.Query() {
+		if k != "name[]" {
+			return badRequest("unknown query parameter %q (want name[])", k)
+		}
+	}
+	s.metrics.handler.ServeHTTP(w, r)
+	return nil
+}
+
+// tableCollector reads the lease table at scrape time, under the service's
+// lock: live leases and jobs by state, events by type, the log's seq.
+type tableCollector struct {
+	svc     *lease.Service
+	timeout time.Duration
+
+	up, leases, jobs, events, seq, workers *prometheus.Desc
+}
+
+func newTableCollector(svc *lease.Service, timeout time.Duration) *tableCollector {
+	return &tableCollector{
+		svc:     svc,
+		timeout: timeout,
+		up:      prometheus.NewDesc("leaselog_up", "1 if the lease service answers, 0 if it failed.", nil, nil),
+		leases:  prometheus.NewDesc("leaselog_leases", "Live leases, by state.", []string{"state"}, nil),
+		jobs:    prometheus.NewDesc("leaselog_jobs", "Jobs, by state.", []string{"state"}, nil),
+		events: prometheus.NewDesc("leaselog_events_total",
+			"Events in the log, by type (lease.expired: expiries; lease.stale_report: stale reports).", []string{"type"}, nil),
+		seq:     prometheus.NewDesc("leaselog_log_seq", "Sequence number of the last durable event.", nil, nil),
+		workers: prometheus.NewDesc("leaselog_workers", "Workers the table knows, by reachability.", []string{"state"}, nil),
+	}
+}
+
+func (tc *tableCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{tc.up, tc.leases, tc.jobs, tc.events, tc.seq, tc.workers} {
+		ch <- d
+	}
+}
+
+// liveStates are the states a lease holds its job in.
+func liveStates() []fsm.State { return []fsm.State{fsm.Acquired, fsm.Running} }
+
+func (tc *tableCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
+	defer cancel()
+	var (
+		leases, jobs           = map[fsm.State]float64{}, map[fsm.State]float64{}
+		counts                 [eventlog.NumTypes]float64
+		seq                    uint64
+		reachable, unreachable float64
+	)
+	err := tc.svc.View(ctx, func(t *projection.Table) {
+		// Counts the fold keeps, and a walk of the live leases only: a scrape
+		// costs O(live leases), not O(history), under the lock.
+		for _, st := range liveStates() {
+			leases[st] = float64(t.LiveCount(st))
+		}
+		for _, st := range fsm.States() {
+			jobs[st] = float64(t.JobCount(st))
+		}
+		for _, typ := range eventlog.Types() {
+			counts[typ] = float64(t.Count(typ))
+		}
+		for _, w := range t.Workers() {
+			if w.Unreachable {
+				unreachable++
+			} else {
+				reachable++
+			}
+		}
+		seq = t.Seq()
+	})
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(tc.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(tc.up, prometheus.GaugeValue, 1)
+	for _, st := range liveStates() {
+		ch <- prometheus.MustNewConstMetric(tc.leases, prometheus.GaugeValue, leases[st], st.String())
+	}
+	for _, st := range fsm.States() {
+		ch <- prometheus.MustNewConstMetric(tc.jobs, prometheus.GaugeValue, jobs[st], st.String())
+	}
+	for _, typ := range eventlog.Types() {
+		ch <- prometheus.MustNewConstMetric(tc.events, prometheus.CounterValue, counts[typ], typ.String())
+	}
+	ch <- prometheus.MustNewConstMetric(tc.seq, prometheus.GaugeValue, float64(seq))
+	ch <- prometheus.MustNewConstMetric(tc.workers, prometheus.GaugeValue, reachable, "reachable")
+	ch <- prometheus.MustNewConstMetric(tc.workers, prometheus.GaugeValue, unreachable, "unreachable")
+}
+
+// promLogger sends promhttp's errors to zerolog.
+type promLogger struct{ log zerolog.Logger }
+
+func (l promLogger) Println(v ...any) { l.log.Error().Msg(fmt.Sprint(v...)) }

@@ -1,0 +1,406 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/server"
+)
+
+// contract drives a server and checks every request and answer against
+// docs/openapi.yaml.
+type contract struct {
+	t      *testing.T
+	f      *fixture
+	doc    *openapi3.T
+	router routers.Router
+	seen   map[string]bool // "METHOD /path/{template} STATUS" of every answer
+}
+
+func loadDoc(t *testing.T) (*openapi3.T, routers.Router) {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromFile(filepath.Join("..", "docs", "openapi.yaml"))
+	if err != nil {
+		t.Fatalf("load docs/openapi.yaml: %v", err)
+	}
+	if !doc.IsOpenAPI31OrLater() {
+		t.Fatalf("docs/openapi.yaml is OpenAPI %s; API.md asks for 3.1", doc.OpenAPI)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("docs/openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		t.Fatalf("route docs/openapi.yaml: %v", err)
+	}
+	return doc, router
+}
+
+// exchange is one request checked against the document, and what to check
+// its answer with.
+type exchange struct {
+	in   *openapi3filter.RequestValidationInput
+	send *http.Request
+}
+
+// prepare builds rq twice (one to validate, one to send, as validation reads
+// the body), finds its operation and validates it. A request expected to be
+// refused as bad input may break the document's rules; any other must follow
+// them.
+func (c *contract) prepare(ctx context.Context, rq request, status int) exchange {
+	c.t.Helper()
+	check := c.f.newRequest(ctx, rq)
+	route, params, err := c.router.FindRoute(check)
+	if err != nil {
+		c.t.Fatalf("%s %s: no operation in the document: %v", rq.method, rq.path, err)
+	}
+	in := &openapi3filter.RequestValidationInput{
+		Request: check, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+	}
+	if err := openapi3filter.ValidateRequest(ctx, in); err != nil && status != http.StatusBadRequest {
+		c.t.Errorf("%s %s: the request does not follow the document: %v", rq.method, rq.path, err)
+	}
+	return exchange{in: in, send: c.f.newRequest(ctx, rq)}
+}
+
+// checkAnswer validates an answer (status, headers, body) against the
+// operation of ex, and records its status as seen.
+func (c *contract) checkAnswer(ex exchange, status int, header http.Header, body []byte) {
+	c.t.Helper()
+	rq := ex.in.Request
+	out := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: ex.in, Status: status, Header: header,
+		Options: &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	out.SetBodyBytes(body)
+	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+		c.t.Errorf("%s %s: answer %d %s does not follow the document: %v", rq.Method, rq.URL, status, bytes.TrimSpace(body), err)
+	}
+	c.seen[fmt.Sprintf("%s %s %d", ex.in.Route.Method, ex.in.Route.Path, status)] = true
+}
+
+// call sends rq, expects status, and checks request and answer.
+func (c *contract) call(rq request, status int) reply {
+	c.t.Helper()
+	ex := c.prepare(context.Background(), rq, status)
+	resp, err := c.f.ts.Client().Do(ex.send)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", rq.method, rq.path, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if resp.StatusCode != status {
+		c.t.Errorf("%s %s: %d %s, want %d", rq.method, rq.path, resp.StatusCode, bytes.TrimSpace(body), status)
+	}
+	c.checkAnswer(ex, resp.StatusCode, resp.Header, body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: body}
+}
+
+// stream opens an event stream, reads n events, hangs up, and checks what
+// it read: the answer against the document, each event's data against the
+// Event schema.
+func (c *contract) stream(rq request, n int) []sse {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ex := c.prepare(ctx, rq, http.StatusOK)
+	resp, err := c.f.ts.Client().Do(ex.send)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		c.t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	var raw bytes.Buffer
+	r := bufio.NewReader(io.TeeReader(resp.Body, &raw))
+	var evs []sse
+	for range n {
+		e, err := readEvent(r)
+		if err != nil {
+			c.t.Fatalf("stream: %v", err)
+		}
+		evs = append(evs, e)
+	}
+	c.checkAnswer(ex, resp.StatusCode, resp.Header, raw.Bytes()[:raw.Len()-r.Buffered()])
+	schema := c.doc.Components.Schemas["Event"].Value
+	for _, e := range evs {
+		var v any
+		if err := json.Unmarshal([]byte(e.data), &v); err != nil {
+			c.t.Fatalf("event %s: %v", e.id, err)
+		}
+		if err := schema.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+			c.t.Errorf("event %s does not follow the Event schema: %v", e.data, err)
+		}
+	}
+	return evs
+}
+
+// unrouted sends a request no operation takes: the answer must still be a
+// JSON error.
+func (c *contract) unrouted(rq request, status int) {
+	c.t.Helper()
+	r := c.f.send(rq)
+	if r.status != status || r.header.Get("Content-Type") != "application/json" {
+		c.t.Errorf("%s %s: %s, want %d with a JSON error", rq.method, rq.path, r, status)
+	}
+	var v any
+	if err := json.Unmarshal(r.body, &v); err != nil {
+		c.t.Fatalf("%s %s: %v", rq.method, rq.path, err)
+	}
+	if err := c.doc.Components.Schemas["Error"].Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+		c.t.Errorf("%s %s: %s does not follow the Error schema: %v", rq.method, rq.path, r.body, err)
+	}
+}
+
+// TestOpenAPI drives a real server through a scenario that produces every
+// answer the document lists but 500s, and validates every request and
+// answer against it.
+func TestOpenAPI(t *testing.T) {
+	doc, router := loadDoc(t)
+	f := newFixture(t, server.Options{Auth: testAuth()})
+	c := &contract{t: t, f: f, doc: doc, router: router, seen: map[string]bool{}}
+	rq := func(method, path, token string, body any) request {
+		return request{method: method, path: path, token: token, body: body}
+	}
+
+	// Every operation but /healthz: 401 without a token, 403 with a token of
+	// the wrong role.
+	f.submit("j0", eventlog.KindRun)
+	for _, op := range []struct {
+		method, path string
+		body         any
+		wrong        string
+	}{
+		{"GET", "/metrics", nil, w1Tok},
+		{"POST", "/v1/jobs", api.Submit{ID: "x1", Kind: "run"}, auditorTok},
+		{"GET", "/v1/jobs", nil, w1Tok},
+		{"GET", "/v1/jobs/j0", nil, w1Tok},
+		{"POST", "/v1/jobs/j0/cancel", nil, auditorTok},
+		{"POST", "/v1/jobs/j0/kill", nil, w1Tok},
+		{"GET", "/v1/jobs/j0/history", nil, w2Tok},
+		{"POST", "/v1/workers/w1/acquire", api.Acquire{}, w2Tok},
+		{"POST", "/v1/workers/w1/heartbeat", api.Heartbeat{Leases: []uint64{}}, adminTok},
+		{"GET", "/v1/workers/w1/leases", nil, w2Tok},
+		{"POST", "/v1/leases/1/start", api.Start{Worker: "w1"}, auditorTok},
+		{"POST", "/v1/leases/1/report", api.Report{Worker: "w1", Outcome: "failed"}, adminTok},
+		{"GET", "/v1/leases", nil, w1Tok},
+		{"GET", "/v1/events", nil, w2Tok},
+		{"GET", "/v1/events/stream", nil, w1Tok},
+	} {
+		c.call(rq(op.method, op.path, "", op.body), http.StatusUnauthorized)
+		c.call(rq(op.method, op.path, op.wrong, op.body), http.StatusForbidden)
+	}
+
+	c.call(rq("GET", "/healthz", "", nil), http.StatusOK)
+	c.call(rq("GET", "/healthz?full=1", "", nil), http.StatusBadRequest)
+	c.call(rq("GET", "/metrics?x=1", auditorTok, nil), http.StatusBadRequest)
+
+	// Executors.
+	spec := json.RawMessage(`{"checkout":{"repo":"/src","ref":"main"},"run":"make eval","bring_back":["out/"]}`)
+	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "j1", Kind: "run", Spec: spec}), http.StatusCreated)
+	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "j1", Kind: "run", Spec: spec}), http.StatusOK)
+	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "j1", Kind: "evaluation", Spec: spec}), http.StatusConflict)
+	c.call(rq("POST", "/v1/jobs", adminTok, `{"id":"j1","kind":"batch"}`), http.StatusBadRequest)
+	c.call(rq("POST", "/v1/jobs", adminTok, `{"id":"j1",`), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/jobs", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/jobs?state=queued&kind=run", adminTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/jobs?state=done", auditorTok, nil), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/jobs/j1", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/jobs/nope", auditorTok, nil), http.StatusNotFound)
+	c.call(rq("GET", "/v1/jobs/a%20b", auditorTok, nil), http.StatusBadRequest)
+
+	// Workers: take, beat, start, report, report again.
+	g := decode[api.Grants](t, c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, api.Acquire{Max: 2}), http.StatusOK), http.StatusOK)
+	if len(g.Leases) != 2 {
+		t.Fatalf("grants %+v", g)
+	}
+	l := g.Leases[1].Lease                                                                             // j1's (j0 was queued first)
+	c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, api.Acquire{WaitSeconds: 0.01}), http.StatusOK) // nothing came
+	c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, `{"max":"2"}`), http.StatusBadRequest)
+	c.call(rq("POST", "/v1/workers/w1/heartbeat", w1Tok, api.Heartbeat{Leases: []uint64{l, 9999}}), http.StatusOK)
+	c.call(rq("POST", "/v1/workers/w1/heartbeat", w1Tok, `{"leases":[-1]}`), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/workers/w1/leases", w1Tok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/workers/w2/leases", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/workers/a%20b/leases", adminTok, nil), http.StatusBadRequest)
+	c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/start", l), w1Tok, api.Start{Worker: "w1"}), http.StatusOK)
+	c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/start", l), w1Tok, api.Start{Worker: "w2"}), http.StatusForbidden)
+	c.call(rq("POST", "/v1/leases/abc/start", w1Tok, api.Start{Worker: "w1"}), http.StatusBadRequest)
+	c.call(rq("POST", "/v1/leases/9999/start", w1Tok, api.Start{Worker: "w1"}), http.StatusNotFound)
+	c.call(rq("GET", "/v1/jobs/j1", adminTok, nil), http.StatusOK) // with its running lease
+	report := api.Report{Worker: "w1", Outcome: "succeeded", Ref: "refs/leaselog/j1/1", Result: json.RawMessage(`{"score":0.9}`)}
+	c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/report", l), w1Tok, report), http.StatusOK)
+	c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/report", l), w1Tok, report), http.StatusOK)
+	c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/report", l), w1Tok, api.Report{Worker: "w1", Outcome: "done"}), http.StatusBadRequest)
+	c.call(rq("POST", "/v1/leases/9999/report", w1Tok, report), http.StatusNotFound)
+
+	// A lease that expires: stale start and report.
+	f.submit("j2", eventlog.KindEvaluation)
+	g = decode[api.Grants](t, c.call(rq("POST", "/v1/workers/w2/acquire", w2Tok, nil), http.StatusOK), http.StatusOK)
+	l2 := g.Leases[0].Lease
+	f.expireAll()
+	late := api.Report{Worker: "w2", Outcome: "failed", Reason: "too late"}
+	first := c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/report", l2), w2Tok, late), http.StatusConflict)
+	again := c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/report", l2), w2Tok, late), http.StatusConflict)
+	if !bytes.Equal(first.body, again.body) || !bytes.Contains(first.body, []byte(`"stale_report_seq":`)) {
+		t.Errorf("stale reports: %s then %s", first.body, again.body)
+	}
+	c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/start", l2), w2Tok, api.Start{Worker: "w2"}), http.StatusConflict)
+
+	// Cancel and kill.
+	f.submit("q1", eventlog.KindRun)
+	f.submit("q2", eventlog.KindRun)
+	c.call(rq("POST", "/v1/jobs/q1/cancel", adminTok, nil), http.StatusOK)
+	c.call(rq("POST", "/v1/jobs/q2/kill", adminTok, `{}`), http.StatusOK)
+	c.call(rq("POST", "/v1/jobs/nope/cancel", adminTok, nil), http.StatusNotFound)
+	c.call(rq("POST", "/v1/jobs/nope/kill", adminTok, nil), http.StatusNotFound)
+	c.call(rq("POST", "/v1/jobs/q1/cancel", adminTok, `{"why":"x"}`), http.StatusBadRequest)
+	c.call(rq("POST", "/v1/jobs/a%20b/kill", adminTok, nil), http.StatusBadRequest)
+
+	// Auditors.
+	c.call(rq("GET", "/v1/jobs/j1/history", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/jobs/nope/history", auditorTok, nil), http.StatusNotFound)
+	c.call(rq("GET", "/v1/jobs/a%20b/history", auditorTok, nil), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/leases", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/leases?state=expired&kind=evaluation&worker=w2", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/leases?state=reported", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/leases?state=queued", auditorTok, nil), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/events", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/events?type=lease.stale_report&since=2026-01-01T00:00:00Z&limit=10", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/events?job=j1&after=3", adminTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/events?limit=0", auditorTok, nil), http.StatusBadRequest)
+	evs := c.stream(rq("GET", "/v1/events/stream?after=0", auditorTok, nil), int(f.log.DurableSeq()))
+	if last := evs[len(evs)-1].id; last != strconv.FormatUint(f.log.DurableSeq(), 10) {
+		t.Errorf("stream ended at %s, log at %d", last, f.log.DurableSeq())
+	}
+	c.stream(request{method: "GET", path: "/v1/events/stream?type=lease.reported", token: adminTok, header: map[string]string{"Last-Event-ID": "1"}}, 1)
+	c.call(rq("GET", "/v1/events/stream?after=x", auditorTok, nil), http.StatusBadRequest)
+	c.call(rq("GET", "/metrics", auditorTok, nil), http.StatusOK)
+
+	// No operation: still JSON.
+	c.unrouted(rq("GET", "/v1/nope", adminTok, nil), http.StatusNotFound)
+	c.unrouted(rq("DELETE", "/v1/jobs", adminTok, nil), http.StatusMethodNotAllowed)
+
+	// A stopping daemon refuses new work.
+	f.must(f.svc.Stop(context.Background()))
+	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "late", Kind: "run"}), http.StatusServiceUnavailable)
+	c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, api.Acquire{WaitSeconds: 1}), http.StatusServiceUnavailable)
+
+	// A failed daemon refuses everything but its metrics. Closing the log
+	// under the service makes its next write fail, and it fail-stops.
+	f.must(f.log.Close())
+	// w1 went unreachable when its leases expired, so its heartbeat writes.
+	c.call(rq("POST", "/v1/workers/w1/heartbeat", w1Tok, api.Heartbeat{}), http.StatusServiceUnavailable)
+	for _, op := range []struct {
+		method, path, token string
+		body                any
+	}{
+		{"GET", "/healthz", "", nil},
+		{"POST", "/v1/jobs", adminTok, api.Submit{ID: "j1", Kind: "run", Spec: spec}},
+		{"GET", "/v1/jobs", auditorTok, nil},
+		{"GET", "/v1/jobs/j1", auditorTok, nil},
+		{"POST", "/v1/jobs/j1/cancel", adminTok, nil},
+		{"POST", "/v1/jobs/j1/kill", adminTok, nil},
+		{"GET", "/v1/jobs/j1/history", auditorTok, nil},
+		{"POST", "/v1/workers/w1/acquire", w1Tok, nil},
+		{"POST", "/v1/workers/w1/heartbeat", w1Tok, nil},
+		{"GET", "/v1/workers/w1/leases", w1Tok, nil},
+		{"POST", fmt.Sprintf("/v1/leases/%d/start", l), w1Tok, api.Start{Worker: "w1"}},
+		{"POST", fmt.Sprintf("/v1/leases/%d/report", l), w1Tok, report},
+		{"GET", "/v1/leases", auditorTok, nil},
+		{"GET", "/v1/events", auditorTok, nil},
+		{"GET", "/v1/events/stream", auditorTok, nil},
+	} {
+		c.call(rq(op.method, op.path, op.token, op.body), http.StatusServiceUnavailable)
+	}
+	if m := c.call(rq("GET", "/metrics", auditorTok, nil), http.StatusOK); !bytes.Contains(m.body, []byte("\nleaselog_up 0\n")) {
+		t.Errorf("metrics of a failed daemon lack leaselog_up 0")
+	}
+
+	// Every answer the document lists was produced, but 500s: a 500 is a bug.
+	var missing []string
+	for _, path := range doc.Paths.InMatchingOrder() {
+		for method, op := range doc.Paths.Value(path).Operations() {
+			for status := range op.Responses.Map() {
+				key := fmt.Sprintf("%s %s %s", method, path, status)
+				if !c.seen[key] && status != "500" {
+					missing = append(missing, key)
+				}
+			}
+		}
+	}
+	slices.Sort(missing)
+	if len(missing) > 0 {
+		t.Errorf("the scenario never produced:\n%s", strings.Join(missing, "\n"))
+	}
+}
+
+// TestOpenAPIRejectsUndescribedAnswers makes sure the contract test has
+// teeth: answers the document does not describe fail validation.
+func TestOpenAPIRejectsUndescribedAnswers(t *testing.T) {
+	_, router := loadDoc(t)
+	ctx := context.Background()
+	validate := func(method, path string, status int, contentType, body string) error {
+		req, err := http.NewRequest(method, "http://leaselog"+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		route, params, err := router.FindRoute(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+			Status:                 status, Header: http.Header{"Content-Type": {contentType}},
+			Options: &openapi3filter.Options{IncludeResponseStatus: true},
+		}
+		in.SetBodyBytes([]byte(body))
+		return openapi3filter.ValidateResponse(ctx, in)
+	}
+	if err := validate("GET", "/v1/jobs", 200, "application/json", `{"jobs":[]}`); err != nil {
+		t.Fatalf("a described answer fails: %v", err)
+	}
+	for _, tc := range []struct {
+		name, method, path string
+		status             int
+		contentType, body  string
+	}{
+		{"undocumented status", "GET", "/v1/jobs", 418, "application/json", `{"error":{"code":"internal","message":"teapot"}}`},
+		{"null list", "GET", "/v1/jobs", 200, "application/json", `{"jobs":null}`},
+		{"extra field", "GET", "/v1/jobs", 200, "application/json", `{"jobs":[],"more":true}`},
+		{"wrong content type", "GET", "/v1/jobs", 200, "text/html", `<p>jobs</p>`},
+		{"error without message", "GET", "/v1/jobs/j1", 404, "application/json", `{"error":{"code":"not_found"}}`},
+		{"wrong error code", "GET", "/v1/jobs/j1", 404, "application/json", `{"error":{"code":"gone","message":"x"}}`},
+		{"stale without seq", "POST", "/v1/leases/3/report", 409, "application/json", `{"error":{"code":"stale_lease","message":"x"}}`},
+		{"job without lease field", "GET", "/v1/jobs/j1", 200, "application/json",
+			`{"id":"j1","kind":"run","state":"queued","attempts":0,"leases":0,"spec":{},"submitted":"2026-01-01T00:00:00Z","updated":"2026-01-01T00:00:00Z"}`},
+		{"empty leases as null", "POST", "/v1/workers/w1/acquire", 200, "application/json", `{"leases":null}`},
+		{"bad health", "GET", "/healthz", 200, "application/json", `{"status":"fine","seq":1}`},
+	} {
+		if err := validate(tc.method, tc.path, tc.status, tc.contentType, tc.body); err == nil {
+			t.Errorf("%s: %d %s passes validation", tc.name, tc.status, tc.body)
+		}
+	}
+}

@@ -1,0 +1,519 @@
+// Package server is leaselog's HTTP API (../shared/API.md, docs/openapi.yaml)
+// over a lease.Service. It owns the routes, the translation of requests into
+// service commands and of answers and errors into JSON, bearer-token
+// authorisation, the Prometheus metrics of the daemon, and the log line of
+// every refused call. It holds no state of its own that matters: the service
+// decides, the event log remembers, and this package only speaks HTTP.
+//
+// Every request goes through one wrapper:
+//
+//	ServeHTTP ─► route? ──no──► 404 / 405 as JSON
+//	               │yes
+//	               ▼
+//	           authorise (401 / 403) ─► deadline (not for long-polls and streams)
+//	               ─► handler ─► JSON answer, or error ─► {"error":{"code","message"}}
+//	               ─► metrics (route pattern, status) and, for status >= 400, a log line
+//
+// Bad input is refused before the service is called, so a 400 never writes an
+// event.
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path"
+	"reflect"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/lease"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBody        = 1 << 20
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultMaxWait        = 60 * time.Second
+)
+
+// Options configures a Server. The zero value serves openly with the defaults.
+type Options struct {
+	// Auth is who may do what; nil serves everything to everyone (the serve
+	// command allows that only on loopback addresses and unix sockets).
+	Auth *Auth
+	// Logger receives one line per refused call (status >= 400).
+	Logger zerolog.Logger
+	// Registerer takes the server's metrics when Metrics is nil; nil means a
+	// private registry. GET /metrics serves Registerer if it is also a
+	// prometheus.Gatherer (a *prometheus.Registry is), else
+	// prometheus.DefaultGatherer.
+	Registerer prometheus.Registerer
+	// Metrics, if set, are metrics made beforehand with NewMetrics (so the
+	// log's fsync hook could be wired first); Registerer is then unused.
+	Metrics *Metrics
+	// MaxBody bounds a request body; 0 means DefaultMaxBody.
+	MaxBody int64
+	// RequestTimeout bounds every request but long-polls and event streams;
+	// 0 means DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// MaxWait caps the wait_seconds of an acquire; 0 means DefaultMaxWait.
+	MaxWait time.Duration
+}
+
+// Server is the HTTP API. It is an http.Handler, safe for concurrent use.
+type Server struct {
+	svc     *lease.Service
+	opts    Options
+	auth    *authenticator // nil: open
+	log     zerolog.Logger
+	mux     *http.ServeMux
+	routes  map[string]*route // by pattern
+	metrics *Metrics
+
+	// base is cancelled by Close: it ends streams and long-polls.
+	base      context.Context
+	closeBase context.CancelFunc
+	closeOnce sync.Once
+
+	// waitHook, set only by tests, wraps the context of an acquire's wait.
+	waitHook func(context.Context) context.Context
+}
+
+// New returns the API over svc. It registers the server's metrics and panics
+// if that fails (a second Server on the same registry or Metrics, say): that
+// is a wiring mistake, not a runtime condition.
+func New(svc *lease.Service, opts Options) *Server {
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = DefaultMaxBody
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = DefaultMaxWait
+	}
+	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), routes: map[string]*route{}}
+	if opts.Auth != nil {
+		s.auth = newAuthenticator(opts.Auth)
+	}
+	s.base, s.closeBase = context.WithCancel(context.Background())
+	if s.metrics = opts.Metrics; s.metrics == nil {
+		s.metrics = NewMetrics(opts.Registerer)
+	}
+	s.metrics.attach(svc, opts.RequestTimeout, s.log)
+
+	s.handle("GET /healthz", open, false, s.health)
+	s.handle("GET /metrics", read, false, s.serveMetrics).whenFailed = true // leaselog_up 0 says why
+
+	s.handle("POST /v1/jobs", admin, false, s.submit)
+	s.handle("GET /v1/jobs", read, false, s.listJobs)
+	s.handle("GET /v1/jobs/{id}", read, false, s.getJob)
+	s.handle("POST /v1/jobs/{id}/cancel", admin, false, s.cancel)
+	s.handle("POST /v1/jobs/{id}/kill", admin, false, s.kill)
+	s.handle("GET /v1/jobs/{id}/history", read, false, s.history)
+
+	s.handle("POST /v1/workers/{worker}/acquire", ownWorker, true, s.acquire)
+	s.handle("POST /v1/workers/{worker}/heartbeat", ownWorker, false, s.heartbeat)
+	s.handle("GET /v1/workers/{worker}/leases", ownWorkerOrRead, false, s.workerLeases)
+	s.handle("POST /v1/leases/{lease}/start", anyWorker, false, s.start)
+	s.handle("POST /v1/leases/{lease}/report", anyWorker, false, s.report)
+	s.handle("GET /v1/leases", read, false, s.listLeases)
+
+	s.handle("GET /v1/events", read, false, s.listEvents)
+	s.handle("GET /v1/events/stream", read, true, s.stream)
+	return s
+}
+
+// Close ends every event stream and long-poll in flight, and any started
+// later, so that http.Server.Shutdown, which waits for them, can finish. The
+// server still answers every other call.
+func (s *Server) Close() {
+	s.closeOnce.Do(s.closeBase)
+}
+
+// route is one entry of the API.
+type route struct {
+	pattern string
+	access  access
+	long    bool // a long-poll or a stream: no RequestTimeout
+	serve   func(w http.ResponseWriter, r *http.Request, c *call) error
+	// whenFailed serves the route even once the service failed. Every other
+	// route then answers 503: the service refuses commands until a restart,
+	// and the reads that would not ask it (the log's own) must not be served
+	// from a store that may be closed under them.
+	whenFailed bool
+}
+
+func (s *Server) handle(pattern string, a access, long bool, serve func(http.ResponseWriter, *http.Request, *call) error) *route {
+	rt := &route{pattern: pattern, access: a, long: long, serve: serve}
+	s.routes[pattern] = rt
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { s.serveRoute(w, r, rt) })
+	return rt
+}
+
+// call is what the wrapper learns about one request, for its metrics and its
+// log line. Only the request's own goroutine touches it.
+type call struct {
+	route   string
+	status  int
+	code    string
+	message string
+	cause   error // the error behind a 5xx, logged and not shown
+	worker  string
+	job     string
+	lease   uint64
+	who     *principal // nil when the server is open
+	started bool       // the status line is written
+}
+
+type callKey struct{}
+
+// ServeHTTP serves the API. Every answer, routed or not, is JSON (but the
+// metrics and the event stream), and every one is counted and, if refused,
+// logged.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	c := &call{route: "unmatched"}
+	rec := &recorder{ResponseWriter: w, c: c}
+	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	defer func() { s.finish(rec, r, c, start, recover()) }()
+
+	h, pattern := s.mux.Handler(r)
+	// The mux redirects an unclean path (/v1/jobs/../jobs) to the route it
+	// cleans to; a client must name the path itself.
+	if p := r.URL.EscapedPath(); s.routes[pattern] == nil || p != cleanPath(p) {
+		s.unrouted(rec, r, c, h)
+		return
+	}
+	s.mux.ServeHTTP(rec, r)
+}
+
+// cleanPath is the mux's canonical form of a path: rooted, no . or ..
+// segments, no double slashes, a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// unrouted answers a request no route takes, as JSON. The mux knows whether
+// the path exists with another method (405, with Allow), so its own answer is
+// run against a scratch writer and only its status and Allow header kept. A
+// path the mux would redirect (one that is not clean) is not a path of the API.
+func (s *Server) unrouted(w http.ResponseWriter, r *http.Request, c *call, h http.Handler) {
+	scratch := &headerOnly{header: http.Header{}}
+	h.ServeHTTP(scratch, r)
+	if scratch.status == http.StatusMethodNotAllowed {
+		w.Header().Set("Allow", scratch.header.Get("Allow"))
+		s.writeError(w, r, c, &api.Error{Status: http.StatusMethodNotAllowed, Code: api.CodeMethod,
+			Message: fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, scratch.header.Get("Allow"))})
+		return
+	}
+	s.writeError(w, r, c, &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound,
+		Message: fmt.Sprintf("no such path: %s", r.URL.Path)})
+}
+
+func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) {
+	c := r.Context().Value(callKey{}).(*call) // the mux is only reached through ServeHTTP
+	c.route = rt.pattern
+	c.worker, c.job = r.PathValue("worker"), r.PathValue("id")
+	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+	if err := s.authorize(r, rt, c); err != nil {
+		s.writeError(w, r, c, err)
+		return
+	}
+	if err := s.svc.Err(); err != nil && !rt.whenFailed {
+		s.writeError(w, r, c, err)
+		return
+	}
+	if !rt.long {
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
+	if err := rt.serve(w, r, c); err != nil {
+		s.writeError(w, r, c, err)
+	}
+}
+
+// finish records the call's metrics and, when it was refused, its log line.
+func (s *Server) finish(w *recorder, r *http.Request, c *call, start time.Time, panicked any) {
+	if panicked != nil {
+		if panicked == http.ErrAbortHandler {
+			panic(panicked)
+		}
+		err := fmt.Errorf("panic: %v\n%s", panicked, debug.Stack())
+		if !c.started {
+			s.writeError(w, r, c, err)
+		} else {
+			c.status, c.code, c.cause = http.StatusInternalServerError, api.CodeInternal, err
+		}
+	}
+	if !c.started {
+		c.status = http.StatusOK
+	}
+	s.metrics.observe(c.route, c.status, time.Since(start))
+	if c.status < 400 {
+		return
+	}
+	ev := s.log.Warn()
+	if c.status >= 500 {
+		ev = s.log.Error()
+	}
+	if !ev.Enabled() {
+		return
+	}
+	ev = ev.Str("method", r.Method).Str("route", c.route).Str("path", r.URL.Path).
+		Int("status", c.status).Str("code", c.code)
+	if c.worker != "" {
+		ev = ev.Str("worker", c.worker)
+	}
+	if c.job != "" {
+		ev = ev.Str("job", c.job)
+	}
+	if c.lease != 0 {
+		ev = ev.Uint64("lease", c.lease)
+	}
+	if c.cause != nil {
+		ev = ev.AnErr("cause", c.cause)
+	}
+	ev.Msg(c.message) // the log line's message is the one the client got
+}
+
+// errorOf maps err to the API error the client sees. The service's sentinels
+// keep their message, which says what was wrong; anything else is internal,
+// and its text goes to the log only.
+func (s *Server) errorOf(r *http.Request, err error) *api.Error {
+	if e := api.ErrorOf(err); e.Status != http.StatusInternalServerError {
+		return e
+	}
+	// A read waits for durability under the request's deadline; running out
+	// of it is the daemon being slow, not a bug.
+	switch cerr := r.Context().Err(); {
+	case errors.Is(cerr, context.DeadlineExceeded):
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable,
+			Message: fmt.Sprintf("no answer within %v; try again", s.opts.RequestTimeout)}
+	case cerr != nil:
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "request cancelled"}
+	}
+	return &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal,
+		Message: "internal error; the daemon's log has the details"}
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, c *call, err error) {
+	e := s.errorOf(r, err)
+	c.code, c.message = e.Code, e.Message
+	if e.Status >= 500 {
+		c.cause = err
+	}
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="leaselog"`)
+	}
+	s.writeJSON(w, c, e.Status, api.ErrorBody{Error: e, StaleReportSeq: e.StaleReportSeq})
+}
+
+// writeJSON writes v as the answer. It marshals before writing anything, so a
+// value that cannot be encoded still becomes a proper 500.
+func (s *Server) writeJSON(w http.ResponseWriter, c *call, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.code, c.message, c.cause = api.CodeInternal, "internal error; the daemon's log has the details",
+			fmt.Errorf("encode answer: %w", err)
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(api.ErrorBody{Error: &api.Error{Code: c.code, Message: c.message}})
+	}
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(b) // the client went away: nothing left to tell it
+}
+
+// badRequest is a 400 with a message saying what is wrong.
+func badRequest(format string, args ...any) *api.Error {
+	return &api.Error{Status: http.StatusBadRequest, Code: api.CodeBadRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+// decodeBody reads the request body into v, strictly: one JSON object, no
+// field v does not have, nothing after it. An empty body is the empty object
+// when emptyOK, else an error. The Content-Type is not checked: curl -d sends
+// a form type, and the body says what it is.
+func decodeBody(r *http.Request, v any, emptyOK bool) error {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return &api.Error{Status: http.StatusBadRequest, Code: api.CodeTooLarge,
+				Message: fmt.Sprintf("body exceeds %d bytes", tooLarge.Limit)}
+		}
+		return badRequest("read body: %v", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		if emptyOK {
+			return nil
+		}
+		return badRequest("missing body: want a JSON object")
+	}
+	if b[0] != '{' {
+		return badRequest("body must be a JSON object")
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return badRequest("body: field %q: want %s, got JSON %s", typeErr.Field, jsonType(typeErr.Type), typeErr.Value)
+		}
+		return badRequest("body: %s", trimJSONPrefix(err.Error()))
+	}
+	if d.InputOffset() < int64(len(b)) {
+		return badRequest("body: trailing data after the JSON object")
+	}
+	return nil
+}
+
+// params returns the query parameters of r. A parameter not in allowed, or
+// given twice, is refused rather than ignored: a typo like ?status= must not
+// quietly list everything.
+func params(r *http.Request, allowed ...string) (map[string]string, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("query: %v", err)
+	}
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the same query always names the same problem
+	out := make(map[string]string, len(q))
+	for _, k := range keys {
+		switch {
+		case !slices.Contains(allowed, k):
+			if len(allowed) == 0 {
+				return nil, badRequest("unknown query parameter %q: this call takes none", k)
+			}
+			return nil, badRequest("unknown query parameter %q (want %s)", k, strings.Join(allowed, ", "))
+		case len(q[k]) > 1:
+			return nil, badRequest("query parameter %q given %d times", k, len(q[k]))
+		}
+		out[k] = q[k][0]
+	}
+	return out, nil
+}
+
+// jsonType names what a Go type takes, in JSON's words.
+func jsonType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array of " + strings.TrimPrefix(strings.TrimPrefix(jsonType(t.Elem()), "a "), "an ") + "s"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a JSON value"
+}
+
+// trimJSONPrefix drops encoding/json's "json: " from a message meant for a
+// client that never heard of Go.
+func trimJSONPrefix(msg string) string {
+	if len(msg) > 6 && msg[:6] == "json: " {
+		return msg[6:]
+	}
+	return msg
+}
+
+// recorder remembers the status a handler wrote. Unwrap lets
+// http.ResponseController reach the connection (flush, write deadlines).
+type recorder struct {
+	http.ResponseWriter
+	c *call
+}
+
+func (w *recorder) WriteHeader(status int) {
+	if !w.c.started {
+		w.c.started, w.c.status = true, status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *recorder) Write(b []byte) (int, error) {
+	if !w.c.started {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *recorder) Flush() {
+	if !w.c.started {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// headerOnly is a ResponseWriter that keeps the status and headers and drops
+// the body: the mux's own 404 and 405 answers are plain text.
+type headerOnly struct {
+	header http.Header
+	status int
+}
+
+func (w *headerOnly) Header() http.Header { return w.header }
+func (w *headerOnly) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (w *headerOnly) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+// health answers GET /healthz: the service is up and this is its last durable
+// seq. A failed service answers 503.
+func (s *Server) health(w http.ResponseWriter, r *http.Request, c *call) error {
+	if _, err := params(r); err != nil {
+		return err
+	}
+	seq, err := s.svc.Seq(r.Context())
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, c, http.StatusOK, api.Health{Status: "ok", Seq: seq})
+	return nil
+}

@@ -1,0 +1,247 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/projection"
+)
+
+// acquire answers POST /v1/workers/{worker}/acquire: up to max leases
+// (default 1), waiting up to wait_seconds (capped at Options.MaxWait) for a
+// job when none is queued. An empty wait is {"leases":[]}, never null.
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request, c *call) error {
+	if _, err := params(r); err != nil {
+		return err
+	}
+	var in api.Acquire
+	if err := decodeBody(r, &in, true); err != nil {
+		return err
+	}
+	if err := lease.CheckID("worker", c.worker); err != nil {
+		return err
+	}
+	if in.Max == 0 {
+		in.Max = 1
+	}
+	if in.Max < 0 || in.Max > lease.MaxAcquire {
+		return badRequest("max must be 1 to %d, is %d", lease.MaxAcquire, in.Max)
+	}
+	if in.WaitSeconds < 0 {
+		return badRequest("wait_seconds must not be negative, is %v", in.WaitSeconds)
+	}
+	wait := s.opts.MaxWait
+	if in.WaitSeconds < wait.Seconds() {
+		wait = time.Duration(in.WaitSeconds * float64(time.Second))
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	defer context.AfterFunc(s.base, cancel)() // Close ends the wait
+	if s.waitHook != nil {
+		ctx = s.waitHook(ctx)
+	}
+	grants, err := s.svc.AcquireWait(ctx, c.worker, in.Max)
+	if err != nil {
+		return err
+	}
+	// The wait's deadline may be spent; what remains is an ordinary read.
+	rctx, rcancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+	defer rcancel()
+	out := api.Grants{Leases: make([]api.Grant, 0, len(grants))}
+	timing := api.TimingOf(s.svc.Config())
+	err = s.svc.View(rctx, func(t *projection.Table) {
+		for _, g := range grants {
+			var live *projection.Lease
+			if l, ok := t.Lease(g.Lease); ok {
+				live = &l
+			}
+			out.Leases = append(out.Leases, api.Grant{Lease: g.Lease, Job: api.JobOf(g.Job, live), Timing: timing})
+		}
+	})
+	if err != nil {
+		// The leases are taken: the worker finds them with GET .../leases.
+		return fmt.Errorf("server: read back %d leases granted to %q: %w", len(grants), c.worker, err)
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
+	return nil
+}
+
+// heartbeat answers POST /v1/workers/{worker}/heartbeat: a directive per
+// lease, "gone" for any that is not a live lease of this worker's.
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c *call) error {
+	if _, err := params(r); err != nil {
+		return err
+	}
+	var in api.Heartbeat
+	if err := decodeBody(r, &in, true); err != nil {
+		return err
+	}
+	ds, err := s.svc.Heartbeat(r.Context(), c.worker, in.Leases)
+	if err != nil {
+		return err
+	}
+	if ds == nil {
+		ds = []api.Directive{}
+	}
+	s.writeJSON(w, c, http.StatusOK, api.HeartbeatReply{Leases: ds, Timing: api.TimingOf(s.svc.Config())})
+	return nil
+}
+
+// workerLeases answers GET /v1/workers/{worker}/leases: the live leases the
+// daemon holds for the worker, with their jobs, to re-attach after a restart.
+func (s *Server) workerLeases(w http.ResponseWriter, r *http.Request, c *call) error {
+	if _, err := params(r); err != nil {
+		return err
+	}
+	if err := lease.CheckID("worker", c.worker); err != nil {
+		return err
+	}
+	out := api.Grants{Leases: []api.Grant{}}
+	timing := api.TimingOf(s.svc.Config())
+	err := s.svc.View(r.Context(), func(t *projection.Table) {
+		for _, l := range t.Leases(projection.LeaseFilter{Worker: c.worker}) {
+			j, _ := t.Job(l.Job)
+			out.Leases = append(out.Leases, api.Grant{Lease: l.ID, Job: api.JobOf(j, &l), Timing: timing})
+		}
+	})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
+	return nil
+}
+
+// start answers POST /v1/leases/{lease}/start: the lease, running.
+func (s *Server) start(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := s.leaseID(r, c)
+	if err != nil {
+		return err
+	}
+	var in api.Start
+	if err := decodeBody(r, &in, false); err != nil {
+		return err
+	}
+	c.worker = in.Worker
+	if err := lease.CheckID("worker", in.Worker); err != nil {
+		return err
+	}
+	if err := s.checkWorker(c, in.Worker); err != nil {
+		return err
+	}
+	l, err := s.svc.Start(r.Context(), in.Worker, id)
+	if err != nil {
+		return err
+	}
+	c.job = l.Job
+	s.writeJSON(w, c, http.StatusOK, api.LeaseOf(l))
+	return nil
+}
+
+// report answers POST /v1/leases/{lease}/report. The live lease's first
+// report is accepted; the same lease reported again gets the first answer. A
+// report on an expired lease is a 409 stale_lease that names, in
+// stale_report_seq, the lease.stale_report event keeping it; the same stale
+// report gets the same body.
+func (s *Server) report(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := s.leaseID(r, c)
+	if err != nil {
+		return err
+	}
+	var in api.Report
+	if err := decodeBody(r, &in, false); err != nil {
+		return err
+	}
+	c.worker = in.Worker
+	if err := lease.CheckID("worker", in.Worker); err != nil {
+		return err
+	}
+	if in.Outcome == "" {
+		return badRequest("missing outcome: want succeeded, failed, cancelled or killed")
+	}
+	outcome, err := eventlog.ParseOutcome(in.Outcome)
+	if err != nil {
+		return badRequest("outcome %q: want succeeded, failed, cancelled or killed", in.Outcome)
+	}
+	if err := s.checkWorker(c, in.Worker); err != nil {
+		return err
+	}
+	result := in.Result
+	if string(bytes.TrimSpace(result)) == "null" {
+		result = nil
+	}
+	a, err := s.svc.Report(r.Context(), in.Worker, id, lease.Report{Outcome: outcome, Ref: in.Ref, Reason: in.Reason, Result: result})
+	c.job = a.Job
+	if err != nil {
+		if a.Stale && errors.Is(err, lease.ErrStaleLease) {
+			return &api.Error{Status: http.StatusConflict, Code: api.CodeStaleLease, Message: err.Error(), StaleReportSeq: a.Seq}
+		}
+		return err
+	}
+	s.writeJSON(w, c, http.StatusOK, api.ReportReply{Accepted: true, Job: a.Job, Lease: a.Lease, Seq: a.Seq})
+	return nil
+}
+
+// leaseID parses the {lease} path segment: a fencing token, a positive
+// integer.
+func (s *Server) leaseID(r *http.Request, c *call) (uint64, error) {
+	if _, err := params(r); err != nil {
+		return 0, err
+	}
+	v := r.PathValue("lease")
+	id, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || id == 0 {
+		return 0, badRequest("lease id %q: want a positive integer", v)
+	}
+	c.lease = id
+	return id, nil
+}
+
+// listLeases answers GET /v1/leases?state=&worker=&kind=: the live leases,
+// or those in the given state, by token.
+func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, c *call) error {
+	q, err := params(r, "state", "worker", "kind")
+	if err != nil {
+		return err
+	}
+	var f projection.LeaseFilter
+	if v := q["state"]; v != "" {
+		st, err := fsm.ParseState(v)
+		if err != nil || !leaseState(st) {
+			return badRequest("state %q: a lease is acquired, running, reported or expired", v)
+		}
+		f.State = st
+	}
+	if f.Worker = q["worker"]; f.Worker != "" {
+		if err := lease.CheckID("worker", f.Worker); err != nil {
+			return err
+		}
+	}
+	if f.Kind, err = parseKind(q["kind"]); err != nil {
+		return err
+	}
+	ls, err := s.svc.Leases(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	out := api.Leases{Leases: make([]api.Lease, 0, len(ls))}
+	for _, l := range ls {
+		out.Leases = append(out.Leases, api.LeaseOf(l))
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
+	return nil
+}
+
+// leaseState reports whether a lease (not only a job) can be in st.
+func leaseState(st fsm.State) bool {
+	return st == fsm.Acquired || st == fsm.Running || st == fsm.Reported || st == fsm.Expired
+}

@@ -1,0 +1,79 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/lease"
+)
+
+// InProcess adapts a lease.Service to Daemon, for the worker built into the
+// daemon. Errors come back as *api.Error, as they would over HTTP.
+func InProcess(svc *lease.Service) Daemon { return inProcess{svc} }
+
+type inProcess struct{ svc *lease.Service }
+
+func (d inProcess) grants(ctx context.Context, gs []lease.Grant) ([]api.Grant, error) {
+	timing := api.TimingOf(d.svc.Config())
+	out := make([]api.Grant, 0, len(gs))
+	for _, g := range gs {
+		l, err := d.svc.Lease(ctx, g.Lease)
+		if err != nil {
+			return nil, api.ErrorOf(err)
+		}
+		out = append(out, api.Grant{Lease: g.Lease, Job: api.JobOf(g.Job, &l), Timing: timing})
+	}
+	return out, nil
+}
+
+func (d inProcess) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	gs, err := d.svc.AcquireWait(ctx, worker, max)
+	if err != nil {
+		return nil, api.ErrorOf(err)
+	}
+	return d.grants(context.WithoutCancel(ctx), gs)
+}
+
+func (d inProcess) Heartbeat(ctx context.Context, worker string, leases []uint64) (api.HeartbeatReply, error) {
+	ds, err := d.svc.Heartbeat(ctx, worker, leases)
+	if err != nil {
+		return api.HeartbeatReply{}, api.ErrorOf(err)
+	}
+	return api.HeartbeatReply{Leases: ds, Timing: api.TimingOf(d.svc.Config())}, nil
+}
+
+func (d inProcess) WorkerLeases(ctx context.Context, worker string) ([]api.Grant, error) {
+	gs, err := d.svc.WorkerLeases(ctx, worker)
+	if err != nil {
+		return nil, api.ErrorOf(err)
+	}
+	return d.grants(ctx, gs)
+}
+
+func (d inProcess) Start(ctx context.Context, worker string, id uint64) (api.Lease, error) {
+	l, err := d.svc.Start(ctx, worker, id)
+	if err != nil {
+		return api.Lease{}, api.ErrorOf(err)
+	}
+	return api.LeaseOf(l), nil
+}
+
+func (d inProcess) Report(ctx context.Context, id uint64, r api.Report) (api.ReportReply, error) {
+	o, err := eventlog.ParseOutcome(r.Outcome)
+	if err != nil {
+		return api.ReportReply{}, &api.Error{Status: 400, Code: api.CodeBadRequest, Message: err.Error()}
+	}
+	a, err := d.svc.Report(ctx, r.Worker, id, lease.Report{Outcome: o, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
+	if err != nil {
+		e := api.ErrorOf(err)
+		if a.Stale {
+			e.StaleReportSeq = a.Seq
+		}
+		return api.ReportReply{}, e
+	}
+	return api.ReportReply{Accepted: true, Job: a.Job, Lease: a.Lease, Seq: a.Seq}, nil
+}

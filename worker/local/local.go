@@ -1,0 +1,253 @@
+// Package local is the executor that runs jobs as processes on this machine:
+// the built-in `local` worker of `leaselog serve`, and the executor of
+// `leaselog worker`. The worker loop (package worker) owns the leases; this
+// package owns what a lease runs here — one run directory per lease under
+// Options.Dir, the process group running the job's command in it, and what is
+// brought back from it when the job ends (a git ref, a JSON result).
+//
+// A job's command runs as `/bin/sh -c RUN` under a small sh wrapper, in a
+// session of its own: nothing aimed at the daemon — a SIGTERM or SIGKILL to
+// its process group, a ^C in its terminal — reaches the job, so an agent
+// outlives a daemon restart. Everything a restarted daemon needs to find the
+// job again is on disk, and the wrapper records the command's exit status
+// there even when no worker is left to see it end.
+//
+// A run directory, one per lease:
+//
+//	Options.Dir/
+//	└── <job>-<lease>/          a detached git worktree of spec.checkout, or a
+//	    │                       plain directory; the command's working
+//	    │                       directory ($LEASELOG_WORKDIR)
+//	    ├── …                   the job's own files
+//	    └── .leaselog/          leaselog's files; its .gitignore ("*") keeps
+//	        │                   them out of the job's commits
+//	        ├── .gitignore
+//	        ├── spec.json       the job's spec, as the daemon gave it
+//	        ├── pid             the wrapper's pid = process group id = session id
+//	        ├── stdout          the command's standard output
+//	        ├── stderr          the command's standard error
+//	        ├── result.json     $LEASELOG_RESULT: JSON the job may leave behind
+//	        ├── stop            "cancel" or "kill", once this worker stopped it
+//	        └── exit            the command's exit status ("3\n"), written by
+//	                            the wrapper when the command ends (exit.tmp,
+//	                            then mv, so a reader never sees half of it)
+//
+// Run directories are never removed, worktrees included: they hold the whole
+// state an agent left, which auditors may want, and removing a worktree is an
+// operator's decision (`git worktree remove`). What a job made is reachable
+// from the main repository anyway, through refs/leaselog/<job>/<lease>.
+//
+// The outcome of a run: exit status 0 is "succeeded"; any other status is
+// "failed", reason "exit status N"; a run this executor stopped is
+// "cancelled" (Stop(false)) or "killed" (Stop(true)), whatever its status;
+// a run whose process group is gone without an exit status is "failed",
+// reason "agent vanished".
+//
+// This package is Linux-only: it reads /proc and calls waitid.
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/worker"
+)
+
+// Names inside a run directory.
+const (
+	stateDir   = ".leaselog"
+	specFile   = "spec.json"
+	pidFile    = "pid"
+	stdoutFile = "stdout"
+	stderrFile = "stderr"
+	resultFile = "result.json"
+	stopFile   = "stop"
+	exitFile   = "exit"
+)
+
+// Options configures an Executor.
+type Options struct {
+	// Dir is the root of the run directories; it is created if missing.
+	Dir string
+	// Logger gets one line per start, stop, end and re-attach. The zero
+	// Logger discards.
+	Logger zerolog.Logger
+	// StopGrace is how long a cancel waits between SIGTERM and SIGKILL;
+	// 0 means 10s.
+	StopGrace time.Duration
+	// Poll is how often a re-attached run, which is not this process's
+	// child, looks at its process; 0 means 500ms.
+	Poll time.Duration
+}
+
+// Executor runs jobs as local processes. It implements worker.Executor; its
+// methods are safe for concurrent use.
+type Executor struct {
+	dir   string // absolute, symlinks resolved: compared with /proc/<pid>/cwd
+	log   zerolog.Logger
+	grace time.Duration
+	poll  time.Duration
+}
+
+var _ worker.Executor = (*Executor)(nil)
+
+// New returns an executor whose run directories live under opts.Dir.
+func New(opts Options) (*Executor, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("local: Options.Dir is required")
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("local: create %s: %w", opts.Dir, err)
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err == nil {
+		dir, err = filepath.EvalSymlinks(dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("local: resolve %s: %w", opts.Dir, err)
+	}
+	if opts.StopGrace <= 0 {
+		opts.StopGrace = 10 * time.Second
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = 500 * time.Millisecond
+	}
+	return &Executor{dir: dir, log: opts.Logger, grace: opts.StopGrace, poll: opts.Poll}, nil
+}
+
+// Start checks out and starts the job of grant g. It returns once the
+// command runs and its pid is on disk. The process is not tied to ctx: ctx
+// bounds the checkout only, and the job outlives this process.
+func (e *Executor) Start(ctx context.Context, g api.Grant) (worker.Run, error) {
+	r, err := e.newRun(g)
+	if err != nil {
+		return nil, fmt.Errorf("local: start lease %d: %w", g.Lease, err)
+	}
+	if err := e.start(ctx, r, g.Job.Spec); err != nil {
+		return nil, fmt.Errorf("local: start lease %d (job %s): %w", g.Lease, g.Job.ID, err)
+	}
+	return r, nil
+}
+
+func (e *Executor) start(ctx context.Context, r *run, rawSpec json.RawMessage) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// A run directory is never reused: a second Start of the same lease
+	// must not run the job twice, and what is there belongs to auditors.
+	if _, err := os.Lstat(r.dir); err == nil {
+		return fmt.Errorf("run directory %s already exists", r.dir)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if c := r.spec.Checkout; c != nil {
+		if err := checkout(ctx, c, r.dir); err != nil {
+			return err
+		}
+	} else if err := os.Mkdir(r.dir, 0o755); err != nil {
+		return err
+	}
+	if err := prepareState(r.path(""), rawSpec); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return e.spawn(r)
+}
+
+// prepareState makes the .leaselog folder of a new run.
+func prepareState(state string, rawSpec json.RawMessage) error {
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return err
+	}
+	// "*" ignores the folder's files and this file itself, so an agent's
+	// `git add -A` never commits leaselog's logs.
+	if err := os.WriteFile(filepath.Join(state, ".gitignore"), []byte("*\n"), 0o644); err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(state, specFile), rawSpec)
+}
+
+// newRun validates a grant and returns the run it names, not yet started.
+func (e *Executor) newRun(g api.Grant) (*run, error) {
+	if err := checkJobID(g.Job.ID); err != nil {
+		return nil, err
+	}
+	spec, err := parseSpec(g.Job.Spec)
+	if err != nil {
+		return nil, err
+	}
+	r := &run{
+		e:     e,
+		job:   g.Job.ID,
+		lease: g.Lease,
+		dir:   filepath.Join(e.dir, g.Job.ID+"-"+strconv.FormatUint(g.Lease, 10)),
+		spec:  spec,
+		done:  make(chan struct{}),
+	}
+	r.log = e.log.With().Str("job", r.job).Uint64("lease", r.lease).Logger()
+	return r, nil
+}
+
+// checkJobID refuses ids outside [A-Za-z0-9._:@-]: the id names a directory,
+// so a '/' or a ".." must never get that far.
+func checkJobID(id string) error {
+	if id == "" {
+		return errors.New("job id is empty")
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '_' || c == ':' || c == '@' || c == '-':
+		default:
+			return fmt.Errorf("job id %q: byte %q is not in [A-Za-z0-9._:@-]", id, c)
+		}
+	}
+	return nil
+}
+
+// parseSpec reads the part of a job spec this executor understands; other
+// fields are the executor's business and are ignored.
+func parseSpec(raw json.RawMessage) (api.Spec, error) {
+	var s api.Spec
+	if len(raw) == 0 {
+		return s, errors.New("bad spec: empty")
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return s, fmt.Errorf("bad spec: %w", err)
+	}
+	if s.Run == "" {
+		return s, errors.New("bad spec: no run command")
+	}
+	if s.Checkout != nil && s.Checkout.Repo == "" {
+		return s, errors.New("bad spec: checkout without a repo")
+	}
+	return s, nil
+}
+
+// writeFileAtomic writes a file whole or not at all (tmp, then rename), so a
+// reader after a crash never sees half of it.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}

@@ -1,0 +1,346 @@
+package local
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+)
+
+func TestSucceeds(t *testing.T) {
+	// The worker's credential must not reach the job (not parallel: Setenv).
+	t.Setenv("LEASELOG_TOKEN", "secret")
+	e, logs := newExecutor(t, t.TempDir(), time.Second)
+	g := grant(t, "j1", 17, api.Spec{Run: `printf '%s\n' "$LEASELOG_JOB" "$LEASELOG_LEASE" "$LEASELOG_WORKDIR" "$LEASELOG_RESULT" "$(pwd)" "${LEASELOG_TOKEN-unset}"`})
+	r := start(t, e, g)
+	out := await(t, r)
+	wantOutcome(t, out, "succeeded", "")
+	if out.Ref != "" || out.Result != nil {
+		t.Fatalf("ref %q, result %s; want none without a checkout or a result", out.Ref, out.Result)
+	}
+
+	dir := runDirOf(e, g)
+	want := strings.Join([]string{"j1", "17", dir, filepath.Join(dir, ".leaselog", "result.json"), dir, "unset"}, "\n") + "\n"
+	if got := readState(t, e, g, "stdout"); got != want {
+		t.Fatalf("job saw:\n%s\nwant:\n%s", got, want)
+	}
+	if got := readState(t, e, g, "exit"); got != "0\n" {
+		t.Fatalf("exit file %q, want 0", got)
+	}
+	if got := readState(t, e, g, "spec.json"); got != string(g.Job.Spec) {
+		t.Fatalf("spec.json %s, want %s", got, g.Job.Spec)
+	}
+	if got := readState(t, e, g, ".gitignore"); got != "*\n" {
+		t.Fatalf(".gitignore %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".leaselog", "exit.tmp")); !os.IsNotExist(err) {
+		t.Fatalf("exit.tmp left behind: %v", err)
+	}
+	for _, msg := range []string{`"local: started"`, `"local: ended"`, `"outcome":"succeeded"`} {
+		if !strings.Contains(logs.String(), msg) {
+			t.Errorf("log lacks %s:\n%s", msg, logs)
+		}
+	}
+	// Done stays closed and the outcome stays put.
+	if !isDone(r) || !sameOutcome(r.Outcome(), out) {
+		t.Fatal("outcome changed after Done")
+	}
+}
+
+func TestFailsWithExitStatus(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Second)
+	g := grant(t, "j2", 3, api.Spec{Run: "echo oops >&2; exit 3"})
+	out := await(t, start(t, e, g))
+	wantOutcome(t, out, "failed", "exit status 3")
+	if got := readState(t, e, g, "stderr"); got != "oops\n" {
+		t.Fatalf("stderr %q", got)
+	}
+
+	g = grant(t, "j2", 4, api.Spec{Run: "no-such-command-here"})
+	wantOutcome(t, await(t, start(t, e, g)), "failed", "exit status 127")
+}
+
+func TestResult(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Second)
+	for i, tc := range []struct {
+		name, run string
+		result    string
+		reason    string
+	}{
+		{"valid", `printf '{ "score": 0.75, "notes": ["a", "b"] }' > "$LEASELOG_RESULT"`, `{"score":0.75,"notes":["a","b"]}`, ""},
+		{"invalid", `printf '{"score": 0.' > "$LEASELOG_RESULT"`, "", "result ignored: not valid JSON"},
+		{"empty", `: > "$LEASELOG_RESULT"`, "", ""},
+		{"too large", `head -c 1048577 /dev/zero | tr '\0' 1 > "$LEASELOG_RESULT"`, "", "result ignored: larger than 1048576 bytes"},
+		{"named pipe", `mkfifo "$LEASELOG_RESULT"`, "", "result ignored: result.json is not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := grant(t, "res", uint64(i+1), api.Spec{Run: tc.run})
+			out := await(t, start(t, e, g))
+			wantOutcome(t, out, "succeeded", tc.reason)
+			if string(out.Result) != tc.result {
+				t.Fatalf("result %s, want %s", out.Result, tc.result)
+			}
+		})
+	}
+}
+
+func TestRunsInItsOwnSession(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Second)
+	ready, release := fifo(t, "ready"), fifo(t, "release")
+	g := grant(t, "sess", 1, api.Spec{Run: "echo up > " + q(ready) + "; read x < " + q(release)})
+	r := start(t, e, g)
+	readFIFO(t, ready)
+
+	pid := pidOf(t, e, g)
+	pgid, err := syscall.Getpgid(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pgid != pid || pgid == syscall.Getpgrp() {
+		t.Fatalf("job group %d (pid %d), test group %d: want a group of its own", pgid, pid, syscall.Getpgrp())
+	}
+	if sid := getsid(pid); sid != pid || sid == getsid(0) {
+		t.Fatalf("job session %d (pid %d), test session %d: want a session of its own", sid, pid, getsid(0))
+	}
+	_, _, sid, err := procStat(pid)
+	if err != nil || sid != pid {
+		t.Fatalf("procStat session %d, %v; want %d", sid, err, pid)
+	}
+	writeFIFO(t, release, "go\n")
+	wantOutcome(t, await(t, r), "succeeded", "")
+}
+
+func TestCancelOfJobThatExitsOnTerm(t *testing.T) {
+	t.Parallel()
+	// A grace far longer than the test: the job must end on SIGTERM alone.
+	e, logs := newExecutor(t, t.TempDir(), time.Minute)
+	ready := fifo(t, "ready")
+	g := grant(t, "c1", 1, api.Spec{Run: "trap 'echo terminated; exit 5' TERM; echo up > " + q(ready) + "; sleep 60 & wait"})
+	r := start(t, e, g)
+	readFIFO(t, ready)
+
+	began := time.Now()
+	r.Stop(false)
+	r.Stop(false) // idempotent
+	out := await(t, r)
+	if d := time.Since(began); d > 5*time.Second {
+		t.Fatalf("cancel took %v", d)
+	}
+	// The wrapper did not stand in the way, and still recorded the status.
+	wantOutcome(t, out, "cancelled", "cancelled by the worker; exit status 5")
+	if got := readState(t, e, g, "exit"); got != "5\n" {
+		t.Fatalf("exit file %q, want 5", got)
+	}
+	if got := readState(t, e, g, "stdout"); got != "terminated\n" {
+		t.Fatalf("the job's trap did not run once: stdout %q", got)
+	}
+	if got := readState(t, e, g, "stop"); got != "cancel\n" {
+		t.Fatalf("stop file %q", got)
+	}
+	if !strings.Contains(logs.String(), `"local: stop"`) {
+		t.Fatalf("no stop logged:\n%s", logs)
+	}
+}
+
+// A cancel is one SIGTERM: the wrapper does not forward a second one. The
+// job counts the TERMs it gets for 300ms after the first, and exits with the
+// count. (A window, because the check is that nothing more comes.)
+func TestCancelSendsOneTerm(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Minute)
+	ready := fifo(t, "ready")
+	g := grant(t, "once", 1, api.Spec{Run: "n=0; trap 'n=$((n+1))' TERM; echo up > " + q(ready) +
+		`; while [ "$n" -eq 0 ]; do sleep 0.01; done; sleep 0.3; exit "$n"`})
+	r := start(t, e, g)
+	readFIFO(t, ready)
+	r.Stop(false)
+	wantOutcome(t, await(t, r), "cancelled", "cancelled by the worker; exit status 1")
+}
+
+func TestCancelOfJobThatIgnoresTerm(t *testing.T) {
+	t.Parallel()
+	const grace = 200 * time.Millisecond
+	e, logs := newExecutor(t, t.TempDir(), grace)
+	ready := fifo(t, "ready")
+	g := grant(t, "c2", 1, api.Spec{Run: "trap '' TERM; echo up > " + q(ready) + "; exec sleep 60"})
+	r := start(t, e, g)
+	readFIFO(t, ready)
+
+	began := time.Now()
+	r.Stop(false)
+	out := await(t, r)
+	if d := time.Since(began); d < grace || d > 5*time.Second {
+		t.Fatalf("the job ended %v after the cancel; want after the %v grace, soon", d, grace)
+	}
+	wantOutcome(t, out, "cancelled", "cancelled by the worker")
+	if !strings.Contains(logs.String(), "stop grace over") {
+		t.Fatalf("no escalation logged:\n%s", logs)
+	}
+}
+
+func TestKill(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Minute)
+	ready := fifo(t, "ready")
+	g := grant(t, "k1", 1, api.Spec{Run: "echo up > " + q(ready) + "; exec sleep 60"})
+	r := start(t, e, g)
+	readFIFO(t, ready)
+	r.Stop(true)
+	r.Stop(false) // a cancel never weakens a kill
+	out := await(t, r)
+	wantOutcome(t, out, "killed", "killed by the worker")
+	r.Stop(true) // stopping an ended run does nothing
+	if !sameOutcome(r.Outcome(), out) {
+		t.Fatal("outcome changed")
+	}
+}
+
+func TestKillStrengthensCancel(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Minute)
+	ready := fifo(t, "ready")
+	g := grant(t, "k2", 1, api.Spec{Run: "trap '' TERM; echo up > " + q(ready) + "; exec sleep 60"})
+	r := start(t, e, g)
+	readFIFO(t, ready)
+	r.Stop(false)
+	r.Stop(true)
+	wantOutcome(t, await(t, r), "killed", "killed by the worker")
+	if got := readState(t, e, g, "stop"); got != "kill\n" {
+		t.Fatalf("stop file %q", got)
+	}
+}
+
+func TestStopAfterTheJobEnded(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Minute)
+	g := grant(t, "late", 1, api.Spec{Run: "exit 0"})
+	r := start(t, e, g)
+	out := await(t, r)
+	r.Stop(false)
+	r.Stop(true)
+	if !sameOutcome(r.Outcome(), out) || out.Outcome != "succeeded" {
+		t.Fatalf("outcome %+v after a late stop", r.Outcome())
+	}
+	if _, err := os.Stat(filepath.Join(runDirOf(e, g), stateDir, stopFile)); !os.IsNotExist(err) {
+		t.Fatalf("a late stop was recorded: %v", err)
+	}
+}
+
+// A stop signal sent to the wrapper alone (`kill $(cat .leaselog/pid)`)
+// reaches the command too, as TERM, and the wrapper records how it ended.
+func TestSignalToWrapperAloneReachesCommand(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Minute)
+	for i, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ready := fifo(t, "ready")
+			g := grant(t, "w", uint64(i+1), api.Spec{Run: "echo up > " + q(ready) + "; exec sleep 60"})
+			r := start(t, e, g)
+			readFIFO(t, ready)
+			if err := syscall.Kill(pidOf(t, e, g), sig); err != nil {
+				t.Fatal(err)
+			}
+			wantOutcome(t, await(t, r), "failed", "exit status "+strconv.Itoa(128+int(syscall.SIGTERM)))
+		})
+	}
+}
+
+// What the command leaves running in the background does not outlive it.
+func TestLeftoversAreKilled(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Minute)
+	g := grant(t, "bg", 1, api.Spec{Run: `sleep 60 & echo $! > child; exit 0`})
+	out := await(t, start(t, e, g))
+	wantOutcome(t, out, "succeeded", "")
+	b, err := os.ReadFile(filepath.Join(runDirOf(e, g), "child"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The wrapper's SIGKILL to its group reaches the background sleep; it
+	// dies a moment later (a zombie at most, until init reaps it).
+	pgid := pidOf(t, e, g)
+	deadline := time.Now().Add(waitBound)
+	for {
+		state, pgrp, _, err := procStat(child)
+		if err != nil || state == 'Z' || pgrp != pgid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("background child %d still alive (state %c) after %v", child, state, waitBound)
+		}
+		time.Sleep(5 * time.Millisecond) // a bounded poll: there is nothing to wait on
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Second)
+	notRepo := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		g    api.Grant
+		want string
+	}{
+		{"malformed spec", api.Grant{Lease: 1, Job: api.Job{ID: "e", Spec: []byte(`{"run":`)}}, "bad spec"},
+		{"no spec", api.Grant{Lease: 2, Job: api.Job{ID: "e"}}, "bad spec"},
+		{"no run", grant(t, "e", 3, api.Spec{}), "no run command"},
+		{"checkout without repo", grant(t, "e", 4, api.Spec{Run: "true", Checkout: &api.Checkout{}}), "without a repo"},
+		{"bad job id", grant(t, "../x", 5, api.Spec{Run: "true"}), "not in [A-Za-z0-9._:@-]"},
+		{"empty job id", grant(t, "", 6, api.Spec{Run: "true"}), "job id is empty"},
+		{"not a repository", grant(t, "e", 7, api.Spec{Run: "true", Checkout: &api.Checkout{Repo: notRepo}}), "checkout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.Start(context.Background(), tc.g)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "local: start lease ") {
+				t.Fatalf("error %v, want one about %q", err, tc.want)
+			}
+		})
+	}
+
+	t.Run("same lease twice", func(t *testing.T) {
+		g := grant(t, "twice", 1, api.Spec{Run: "exit 0"})
+		await(t, start(t, e, g))
+		if _, err := e.Start(context.Background(), g); err == nil || !strings.Contains(err.Error(), "already exists") {
+			t.Fatalf("second start: %v", err)
+		}
+	})
+
+	t.Run("cancelled context", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := e.Start(ctx, grant(t, "ctx", 1, api.Spec{Run: "true"})); err == nil {
+			t.Fatal("started with a cancelled context")
+		}
+	})
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	if _, err := New(Options{}); err == nil {
+		t.Fatal("New without a Dir")
+	}
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	e, err := New(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Fatalf("Dir not created: %v", err)
+	}
+	if e.grace != 10*time.Second || e.poll != 500*time.Millisecond {
+		t.Fatalf("defaults: grace %v, poll %v", e.grace, e.poll)
+	}
+}

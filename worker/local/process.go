@@ -1,0 +1,207 @@
+package local
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+)
+
+// wrapperScript runs a job's command and records how it ended. $1 is the
+// command, $2 the .leaselog folder. The wrapper leads the run's session and
+// process group; a recorder subshell is the command's parent and writes down
+// its exit status, whether or not a worker is still watching.
+//
+//   - The recorder runs the command in the foreground: a shell that waits for
+//     a foreground command always gets its real status, and runs its own
+//     traps only afterwards. Its trap (":") keeps it alive through a stop
+//     signal to the group; exec resets a caught signal, so the command still
+//     sees the signal with its default action.
+//   - The status goes to exit.tmp, then is renamed to exit: a reader sees all
+//     or nothing. The recorder ignores TERM and HUP from then on, so that a
+//     late stop cannot kill mv half way.
+//   - The wrapper waits for the recorder in the background, so that it can
+//     take signals meanwhile: a stop signal sent to the wrapper alone (kill
+//     $(cat pid)) is forwarded to the whole group, as TERM, once. (A
+//     background command of a non-interactive shell ignores INT, so INT is
+//     forwarded as TERM.) It is not forwarded once .leaselog/stop exists:
+//     then the signal is this executor's, sent to the group, and a command
+//     must see one TERM, not two — a second TERM means "die now" to many
+//     programs. A group signal from anyone else does reach the command
+//     twice. A trapped signal cuts wait short with a status above 128; the
+//     wrapper waits again for as long as the recorder's pid answers (a
+//     zombie does, until this shell reaps it).
+//   - Then the wrapper kills its own group, itself included: nothing the
+//     command left running in the background outlives the job, or changes
+//     the worktree while it is being brought back.
+const wrapperScript = `cmd=$1 state=$2 fwd=
+trap '[ -n "$fwd" ] || [ -e "$state/stop" ] || { fwd=1; kill -TERM 0; }' TERM INT HUP
+(
+	trap : TERM HUP
+	/bin/sh -c "$cmd"
+	status=$?
+	trap '' TERM HUP
+	printf '%s\n' "$status" >"$state/exit.tmp" && mv -f "$state/exit.tmp" "$state/exit"
+) &
+recorder=$!
+while :; do
+	wait "$recorder"
+	[ $? -ne 127 ] && kill -0 "$recorder" 2>/dev/null || break
+done
+kill -KILL 0
+`
+
+// jobEnv is the environment of a job: the daemon's, without what must not
+// leak into a job, plus the LEASELOG_ variables that tell the job where it is.
+func jobEnv(r *run) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		// LEASELOG_TOKEN is the worker's credential: a job must not report
+		// on leases. GIT_DIR and its kind would point the job's git at
+		// another repository than its worktree.
+		if strings.HasPrefix(name, "LEASELOG_") || isGitLocationVar(name) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env,
+		"LEASELOG_JOB="+r.job,
+		"LEASELOG_LEASE="+strconv.FormatUint(r.lease, 10),
+		"LEASELOG_WORKDIR="+r.dir,
+		"LEASELOG_RESULT="+r.path(resultFile),
+	)
+}
+
+// isGitLocationVar reports whether a variable makes git choose a
+// repository, a work tree or an index other than the current directory's.
+func isGitLocationVar(name string) bool {
+	switch name {
+	case "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
+		"GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_CEILING_DIRECTORIES",
+		"GIT_DISCOVERY_ACROSS_FILESYSTEM":
+		return true
+	}
+	return false
+}
+
+// spawn starts the wrapper of a prepared run, writes its pid file and hands
+// the child to a reaping goroutine.
+func (e *Executor) spawn(r *run) error {
+	stdout, err := os.OpenFile(r.path(stdoutFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer stdout.Close()
+	stderr, err := os.OpenFile(r.path(stderrFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer stderr.Close()
+
+	cmd := exec.Command("/bin/sh", "-c", wrapperScript, "leaselog-run", r.spec.Run, r.path(""))
+	cmd.Dir = r.dir
+	cmd.Env = jobEnv(r)
+	cmd.Stdin = nil // /dev/null
+	// Files, not pipes: the child writes to them directly, so neither its
+	// output nor Wait depends on this process being alive.
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// A session of its own: signals to the daemon's process group or
+	// terminal do not reach the job, and its group id is its pid.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("run %s: %w", r.dir, err)
+	}
+	r.pid, r.owned = cmd.Process.Pid, true
+	if err := writeFileAtomic(r.path(pidFile), []byte(strconv.Itoa(r.pid)+"\n")); err != nil {
+		// A run no restart could find must not run on.
+		_ = syscall.Kill(-r.pid, syscall.SIGKILL)
+		go func() { _ = cmd.Wait() }() // reap it; the start has failed
+		return fmt.Errorf("write pid file: %w", err)
+	}
+	r.log.Info().Int("pid", r.pid).Str("dir", r.dir).Bool("checkout", r.spec.Checkout != nil).Msg("local: started")
+	go r.reap(cmd)
+	return nil
+}
+
+// reap waits for an owned wrapper to end, then finishes the run. It marks
+// the run gone while the wrapper is still an unreaped zombie, and only then
+// reaps it: until then its pid, the group id Stop signals, cannot be
+// recycled.
+func (r *run) reap(cmd *exec.Cmd) {
+	if err := waitExited(r.pid); err != nil {
+		r.log.Warn().Err(err).Msg("local: waitid failed; reaping directly")
+	}
+	r.markGone()
+	detail := ""
+	if err := cmd.Wait(); err != nil {
+		detail = "wrapper: " + err.Error()
+	}
+	r.finish(detail)
+}
+
+// waitExited blocks until child pid has exited, without reaping it
+// (waitid WEXITED|WNOWAIT; the syscall package does not wrap waitid).
+func waitExited(pid int) error {
+	const pPID = 1        // idtype_t P_PID
+	var siginfo [128]byte // siginfo_t, filled in and ignored
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
+			uintptr(unsafe.Pointer(&siginfo[0])), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		switch errno {
+		case 0:
+			return nil
+		case syscall.EINTR:
+			continue
+		default:
+			return fmt.Errorf("waitid %d: %w", pid, errno)
+		}
+	}
+}
+
+// procStat reads the state, process group and session of a process from
+// /proc/<pid>/stat: "pid (comm) state ppid pgrp session …".
+func procStat(pid int) (state byte, pgrp, session int, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	// comm may hold spaces and parentheses: cut after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 4 || len(f[0]) != 1 {
+		return 0, 0, 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	pgrp, err1 := strconv.Atoi(f[2])
+	session, err2 := strconv.Atoi(f[3])
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return f[0][0], pgrp, session, nil
+}
+
+// groupAlive reports whether pid is still the live wrapper of the run in
+// dir: a running process that leads its own process group and works in dir.
+// A recycled pid may lead a group of its own too, but it will not be working
+// in this run's directory. A zombie counts as gone: it has ended, and its
+// reaper (init, once the daemon that started it died) may be slow.
+func groupAlive(pid int, dir string) bool {
+	state, pgrp, _, err := procStat(pid)
+	if err != nil || pgrp != pid || state == 'Z' || state == 'X' || state == 'x' {
+		return false
+	}
+	cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
+	if err != nil {
+		// Not allowed to look (another user): the group id must do.
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	return strings.TrimSuffix(cwd, " (deleted)") == dir
+}

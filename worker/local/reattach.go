@@ -1,0 +1,111 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/worker"
+)
+
+// Reattach finds the run of a lease this worker started before it restarted,
+// from what the run left on disk:
+//
+//   - no run directory: found is false (the worker reports the lease lost);
+//   - .leaselog/exit: the job ended while nobody watched; the run is Done at
+//     once, with its outcome and what it brought back;
+//   - a live wrapper (the pid file's process still leads its group and works
+//     in the run directory): a run that watches it every Options.Poll, Done
+//     once the exit file appears or the process is gone;
+//   - no live wrapper and no exit status: Done at once, "failed", reason
+//     "agent vanished".
+//
+// A stop recorded before the restart still counts: the outcome is cancelled
+// or killed, a kill is sent again, and a cancel gets a fresh StopGrace before
+// its SIGKILL (the old daemon's timer died with it).
+func (e *Executor) Reattach(ctx context.Context, g api.Grant) (worker.Run, bool, error) {
+	r, err := e.newRun(g)
+	if err != nil {
+		return nil, false, fmt.Errorf("local: re-attach lease %d: %w", g.Lease, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, false, fmt.Errorf("local: re-attach lease %d: %w", g.Lease, err)
+	}
+	if _, err := os.Stat(r.dir); errors.Is(err, fs.ErrNotExist) {
+		r.log.Warn().Str("dir", r.dir).Msg("local: re-attach: run directory gone")
+		return nil, false, nil
+	} else if err != nil {
+		return nil, false, fmt.Errorf("local: re-attach lease %d (job %s): %w", g.Lease, g.Job.ID, err)
+	}
+	if b, err := readSmall(r.path(stopFile), 64); err == nil {
+		r.mu.mode = parseStopMode(string(b))
+	}
+
+	if fileExists(r.path(exitFile)) {
+		r.mu.gone = true
+		r.log.Info().Str("state", "ended").Msg("local: re-attached")
+		r.finish("")
+		return r, true, nil
+	}
+	pid, err := readPid(r.path(pidFile))
+	if err != nil {
+		// Started (the directory is there) but never got as far as its pid
+		// file: the daemon died inside Start.
+		r.mu.gone = true
+		r.log.Info().Str("state", "vanished").Err(err).Msg("local: re-attached")
+		r.finish("no pid file")
+		return r, true, nil
+	}
+	r.pid = pid
+	if !groupAlive(pid, r.dir) {
+		r.mu.gone = true
+		r.log.Info().Str("state", "vanished").Int("pid", pid).Msg("local: re-attached")
+		r.finish("")
+		return r, true, nil
+	}
+
+	r.log.Info().Str("state", "running").Int("pid", pid).Str("stop", r.mu.mode.String()).Msg("local: re-attached")
+	r.mu.Lock()
+	switch r.mu.mode {
+	case stopKill:
+		r.signalLocked(syscall.SIGKILL)
+	case stopCancel:
+		r.mu.grace = time.AfterFunc(e.grace, r.graceOver)
+	}
+	r.mu.Unlock()
+	go r.watch()
+	return r, true, nil
+}
+
+// watch polls a re-attached run, which is not this process's child and so
+// cannot be waited for, until it ends.
+func (r *run) watch() {
+	t := time.NewTicker(r.e.poll)
+	defer t.Stop()
+	for range t.C {
+		if fileExists(r.path(exitFile)) || !groupAlive(r.pid, r.dir) {
+			break
+		}
+	}
+	r.markGone()
+	r.finish("")
+}
+
+func readPid(path string) (int, error) {
+	b, err := readSmall(path, 64)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return 0, fmt.Errorf("%s: bad pid %q", path, b)
+	}
+	return pid, nil
+}

@@ -1,0 +1,330 @@
+package local
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/worker"
+)
+
+// Outcomes, as the report API spells them.
+const (
+	outcomeSucceeded = "succeeded"
+	outcomeFailed    = "failed"
+	outcomeCancelled = "cancelled"
+	outcomeKilled    = "killed"
+)
+
+// reasonVanished is the reason of a run whose processes are gone without an
+// exit status: killed from outside, or the machine went down under it.
+const reasonVanished = "agent vanished"
+
+// maxResult bounds the JSON result carried in a report: a report must stay
+// small enough for the daemon to take it.
+const maxResult = 1 << 20
+
+// stopMode is how this executor was asked to stop a run; a kill strengthens
+// a cancel, a cancel never weakens a kill.
+type stopMode int
+
+const (
+	stopNone stopMode = iota
+	stopCancel
+	stopKill
+)
+
+func (m stopMode) String() string {
+	switch m {
+	case stopCancel:
+		return "cancel"
+	case stopKill:
+		return "kill"
+	}
+	return "none"
+}
+
+func parseStopMode(s string) stopMode {
+	switch strings.TrimSpace(s) {
+	case "cancel":
+		return stopCancel
+	case "kill":
+		return stopKill
+	}
+	return stopNone
+}
+
+// run is one lease's job: started here (owned, this process reaps it) or
+// found again after a restart (re-attached, watched by polling).
+type run struct {
+	e     *Executor
+	job   string
+	lease uint64
+	dir   string // the run directory
+	spec  api.Spec
+	log   zerolog.Logger
+	pid   int  // the wrapper: leader of the run's session and process group
+	owned bool // this process is its parent and reaps it
+
+	done    chan struct{}
+	outcome worker.Outcome // written once, before done is closed
+
+	mu struct {
+		sync.Mutex
+		mode stopMode
+		// gone is set once the wrapper is known to have ended. From then on
+		// its pid, and so the group id, may be recycled: no more signals.
+		gone  bool
+		grace *time.Timer // the SIGKILL that follows a cancel's SIGTERM
+	}
+}
+
+var _ worker.Run = (*run)(nil)
+
+// path names a file of the run's .leaselog folder ("" for the folder).
+func (r *run) path(name string) string { return filepath.Join(r.dir, stateDir, name) }
+
+// Done is closed when the job has ended and its outcome is final (result
+// read, files brought back).
+func (r *run) Done() <-chan struct{} { return r.done }
+
+// Outcome is what to report; before Done is closed it is the zero Outcome.
+func (r *run) Outcome() worker.Outcome {
+	select {
+	case <-r.done:
+		return r.outcome
+	default:
+		return worker.Outcome{}
+	}
+}
+
+// Stop signals the run's whole process group and returns: a kill sends
+// SIGKILL; a cancel sends SIGTERM, then SIGKILL after Options.StopGrace if
+// the group is still there. The mode is written to .leaselog/stop first, so
+// that a daemon restarted before the job ends still reports it cancelled or
+// killed. Stopping a run that has ended, or again with the same or a weaker
+// mode, does nothing.
+func (r *run) Stop(kill bool) {
+	want := stopCancel
+	if kill {
+		want = stopKill
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.gone || want <= r.mu.mode {
+		return
+	}
+	if r.mu.mode == stopNone && fileExists(r.path(exitFile)) {
+		// The command ended on its own before we asked: its exit status,
+		// not our request, is what happened.
+		return
+	}
+	r.mu.mode = want
+	if err := writeFileAtomic(r.path(stopFile), []byte(want.String()+"\n")); err != nil {
+		r.log.Warn().Err(err).Msg("local: cannot record the stop; a restart would report the exit status instead")
+	}
+	r.log.Info().Str("mode", want.String()).Int("pid", r.pid).Msg("local: stop")
+	if want == stopKill {
+		if r.mu.grace != nil {
+			r.mu.grace.Stop()
+		}
+		r.signalLocked(syscall.SIGKILL)
+		return
+	}
+	r.signalLocked(syscall.SIGTERM)
+	r.mu.grace = time.AfterFunc(r.e.grace, r.graceOver)
+}
+
+// graceOver kills a cancelled run that outlived its grace.
+func (r *run) graceOver() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.gone || r.mu.mode != stopCancel {
+		return
+	}
+	r.log.Info().Dur("grace", r.e.grace).Int("pid", r.pid).Msg("local: stop grace over, killing")
+	r.signalLocked(syscall.SIGKILL)
+}
+
+// signalLocked sends sig to the run's process group, if it is still the
+// run's. An owned wrapper is not reaped before gone is set (see reap), so
+// its pid cannot have been recycled; a re-attached one is checked first.
+func (r *run) signalLocked(sig syscall.Signal) {
+	if r.mu.gone || r.pid <= 0 {
+		return
+	}
+	if !r.owned && !groupAlive(r.pid, r.dir) {
+		return
+	}
+	if err := syscall.Kill(-r.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		r.log.Warn().Err(err).Int("pgid", r.pid).Str("signal", sig.String()).Msg("local: signal failed")
+	}
+}
+
+// markGone records that the wrapper has ended: no signal may follow.
+func (r *run) markGone() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.gone = true
+	if r.mu.grace != nil {
+		r.mu.grace.Stop()
+	}
+}
+
+// finish works out the outcome of an ended run, publishes it and closes
+// Done. detail says more about a run that vanished (how its wrapper ended).
+func (r *run) finish(detail string) {
+	r.outcome = r.collect(detail)
+	// Logged before Done closes: whoever waits on Done sees the line.
+	ev := r.log.Info().Str("outcome", r.outcome.Outcome)
+	if r.outcome.Reason != "" {
+		ev = ev.Str("reason", r.outcome.Reason)
+	}
+	if r.outcome.Ref != "" {
+		ev = ev.Str("ref", r.outcome.Ref)
+	}
+	ev.Msg("local: ended")
+	close(r.done)
+}
+
+// collect reads what an ended run left: its exit status, its result, and,
+// for a checkout, the files to bring back.
+func (r *run) collect(detail string) worker.Outcome {
+	r.mu.Lock()
+	mode := r.mu.mode
+	r.mu.Unlock()
+
+	var out worker.Outcome
+	var notes []string
+	status, exitErr := readExit(r.path(exitFile))
+	exited := ""
+	if exitErr == nil {
+		exited = "exit status " + strconv.Itoa(status)
+	}
+	switch {
+	case mode == stopKill:
+		out.Outcome, out.Reason = outcomeKilled, "killed by the worker"
+	case mode == stopCancel:
+		out.Outcome, out.Reason = outcomeCancelled, "cancelled by the worker"
+	case exitErr == nil && status == 0:
+		out.Outcome = outcomeSucceeded
+	case exitErr == nil:
+		out.Outcome, out.Reason = outcomeFailed, exited
+	case errors.Is(exitErr, fs.ErrNotExist):
+		out.Outcome, out.Reason = outcomeFailed, reasonVanished
+		if detail != "" {
+			out.Reason += " (" + detail + ")"
+		}
+	default:
+		out.Outcome, out.Reason = outcomeFailed, exitErr.Error()
+	}
+	if mode != stopNone && exited != "" {
+		notes = append(notes, exited)
+	}
+
+	result, note := readResult(r.path(resultFile))
+	out.Result = result
+	if note != "" {
+		notes = append(notes, note)
+	}
+
+	if r.spec.Checkout != nil {
+		ref, skipped, err := bringBack(r.dir, r.spec.BringBack, r.job, r.lease)
+		notes = append(notes, skipped...)
+		if err != nil {
+			// The ref is what an executor waits for: a success whose work
+			// is not reachable is not a success. The worktree keeps it.
+			if out.Outcome == outcomeSucceeded {
+				out.Outcome = outcomeFailed
+			}
+			notes = append(notes, "bring back: "+err.Error())
+		} else {
+			out.Ref = ref
+		}
+	}
+	if len(notes) > 0 {
+		out.Reason = strings.Join(append(nonEmpty(out.Reason), notes...), "; ")
+	}
+	return out
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// readExit reads the status the wrapper wrote.
+func readExit(path string) (int, error) {
+	b, err := readSmall(path, 64)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("unreadable exit status %q", b)
+	}
+	return n, nil
+}
+
+// readResult reads the JSON a job left at $LEASELOG_RESULT. A result that is
+// not valid JSON, or too large to report, is left out, and the note says so:
+// the exit status still decides the outcome.
+func readResult(path string) (json.RawMessage, string) {
+	b, err := readSmall(path, maxResult)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, ""
+	case errors.Is(err, errTooLarge):
+		return nil, fmt.Sprintf("result ignored: larger than %d bytes", maxResult)
+	case err != nil:
+		return nil, "result ignored: " + err.Error()
+	case len(bytes.TrimSpace(b)) == 0:
+		return nil, ""
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return nil, "result ignored: not valid JSON"
+	}
+	return buf.Bytes(), ""
+}
+
+var errTooLarge = errors.New("local: file too large")
+
+// readSmall reads a file of a run directory, of at most limit bytes. The job
+// can write there, so it refuses anything but a regular file: a named pipe
+// in place of a result must not hang the worker.
+func readSmall(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", filepath.Base(path))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errTooLarge
+	}
+	return b, nil
+}

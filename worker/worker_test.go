@@ -1,0 +1,332 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/lease"
+)
+
+var timing = api.Timing{RenewSeconds: 0.02, GraceSeconds: 0.1, TolerationSeconds: 0.3}
+
+// fakeDaemon records calls and answers from scripted state.
+type fakeDaemon struct {
+	mu         sync.Mutex
+	queue      []api.Grant
+	live       []api.Grant // what WorkerLeases answers
+	directives map[uint64]lease.Directive
+	beatErr    error // heartbeats fail with this while set
+	reportErr  []error
+	reports    chan api.Report
+	started    chan uint64
+	beats      chan []uint64
+	reported   []uint64 // leases reported, in order
+}
+
+func newFakeDaemon() *fakeDaemon {
+	return &fakeDaemon{directives: map[uint64]lease.Directive{}, reports: make(chan api.Report, 16),
+		started: make(chan uint64, 16), beats: make(chan []uint64, 1024)}
+}
+
+func (d *fakeDaemon) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
+	d.mu.Lock()
+	n := min(max, len(d.queue))
+	gs := d.queue[:n]
+	d.queue = d.queue[n:]
+	d.mu.Unlock()
+	if len(gs) == 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait / 10):
+		}
+	}
+	return gs, nil
+}
+
+func (d *fakeDaemon) Heartbeat(ctx context.Context, worker string, leases []uint64) (api.HeartbeatReply, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	select {
+	case d.beats <- leases:
+	default:
+	}
+	if d.beatErr != nil {
+		return api.HeartbeatReply{}, d.beatErr
+	}
+	r := api.HeartbeatReply{Timing: timing}
+	for _, id := range leases {
+		dir, ok := d.directives[id]
+		if !ok {
+			dir = lease.Continue
+		}
+		r.Leases = append(r.Leases, api.Directive{Lease: id, Directive: dir})
+	}
+	return r, nil
+}
+
+func (d *fakeDaemon) WorkerLeases(ctx context.Context, worker string) ([]api.Grant, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.live, nil
+}
+
+func (d *fakeDaemon) Start(ctx context.Context, worker string, id uint64) (api.Lease, error) {
+	d.started <- id
+	return api.Lease{Lease: id, State: "running"}, nil
+}
+
+func (d *fakeDaemon) Report(ctx context.Context, id uint64, r api.Report) (api.ReportReply, error) {
+	d.mu.Lock()
+	var err error
+	if len(d.reportErr) > 0 {
+		err, d.reportErr = d.reportErr[0], d.reportErr[1:]
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return api.ReportReply{}, err
+	}
+	d.mu.Lock()
+	d.reported = append(d.reported, id)
+	d.mu.Unlock()
+	d.reports <- r
+	return api.ReportReply{Accepted: true, Lease: id}, nil
+}
+
+// fakeRun ends when told to, or when stopped.
+type fakeRun struct {
+	mu      sync.Mutex
+	done    chan struct{}
+	outcome Outcome
+	stops   []bool
+}
+
+func newFakeRun() *fakeRun { return &fakeRun{done: make(chan struct{})} }
+
+func (r *fakeRun) Done() <-chan struct{} { return r.done }
+func (r *fakeRun) Outcome() Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.outcome
+}
+func (r *fakeRun) finish(o Outcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.done:
+	default:
+		r.outcome = o
+		close(r.done)
+	}
+}
+func (r *fakeRun) Stop(kill bool) {
+	r.mu.Lock()
+	r.stops = append(r.stops, kill)
+	r.mu.Unlock()
+	o := Outcome{Outcome: "cancelled"}
+	if kill {
+		o.Outcome = "killed"
+	}
+	r.finish(o)
+}
+
+type fakeExecutor struct {
+	mu       sync.Mutex
+	runs     map[uint64]*fakeRun
+	reattach map[uint64]bool
+	started  chan *fakeRun
+}
+
+func newFakeExecutor() *fakeExecutor {
+	return &fakeExecutor{runs: map[uint64]*fakeRun{}, reattach: map[uint64]bool{}, started: make(chan *fakeRun, 16)}
+}
+
+func (e *fakeExecutor) Start(ctx context.Context, g api.Grant) (Run, error) {
+	r := newFakeRun()
+	e.mu.Lock()
+	e.runs[g.Lease] = r
+	e.mu.Unlock()
+	e.started <- r
+	return r, nil
+}
+
+func (e *fakeExecutor) Reattach(ctx context.Context, g api.Grant) (Run, bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.reattach[g.Lease] {
+		return nil, false, nil
+	}
+	r := newFakeRun()
+	e.runs[g.Lease] = r
+	return r, true, nil
+}
+
+func newTestWorker(t *testing.T, d Daemon, e Executor, now func() time.Time) (*Worker, context.CancelFunc, chan error) {
+	w, err := New(Options{ID: "w1", Capacity: 2, Daemon: d, Executor: e, Timing: timing, Wait: 50 * time.Millisecond, Logger: zerolog.Nop(), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return w, cancel, done
+}
+
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+func grant(id uint64, job string) api.Grant {
+	return api.Grant{Lease: id, Job: api.Job{ID: job}, Timing: timing}
+}
+
+func TestRunsAndReportsJobs(t *testing.T) {
+	d, e := newFakeDaemon(), newFakeExecutor()
+	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2"), grant(5, "j3")}
+	newTestWorker(t, d, e, nil)
+	r1 := receive(t, e.started, "first start")
+	r2 := receive(t, e.started, "second start")
+	if a, b := receive(t, d.started, "start call"), receive(t, d.started, "start call"); a+b != 7 {
+		t.Fatalf("started leases %d and %d", a, b)
+	}
+	select {
+	case <-e.started:
+		t.Fatal("a third job started beyond capacity 2")
+	default:
+	}
+	r1.finish(Outcome{Outcome: "succeeded", Ref: "refs/x"})
+	rep := receive(t, d.reports, "report")
+	if rep.Outcome != "succeeded" || rep.Ref != "refs/x" || rep.Worker != "w1" {
+		t.Fatalf("report %+v", rep)
+	}
+	receive(t, e.started, "the third job, once a slot is free")
+	r2.finish(Outcome{Outcome: "failed", Reason: "exit status 1"})
+	if rep := receive(t, d.reports, "report"); rep.Outcome != "failed" {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+func TestDirectives(t *testing.T) {
+	d, e := newFakeDaemon(), newFakeExecutor()
+	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
+	d.directives[3] = lease.Cancel
+	d.directives[4] = lease.Gone
+	w, _, _ := newTestWorker(t, d, e, nil)
+	a, b := receive(t, e.started, "start"), receive(t, e.started, "start")
+	receive(t, a.done, "")
+	receive(t, b.done, "")
+	rep := receive(t, d.reports, "report of the cancelled job")
+	if rep.Outcome != "cancelled" {
+		t.Fatalf("report %+v", rep)
+	}
+	// The gone lease is dropped: stopped at once with a kill, forgotten, never
+	// reported. A report is sent before a lease is forgotten, so once a
+	// heartbeat names neither lease the list of reports is final.
+	e.mu.Lock()
+	stops := e.runs[4].stops
+	e.mu.Unlock()
+	if len(stops) == 0 || !stops[0] {
+		t.Fatalf("gone lease stops %v, want a kill", stops)
+	}
+	for len(receive(t, d.beats, "a heartbeat naming no lease")) > 0 {
+	}
+	if held := w.Leases(); len(held) > 0 {
+		t.Fatalf("still holding %v", held)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.reported) != 1 || d.reported[0] != 3 {
+		t.Fatalf("reported leases %v, want [3]", d.reported)
+	}
+}
+
+// TestSelfFencing: heartbeats stop being acknowledged; once the last
+// acknowledged one was sent more than toleration − 2×renew ago on the
+// worker's clock, every job is stopped, and reported killed when the daemon
+// answers again.
+func TestSelfFencing(t *testing.T) {
+	var clockMu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
+	advance := func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
+
+	d, e := newFakeDaemon(), newFakeExecutor()
+	d.queue = []api.Grant{grant(3, "j1")}
+	w, _, _ := newTestWorker(t, d, e, clock)
+	run := receive(t, e.started, "start")
+	receive(t, d.started, "start call")
+
+	d.mu.Lock()
+	d.beatErr = errors.New("connection refused")
+	d.mu.Unlock()
+	fence := timing.Config().SelfFence()
+	w.mu.Lock()
+	last := w.mu.lastAck
+	w.mu.Unlock()
+	advance(fence - clock().Sub(last)) // exactly at the fence: not past it
+	w.checkFence()
+	if isDone(run) {
+		t.Fatal("fenced at the fence, not past it")
+	}
+	advance(time.Millisecond)
+	w.checkFence()
+	receive(t, run.done, "the fenced job to stop")
+	if run.stops[0] != true {
+		t.Fatalf("fence stopped the job with %v, want kill", run.stops)
+	}
+	d.mu.Lock()
+	d.beatErr = nil
+	d.mu.Unlock()
+	rep := receive(t, d.reports, "the report of the fenced job")
+	if rep.Outcome != "killed" || rep.Reason == "" {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+func TestReattach(t *testing.T) {
+	d, e := newFakeDaemon(), newFakeExecutor()
+	d.live = []api.Grant{grant(7, "alive"), grant(8, "gone")}
+	e.reattach[7] = true
+	newTestWorker(t, d, e, nil)
+	rep := receive(t, d.reports, "the lost lease's report")
+	if rep.Outcome != "failed" || rep.Reason == "" {
+		t.Fatalf("lost lease reported %+v", rep)
+	}
+	// The re-attached job is heartbeated, and reported when it ends.
+	for {
+		if ids := receive(t, d.beats, "heartbeat"); len(ids) == 1 && ids[0] == 7 {
+			break
+		}
+	}
+	e.mu.Lock()
+	r := e.runs[7]
+	e.mu.Unlock()
+	r.finish(Outcome{Outcome: "succeeded"})
+	if rep := receive(t, d.reports, "report"); rep.Outcome != "succeeded" {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+func TestReportRetriesUntilAnswered(t *testing.T) {
+	d, e := newFakeDaemon(), newFakeExecutor()
+	d.queue = []api.Grant{grant(3, "j1")}
+	d.reportErr = []error{errors.New("connection reset"), &api.Error{Status: 503, Code: api.CodeUnavailable}}
+	newTestWorker(t, d, e, nil)
+	receive(t, e.started, "start").finish(Outcome{Outcome: "succeeded"})
+	if rep := receive(t, d.reports, "report after two failures"); rep.Outcome != "succeeded" {
+		t.Fatalf("report %+v", rep)
+	}
+}
