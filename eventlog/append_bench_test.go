@@ -2,12 +2,13 @@ package eventlog
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/internal/testutil"
 )
 
 // BenchmarkAppend measures durable appends, one event per call, from 1, 16
@@ -39,29 +40,9 @@ func benchEvent(i int) Event {
 		Lease: uint64(i), Worker: fmt.Sprintf("worker-%02d", i%64)}
 }
 
-// parallel runs b.N calls of op spread over n goroutines.
+// parallel runs b.N appends over n goroutines and reports events/s.
 func parallel(b *testing.B, n int, op func(i int) error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	for g := 0; g < n; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				if err := op(i); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
+	testutil.Parallel(b, n, func(_, i int) error { return op(i) })
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/internal/testutil"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
@@ -66,7 +65,7 @@ func benchHeartbeatHTTP(b *testing.B, workers int) {
 		}
 		leases[i] = gs[0].Lease
 	}
-	lat := runWorkers(b, workers, func(w int) error {
+	lat := testutil.Parallel(b, workers, func(w, _ int) error {
 		r, err := c.Heartbeat(ctx, fmt.Sprintf("w%d", w), leases[w:w+1])
 		if err == nil && r.Leases[0].Directive != lease.Continue {
 			err = fmt.Errorf("lease %d: %s", leases[w], r.Leases[0].Directive)
@@ -82,41 +81,11 @@ func benchAppendBaseline(b *testing.B, workers int) {
 		b.Fatal(err)
 	}
 	defer log.Close()
-	lat := runWorkers(b, workers, func(w int) error {
+	lat := testutil.Parallel(b, workers, func(w, _ int) error {
 		ev := [1]eventlog.Event{{Type: eventlog.TypeHeartbeat, Time: time.Now().UnixNano(), Job: fmt.Sprintf("j%d", w), Lease: uint64(w + 1), Worker: fmt.Sprintf("w%d", w)}}
 		return log.Append(ev[:])
 	})
 	report(b, lat, "events/s")
-}
-
-// runWorkers runs b.N calls of op spread over n goroutines (op gets the
-// goroutine's index) and returns every call's latency.
-func runWorkers(b *testing.B, n int, op func(w int) error) []time.Duration {
-	var next atomic.Int64
-	lat := make([]time.Duration, b.N)
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	for w := 0; w < n; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				start := time.Now()
-				if err := op(w); err != nil {
-					b.Error(err)
-					return
-				}
-				lat[i] = time.Since(start)
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	return lat
 }
 
 func report(b *testing.B, lat []time.Duration, unit string) {

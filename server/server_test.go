@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/testutil"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
@@ -40,7 +40,7 @@ type fixture struct {
 	srv   *server.Server
 	reg   *prometheus.Registry
 	ts    *httptest.Server
-	logs  *syncBuffer
+	logs  *testutil.SyncBuffer
 }
 
 func newFixture(t *testing.T, opts server.Options) *fixture {
@@ -51,7 +51,7 @@ func newFixture(t *testing.T, opts server.Options) *fixture {
 // serves (to set test hooks).
 func newFixtureHooked(t *testing.T, opts server.Options, hook func(*server.Server)) *fixture {
 	t.Helper()
-	f := &fixture{t: t, clock: clocktest.New(clocktest.Epoch), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	f := &fixture{t: t, clock: clocktest.New(clocktest.Epoch), reg: prometheus.NewRegistry(), logs: &testutil.SyncBuffer{}}
 	log, err := eventlog.Open("data", eventlog.Options{FS: vfs.NewMem(), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -230,24 +230,6 @@ func (f *fixture) expireAll() {
 		f.clock.Advance(time.Second)
 		f.must(f.svc.Sweep())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines to log into.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestHealth(t *testing.T) {

@@ -197,11 +197,34 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 					w.log().Warn().Err(err).Msg("acquire failed; retrying")
 				}
 				backoff.wait(ctx)
+				if api.Retryable(err) {
+					w.adoptOrphans(ctx)
+				}
 			}
 			continue
 		}
 		backoff.reset()
 		for _, g := range grants {
+			w.start(ctx, g)
+		}
+	}
+}
+
+// adoptOrphans starts the jobs of live leases the daemon holds for this
+// worker but the worker does not know: an acquire whose answer was lost on
+// the way still granted its leases, and left alone they would expire
+// without ever running.
+func (w *Worker) adoptOrphans(ctx context.Context) {
+	grants, err := w.opts.Daemon.WorkerLeases(ctx, w.opts.ID)
+	if err != nil {
+		return // the daemon is still out of reach; the next failure asks again
+	}
+	for _, g := range grants {
+		w.mu.Lock()
+		_, known := w.mu.held[g.Lease]
+		w.mu.Unlock()
+		if !known {
+			w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("adopting a lease whose grant was lost on the way")
 			w.start(ctx, g)
 		}
 	}

@@ -320,6 +320,35 @@ func TestReattach(t *testing.T) {
 	}
 }
 
+// lostGrantDaemon grants a lease but loses the answer on the way.
+type lostGrantDaemon struct {
+	*fakeDaemon
+	lost chan struct{}
+}
+
+func (d *lostGrantDaemon) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
+	select {
+	case <-d.lost:
+		return d.fakeDaemon.Acquire(ctx, worker, max, wait)
+	default:
+		close(d.lost)
+		d.mu.Lock()
+		d.live = append(d.live, grant(9, "orphan")) // granted, then the connection dropped
+		d.mu.Unlock()
+		return nil, errors.New("connection reset by peer")
+	}
+}
+
+func TestLostGrantIsAdopted(t *testing.T) {
+	d := &lostGrantDaemon{fakeDaemon: newFakeDaemon(), lost: make(chan struct{})}
+	e := newFakeExecutor()
+	newTestWorker(t, d, e, nil)
+	receive(t, e.started, "the orphan's job to start")
+	if id := receive(t, d.started, "start call"); id != 9 {
+		t.Fatalf("started lease %d, want the orphan 9", id)
+	}
+}
+
 func TestReportRetriesUntilAnswered(t *testing.T) {
 	d, e := newFakeDaemon(), newFakeExecutor()
 	d.queue = []api.Grant{grant(3, "j1")}

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/testutil"
 	"github.com/leaselog/leaselog/worker"
 )
 
@@ -64,29 +64,11 @@ func fakeDaemon() int {
 	return 0
 }
 
-// syncBuffer is a log sink that runs may write to from their goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
 // newExecutor returns an executor on dir that logs to the returned buffer,
 // printed if the test fails.
-func newExecutor(t *testing.T, dir string, grace time.Duration) (*Executor, *syncBuffer) {
+func newExecutor(t *testing.T, dir string, grace time.Duration) (*Executor, *testutil.SyncBuffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	e, err := New(Options{Dir: dir, Logger: zerolog.New(logs), StopGrace: grace, Poll: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,61 @@
+// Package testutil holds the few helpers several packages' tests and
+// benchmarks share.
+package testutil
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// SyncBuffer is a bytes.Buffer that goroutines (loggers, processes) may
+// write to while a test reads it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Parallel runs b.N calls of op spread over n goroutines, timed from its
+// start to the last call's end, and returns each call's latency. op gets the
+// goroutine's index g and the call's index i.
+func Parallel(b *testing.B, n int, op func(g, i int) error) []time.Duration {
+	var next atomic.Int64
+	lat := make([]time.Duration, b.N)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for g := 0; g < n; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				start := time.Now()
+				if err := op(g, i); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[i] = time.Since(start)
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	return lat
+}
