@@ -11,8 +11,8 @@ import (
 	"github.com/leaselog/leaselog/internal/testutil"
 )
 
-// BenchmarkAppend measures durable appends, one event per call, from 1, 16
-// and 64 concurrent appenders, beside a raw Pebble baseline that writes the
+// BenchmarkAppend measures durable appends, one event per call, from 1, 16,
+// 64 and 256 concurrent appenders, beside a raw Pebble baseline that writes the
 // same bytes (the record and its three index keys) with the same sync but
 // none of the ordering: each raw writer takes a sequence number from an
 // atomic counter and commits whenever Pebble lets it.
@@ -23,7 +23,7 @@ import (
 // The store is on the OS filesystem (a temp dir), because fsync is the cost.
 func BenchmarkAppend(b *testing.B) {
 	for _, impl := range []string{"leaselog", "raw"} {
-		for _, n := range []int{1, 16, 64} {
+		for _, n := range []int{1, 16, 64, 256} {
 			b.Run(fmt.Sprintf("impl=%s/appenders=%d", impl, n), func(b *testing.B) {
 				if impl == "raw" {
 					benchRawAppend(b, n)

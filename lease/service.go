@@ -62,6 +62,9 @@ type Options struct {
 	// SnapshotEvery is how many events pass between snapshots the sweeper
 	// writes; 0 means 100,000, negative means never.
 	SnapshotEvery int
+	// SnapshotInterval is how much time (on Clock) may pass between snapshots
+	// while events are appended; 0 means never by time.
+	SnapshotInterval time.Duration
 }
 
 // Service is the lease service. Its methods are safe for concurrent use.
@@ -71,6 +74,7 @@ type Service struct {
 	clock  Clock
 	logger zerolog.Logger
 	every  int
+	period time.Duration
 	built  replay.Stats
 
 	mu struct {
@@ -79,6 +83,7 @@ type Service struct {
 		entropy  *ulid.MonotonicEntropy
 		lastTick int64  // wall time of the last sweep, ns
 		lastSnap uint64 // seq of the last snapshot written
+		snapAt   int64  // when (Clock, ns) it was written, or the service opened
 		err      error  // sticky: the service failed
 		stopping bool
 		queued   chan struct{} // closed (and replaced) when a job is queued
@@ -105,7 +110,8 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: open: %w", err)
 	}
-	s := &Service{log: log, cfg: opts.Config, clock: opts.Clock, logger: opts.Logger, every: opts.SnapshotEvery, built: st}
+	s := &Service{log: log, cfg: opts.Config, clock: opts.Clock, logger: opts.Logger,
+		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st}
 	s.mu.table = table
 	s.mu.entropy = ulid.Monotonic(opts.Entropy, 0)
 	s.mu.lastSnap = st.SnapshotSeq
@@ -119,7 +125,7 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 	if table.Seq() > 0 {
 		gap = max(0, now-table.LastTime())
 	}
-	s.mu.lastTick = now
+	s.mu.lastTick, s.mu.snapAt = now, now
 	c, err := s.commitLocked(now, []eventlog.Event{{Type: eventlog.TypeDaemonStarted, Gap: gap}})
 	s.mu.Unlock()
 	if err != nil {
@@ -281,18 +287,21 @@ func (s *Service) Close() error {
 	return s.snapshot(true)
 }
 
-// snapshot writes a snapshot of the table if enough events passed since the
-// last one, or if force is set and any did.
+// snapshot writes a snapshot of the table if events were appended since the
+// last one and either enough of them (SnapshotEvery) or enough time
+// (SnapshotInterval) passed, or if force is set.
 func (s *Service) snapshot(force bool) error {
 	s.mu.Lock()
-	seq := s.mu.table.Seq()
-	due := seq > s.mu.lastSnap && (force || (s.every > 0 && seq-s.mu.lastSnap >= uint64(s.every)))
+	seq, now := s.mu.table.Seq(), s.now()
+	due := seq > s.mu.lastSnap && (force ||
+		(s.every > 0 && seq-s.mu.lastSnap >= uint64(s.every)) ||
+		(s.period > 0 && now-s.mu.snapAt >= int64(s.period)))
 	if !due || s.mu.err != nil {
 		s.mu.Unlock()
 		return nil
 	}
 	data := s.mu.table.Snapshot()
-	s.mu.lastSnap = seq
+	s.mu.lastSnap, s.mu.snapAt = seq, now
 	s.mu.Unlock()
 	if err := s.log.WaitDurable(seq, nil); err != nil {
 		return err

@@ -14,22 +14,34 @@ import (
 // snapshotVersion is the version of the snapshot encoding. A snapshot of
 // another version is not restored: replay falls back to an older snapshot or
 // to the full log, which always works.
-const snapshotVersion = 1
+const snapshotVersion = SnapshotVersion
+
+// SnapshotVersion is the snapshot format this build writes and reads.
+const SnapshotVersion = 2
 
 // ErrSnapshot is returned by Restore for bytes it cannot restore.
 var ErrSnapshot = errors.New("projection: bad snapshot")
 
 // Snapshot serialises the table. The encoding is deterministic: two tables
 // that fold the same log give the same bytes, so comparing snapshots compares
-// tables. Derived orderings (the queue, the heaps) are not stored; Restore
-// rebuilds them.
+// tables. Everything is written in an order the table already keeps — jobs
+// in the order the fold made them, leases by token, and the queue and the
+// recency lists as they stand — so that neither Snapshot (which runs under
+// the service's lock) nor Restore (which a restart waits for) sorts anything
+// but the workers, and the restored table is the same structure, orders
+// included.
 //
 //	version seq lastTime absence counts[NumTypes]
-//	nworkers { id seen seenAt unreachable }         by id    (…At: present time)
+//	nworkers { id seen seenAt unreachable }                              by id
 //	njobs    { id kind state spec result attempts leases outcome reason ref
-//	           submitted updated queuedSeq current } by id
-//	nleases  { id job worker state mode acquired heard heardAt reportSeq } by id
-//	nstale   { key(16) seq }                        by key
+//	           submitted updated queuedSeq current }                     fold order
+//	nleases  { id job# worker# state mode acquired heard heardAt reportSeq } by id
+//	queue    n { job# }                                                  queue order
+//	live     n { lease# }                                                recency order
+//	watched  n { worker# }                                               recency order
+//	nstale   { key(16) seq }                                             by key
+//
+// (…At: present time; job#, lease#, worker#: positions in the lists above.)
 func (t *Table) Snapshot() []byte {
 	var w enc
 	w.uvarint(snapshotVersion)
@@ -42,17 +54,20 @@ func (t *Table) Snapshot() []byte {
 	}
 
 	workers := sortedValues(t.workers, func(a, b *worker) int { return cmp.Compare(a.id, b.id) })
+	workerPos := make(map[*worker]int, len(workers))
 	w.uvarint(uint64(len(workers)))
-	for _, x := range workers {
+	for i, x := range workers {
+		workerPos[x] = i
 		w.str(x.id)
 		w.varint(x.seen)
 		w.varint(x.order.at)
 		w.bool(x.unreachable)
 	}
 
-	jobs := sortedValues(t.jobs, func(a, b *job) int { return cmp.Compare(a.id, b.id) })
-	w.uvarint(uint64(len(jobs)))
-	for _, j := range jobs {
+	jobPos := make(map[*job]int, len(t.jobList))
+	w.uvarint(uint64(len(t.jobList)))
+	for i, j := range t.jobList {
+		jobPos[j] = i
 		w.str(j.id)
 		w.uvarint(uint64(j.kind))
 		w.uvarint(uint64(j.state))
@@ -73,12 +88,13 @@ func (t *Table) Snapshot() []byte {
 		w.uvarint(cur)
 	}
 
-	leases := sortedValues(t.leases, func(a, b *lease) int { return cmp.Compare(a.id, b.id) })
-	w.uvarint(uint64(len(leases)))
-	for _, l := range leases {
+	leasePos := make(map[*lease]int, len(t.leaseList))
+	w.uvarint(uint64(len(t.leaseList)))
+	for i, l := range t.leaseList {
+		leasePos[l] = i
 		w.uvarint(l.id)
-		w.str(l.job.id)
-		w.str(l.worker.id)
+		w.uvarint(uint64(jobPos[l.job]))
+		w.uvarint(uint64(workerPos[l.worker]))
 		w.uvarint(uint64(l.state))
 		w.uvarint(uint64(l.mode))
 		w.varint(l.acquired)
@@ -86,6 +102,16 @@ func (t *Table) Snapshot() []byte {
 		w.varint(l.order.at)
 		w.uvarint(l.reportSeq)
 	}
+
+	var queued []int
+	t.queue.each(func(j *job) bool { queued = append(queued, jobPos[j]); return true })
+	w.positions(queued)
+	var live []int
+	t.live.each(func(l *lease) { live = append(live, leasePos[l]) })
+	w.positions(live)
+	var watched []int
+	t.watched.each(func(x *worker) { watched = append(watched, workerPos[x]) })
+	w.positions(watched)
 
 	keys := make([]StaleKey, 0, len(t.stale))
 	for k := range t.stale {
@@ -109,8 +135,7 @@ func sortedValues[K comparable, V any](m map[K]V, less func(a, b V) int) []V {
 	return out
 }
 
-// Restore replaces t's contents with the table serialised in b. On error t is
-// left empty-handed: use a fresh table.
+// Restore returns the table serialised in b.
 func Restore(b []byte) (*Table, error) {
 	r := dec{b: b}
 	if v := r.uvarint(); v != snapshotVersion {
@@ -123,22 +148,29 @@ func Restore(b []byte) (*Table, error) {
 	t.seq = r.uvarint()
 	t.lastTime = r.varint()
 	t.absence = r.varint()
-	n := r.count(1)
-	for i := 0; i < n; i++ {
+	for i, n := 0, r.count(1); i < n; i++ {
 		c := r.uvarint()
 		if i < len(t.counts) {
 			t.counts[i] = c
 		}
 	}
 
-	for i, n := 0, r.count(4); i < n && r.err == nil; i++ {
+	workers := make([]*worker, r.count(4))
+	for i := range workers {
 		w := t.mem.newWorker()
 		*w = worker{id: t.mem.str(r.str()), seen: r.varint()}
 		w.order.at, w.unreachable = r.varint(), r.bool()
+		if r.err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
+		}
+		workers[i] = w
 		t.workers[w.id] = w
 	}
-	current := make(map[*job]uint64)
-	for i, n := 0, r.count(16); i < n && r.err == nil; i++ {
+
+	t.jobList = make([]*job, r.count(16))
+	t.jobs = make(map[string]*job, len(t.jobList))
+	current := make([]uint64, len(t.jobList))
+	for i := range t.jobList {
 		j := t.mem.newJob()
 		j.id = t.mem.str(r.str())
 		j.kind = eventlog.Kind(r.uvarint())
@@ -153,18 +185,24 @@ func Restore(b []byte) (*Table, error) {
 		j.submitted = r.varint()
 		j.updated = r.varint()
 		j.queuedSeq = r.uvarint()
-		if cur := r.uvarint(); cur != 0 {
-			current[j] = cur
+		current[i] = r.uvarint()
+		if r.err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
 		}
-		if _, ok := fsm.Next(j.kind, fsm.None, eventlog.TypeQueued); !ok || !validState(j.state) {
+		if _, ok := fsm.Next(j.kind, fsm.None, eventlog.TypeQueued); !ok || !validState(j.state) || j.state == fsm.None {
 			return nil, fmt.Errorf("%w: job %q has kind %d, state %d", ErrSnapshot, j.id, j.kind, j.state)
 		}
+		t.jobList[i] = j
 		t.jobs[j.id] = j
+		t.jobsIn[j.state]++
 	}
-	for i, n := 0, r.count(10); i < n && r.err == nil; i++ {
+
+	t.leaseList = make([]*lease, r.count(10))
+	t.leases = make(map[uint64]*lease, len(t.leaseList))
+	for i := range t.leaseList {
 		l := t.mem.newLease()
 		l.id = r.uvarint()
-		jobID, workerID := r.str(), r.str()
+		jp, wp := r.uvarint(), r.uvarint()
 		l.state = fsm.State(r.uvarint())
 		l.mode = eventlog.RevokeMode(r.uvarint())
 		l.acquired = r.varint()
@@ -172,16 +210,49 @@ func Restore(b []byte) (*Table, error) {
 		l.order.at = r.varint()
 		l.reportSeq = r.uvarint()
 		if r.err != nil {
-			break
+			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
 		}
-		if !validState(l.state) {
-			return nil, fmt.Errorf("%w: lease %d has state %d", ErrSnapshot, l.id, l.state)
+		if jp >= uint64(len(t.jobList)) || wp >= uint64(len(workers)) || !validState(l.state) {
+			return nil, fmt.Errorf("%w: lease %d: job #%d, worker #%d, state %d out of range", ErrSnapshot, l.id, jp, wp, l.state)
 		}
-		l.job, l.worker = t.jobs[jobID], t.workers[workerID]
-		if l.job == nil || l.worker == nil {
-			return nil, fmt.Errorf("%w: lease %d names unknown job %q or worker %q", ErrSnapshot, l.id, jobID, workerID)
+		if i > 0 && l.id <= t.leaseList[i-1].id {
+			return nil, fmt.Errorf("%w: lease %d listed after lease %d", ErrSnapshot, l.id, t.leaseList[i-1].id)
 		}
+		l.job, l.worker = t.jobList[jp], workers[wp]
+		t.leaseList[i] = l
 		t.leases[l.id] = l
+	}
+	for i, j := range t.jobList {
+		if current[i] == 0 {
+			continue
+		}
+		if j.current = t.leases[current[i]]; j.current == nil || j.current.job != j {
+			return nil, fmt.Errorf("%w: job %q names lease %d, not its own", ErrSnapshot, j.id, current[i])
+		}
+	}
+
+	for _, p := range r.positions(len(t.jobList)) {
+		j := t.jobList[p]
+		if j.state != fsm.Queued {
+			return nil, fmt.Errorf("%w: job %q is in the queue but %s", ErrSnapshot, j.id, j.state)
+		}
+		t.queue.push(j)
+	}
+	for _, p := range r.positions(len(t.leaseList)) {
+		l := t.leaseList[p]
+		if !l.state.Live() || l.job.current != l || l.order.in {
+			return nil, fmt.Errorf("%w: lease %d is listed live but is %s", ErrSnapshot, l.id, l.state)
+		}
+		t.live.touch(l, l.order.at)
+		t.nlive++
+		l.worker.live++
+	}
+	for _, p := range r.positions(len(workers)) {
+		w := workers[p]
+		if w.order.in {
+			return nil, fmt.Errorf("%w: worker %q listed twice", ErrSnapshot, w.id)
+		}
+		t.watched.touch(w, w.order.at)
 	}
 	for i, n := 0, r.count(17); i < n && r.err == nil; i++ {
 		var k StaleKey
@@ -194,37 +265,15 @@ func Restore(b []byte) (*Table, error) {
 	if len(r.b) != 0 {
 		return nil, fmt.Errorf("%w: %d trailing bytes", ErrSnapshot, len(r.b))
 	}
-
-	// Rebuild what Snapshot leaves out, in a deterministic order.
-	jobs := sortedValues(t.jobs, func(a, b *job) int { return cmp.Compare(a.queuedSeq, b.queuedSeq) })
-	for _, j := range jobs {
-		if id, ok := current[j]; ok {
-			if j.current = t.leases[id]; j.current == nil || j.current.job != j {
-				return nil, fmt.Errorf("%w: job %q names lease %d, not its own", ErrSnapshot, j.id, id)
-			}
-		}
-		if j.state == fsm.Queued {
-			t.queue.push(j)
-		}
-		t.jobsIn[j.state]++
-	}
-	// Oldest heard first, so that every insertion is at the back.
-	byHeard := func(a, b *lease) int { return cmp.Or(cmp.Compare(a.order.at, b.order.at), cmp.Compare(a.id, b.id)) }
-	for _, l := range sortedValues(t.leases, byHeard) {
+	// Every live lease and queued job must have been listed in its order.
+	live := 0
+	for _, l := range t.leaseList {
 		if l.state.Live() {
-			if l.job.current != l {
-				return nil, fmt.Errorf("%w: live lease %d is not its job's current lease", ErrSnapshot, l.id)
-			}
-			t.live.touch(l, l.order.at)
-			t.nlive++
-			l.worker.live++
+			live++
 		}
 	}
-	bySeen := func(a, b *worker) int { return cmp.Or(cmp.Compare(a.order.at, b.order.at), cmp.Compare(a.id, b.id)) }
-	for _, w := range sortedValues(t.workers, bySeen) {
-		if !w.unreachable && w.live > 0 {
-			t.watched.touch(w, w.order.at)
-		}
+	if live != t.nlive || len(t.queue.items) != t.jobsIn[fsm.Queued] {
+		return nil, fmt.Errorf("%w: %d live leases, %d listed; %d queued jobs, %d listed", ErrSnapshot, live, t.nlive, t.jobsIn[fsm.Queued], len(t.queue.items))
 	}
 	return t, nil
 }
@@ -235,6 +284,14 @@ func validState(s fsm.State) bool {
 }
 
 type enc struct{ b []byte }
+
+// positions writes a list of positions, each as a uvarint.
+func (e *enc) positions(ps []int) {
+	e.uvarint(uint64(len(ps)))
+	for _, p := range ps {
+		e.uvarint(uint64(p))
+	}
+}
 
 func (e *enc) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 func (e *enc) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
@@ -293,7 +350,21 @@ func (d *dec) take(n int) []byte {
 }
 
 func (d *dec) bytes() []byte { return d.take(d.count(1)) }
-func (d *dec) bool() bool    { b := d.take(1); return len(b) == 1 && b[0] == 1 }
+
+// positions reads a list that positions wrote, each below n.
+func (d *dec) positions(n int) []int {
+	ps := make([]int, d.count(1))
+	for i := range ps {
+		p := d.uvarint()
+		if p >= uint64(n) {
+			d.fail("position %d out of %d", p, n)
+			return nil
+		}
+		ps[i] = int(p)
+	}
+	return ps
+}
+func (d *dec) bool() bool { b := d.take(1); return len(b) == 1 && b[0] == 1 }
 
 // str aliases the input: callers copy what they keep (into the arena).
 func (d *dec) str() string { return unsafeString(d.bytes()) }

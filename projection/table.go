@@ -29,7 +29,11 @@ type Table struct {
 	jobs    map[string]*job
 	leases  map[uint64]*lease
 	workers map[string]*worker
-	stale   map[StaleKey]uint64 // stale report fingerprint -> its event's seq
+	// jobList and leaseList hold jobs and leases in the order the fold made
+	// them (leases: by token), so that a snapshot lists them without sorting.
+	jobList   []*job
+	leaseList []*lease
+	stale     map[StaleKey]uint64 // stale report fingerprint -> its event's seq
 
 	queue   queue                    // queued jobs, oldest first
 	live    recency[lease, *lease]   // live leases, least recently heard first
@@ -242,6 +246,7 @@ func (t *Table) applyQueued(e *eventlog.Event) error {
 		j.spec = t.mem.bytes(e.Spec)
 		j.submitted = e.Time
 		t.jobs[j.id] = j
+		t.jobList = append(t.jobList, j)
 	} else if _, err := next(j, e.Type); err != nil {
 		return err
 	}
@@ -282,6 +287,7 @@ func (t *Table) applyAcquired(e *eventlog.Event) error {
 	l := t.mem.newLease()
 	*l = lease{id: e.Seq, job: j, worker: w, state: to, acquired: e.Time, heard: e.Time}
 	t.leases[l.id] = l
+	t.leaseList = append(t.leaseList, l)
 	t.setState(j, to)
 	j.updated, j.current, j.reason = e.Time, l, ""
 	j.leases++

@@ -30,7 +30,7 @@ import (
 //
 // Commands:
 //
-//	open [renew=D grace=D toleration=D snapshot-every=N]
+//	open [renew=D grace=D toleration=D snapshot-every=N snapshot-interval=D]
 //	submit id=J kind=run|evaluation      (input: the spec, JSON)
 //	acquire worker=W [max=N]
 //	start worker=W lease=L
@@ -60,15 +60,16 @@ func TestScenarios(t *testing.T) {
 }
 
 type scenario struct {
-	t         *testing.T
-	fs        *vfs.MemFS
-	clock     *clocktest.Clock
-	cfg       lease.Config
-	snapEvery int
-	log       *eventlog.Log
-	svc       *lease.Service
-	shown     uint64 // the last seq printed
-	rebuilt   string // how the last open rebuilt the table, until printed
+	t            *testing.T
+	fs           *vfs.MemFS
+	clock        *clocktest.Clock
+	cfg          lease.Config
+	snapEvery    int
+	snapInterval time.Duration
+	log          *eventlog.Log
+	svc          *lease.Service
+	shown        uint64 // the last seq printed
+	rebuilt      string // how the last open rebuilt the table, until printed
 }
 
 var ctx = context.Background()
@@ -85,6 +86,7 @@ func (s *scenario) run(d *datadriven.TestData) string {
 		s.cfg.Grace = s.durArg(d, "grace", s.cfg.Grace)
 		s.cfg.Toleration = s.durArg(d, "toleration", s.cfg.Toleration)
 		s.snapEvery = s.intArg(d, "snapshot-every", -1)
+		s.snapInterval = s.durArg(d, "snapshot-interval", 0)
 		if err := s.open(); err != nil {
 			return "error: " + err.Error() + "\n"
 		}
@@ -243,6 +245,7 @@ func (s *scenario) open() error {
 	}
 	svc, err := lease.Open(log, lease.Options{
 		Config: s.cfg, Clock: s.clock, Entropy: rand.New(rand.NewSource(1)), SnapshotEvery: s.snapEvery,
+		SnapshotInterval: s.snapInterval,
 	})
 	if err != nil {
 		log.Close()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,25 +35,34 @@ func BenchmarkHeartbeatHTTP(b *testing.B) {
 	}
 }
 
-func benchHeartbeatHTTP(b *testing.B, workers int) {
-	ctx := context.Background()
+// daemonOnDisk starts a lease service on a durable store in a temp dir, its
+// API on loopback, and a client of it.
+func daemonOnDisk(b *testing.B) *api.Client {
 	log, err := eventlog.Open(b.TempDir(), eventlog.Options{Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer log.Close()
 	svc, err := lease.Open(log, lease.Options{Config: lease.DefaultConfig(), SnapshotEvery: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	srv := server.New(svc, server.Options{Logger: zerolog.Nop()})
 	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	defer srv.Close()
+	b.Cleanup(func() {
+		srv.Close()
+		ts.Close()
+		log.Close()
+	})
 	c, err := api.NewClient(ts.URL, "")
 	if err != nil {
 		b.Fatal(err)
 	}
+	return c
+}
+
+func benchHeartbeatHTTP(b *testing.B, workers int) {
+	ctx := context.Background()
+	c := daemonOnDisk(b)
 	leases := make([]uint64, workers)
 	for i := range leases {
 		id := fmt.Sprintf("j%d", i)
@@ -93,4 +103,84 @@ func report(b *testing.B, lat []time.Duration, unit string) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkLifecycleHTTP runs whole jobs over HTTP on loopback: W workers,
+// each submitting a job, acquiring one, starting it, heartbeating it three
+// times and reporting it — seven durable events per job. Beside it, in the
+// same run, W goroutines append the same seven events per job straight to the
+// log, one durable append each: the rate the storage allows.
+//
+//	go test -run '^$' -bench BenchmarkLifecycleHTTP -count 6 ./server | tee l.txt
+//	benchstat -col /impl l.txt
+func BenchmarkLifecycleHTTP(b *testing.B) {
+	for _, w := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchLifecycleHTTP(b, w) })
+		b.Run(fmt.Sprintf("workers=%d/impl=append", w), func(b *testing.B) { benchLifecycleAppend(b, w) })
+	}
+}
+
+func benchLifecycleHTTP(b *testing.B, workers int) {
+	ctx := context.Background()
+	c := daemonOnDisk(b)
+	var mu sync.Mutex
+	var beats []time.Duration
+	testutil.Parallel(b, workers, func(g, i int) error {
+		worker := fmt.Sprintf("w%d", g)
+		if _, _, err := c.Submit(ctx, api.Submit{ID: fmt.Sprintf("j%d", i), Kind: "run"}); err != nil {
+			return err
+		}
+		gs, err := c.Acquire(ctx, worker, 1, time.Second)
+		if err != nil || len(gs) != 1 {
+			return fmt.Errorf("acquire: %v %v", gs, err)
+		}
+		l := gs[0].Lease
+		if _, err := c.Start(ctx, worker, l); err != nil {
+			return err
+		}
+		var mine [3]time.Duration
+		for h := range mine {
+			start := time.Now()
+			if _, err := c.Heartbeat(ctx, worker, []uint64{l}); err != nil {
+				return err
+			}
+			mine[h] = time.Since(start)
+		}
+		mu.Lock()
+		beats = append(beats, mine[:]...)
+		mu.Unlock()
+		_, err = c.Report(ctx, l, api.Report{Worker: worker, Outcome: "succeeded"})
+		return err
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	slices.Sort(beats)
+	b.ReportMetric(float64(beats[len(beats)/2].Microseconds())/1000, "heartbeat-p50-ms")
+	b.ReportMetric(float64(beats[len(beats)*99/100].Microseconds())/1000, "heartbeat-p99-ms")
+}
+
+func benchLifecycleAppend(b *testing.B, workers int) {
+	log, err := eventlog.Open(b.TempDir(), eventlog.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer log.Close()
+	types := []eventlog.Type{eventlog.TypeQueued, eventlog.TypeAcquired, eventlog.TypeRunning,
+		eventlog.TypeHeartbeat, eventlog.TypeHeartbeat, eventlog.TypeHeartbeat, eventlog.TypeReported}
+	testutil.Parallel(b, workers, func(g, i int) error {
+		job, worker := fmt.Sprintf("j%d", i), fmt.Sprintf("w%d", g)
+		for _, t := range types {
+			ev := [1]eventlog.Event{{Type: t, Time: time.Now().UnixNano(), Job: job, Worker: worker, Lease: uint64(i + 1)}}
+			if t == eventlog.TypeQueued {
+				ev[0].Kind, ev[0].Worker = eventlog.KindRun, ""
+			}
+			if t == eventlog.TypeReported {
+				ev[0].Outcome = eventlog.OutcomeSucceeded
+			}
+			if err := log.Append(ev[:]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }

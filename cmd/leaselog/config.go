@@ -23,7 +23,8 @@ import (
 //
 //	[store]
 //	dir = "./leaselog-data"
-//	snapshot_every = 100000          # events between snapshots
+//	snapshot_every = 100000          # events between snapshots; 0: never by count
+//	snapshot_seconds = 60            # time between snapshots while events come; 0: never by time
 //
 //	[plugins.executor]
 //	renew_seconds = 10               # decimals allowed
@@ -56,8 +57,9 @@ type ServerConfig struct {
 
 // StoreConfig is [store].
 type StoreConfig struct {
-	Dir           string `toml:"dir"`
-	SnapshotEvery int    `toml:"snapshot_every"`
+	Dir             string  `toml:"dir"`
+	SnapshotEvery   int     `toml:"snapshot_every"`
+	SnapshotSeconds float64 `toml:"snapshot_seconds"`
 }
 
 // PluginsConfig is [plugins].
@@ -93,7 +95,7 @@ func DefaultConfig() Config {
 	capacity := runtime.NumCPU()
 	return Config{
 		Server: ServerConfig{Listen: "127.0.0.1:7420"},
-		Store:  StoreConfig{Dir: "./leaselog-data", SnapshotEvery: 100_000},
+		Store:  StoreConfig{Dir: "./leaselog-data", SnapshotEvery: 100_000, SnapshotSeconds: 60},
 		Plugins: PluginsConfig{Executor: ExecutorConfig{
 			RenewSeconds: def.Renew.Seconds(), GraceSeconds: def.Grace.Seconds(), TolerationSeconds: def.Toleration.Seconds(),
 			LocalCapacity: &capacity,
@@ -161,6 +163,8 @@ func (c Config) Validate() error {
 		return errors.New("config: store.dir: must not be empty")
 	case c.Store.SnapshotEvery < 0:
 		return fmt.Errorf("config: store.snapshot_every: must be 0 (never) or more, is %d", c.Store.SnapshotEvery)
+	case c.Store.SnapshotSeconds < 0:
+		return fmt.Errorf("config: store.snapshot_seconds: must be 0 (never) or more, is %v", c.Store.SnapshotSeconds)
 	case c.Log.Format != "json" && c.Log.Format != "console":
 		return fmt.Errorf("config: log.format: must be json or console, is %q", c.Log.Format)
 	}

@@ -50,7 +50,8 @@ func startDaemon(cfg Config, logger zerolog.Logger) (*daemon, error) {
 	if every == 0 {
 		every = -1 // in the file 0 means never; to the service it means its default
 	}
-	svc, err := lease.Open(log, lease.Options{Config: cfg.Lease(), Logger: logger, SnapshotEvery: every})
+	svc, err := lease.Open(log, lease.Options{Config: cfg.Lease(), Logger: logger, SnapshotEvery: every,
+		SnapshotInterval: time.Duration(cfg.Store.SnapshotSeconds * float64(time.Second))})
 	if err != nil {
 		log.Close()
 		return nil, fmt.Errorf("serve: %w", err)

@@ -1,6 +1,7 @@
 // Package synth writes synthetic but legal lease logs, for benchmarks: waves
 // of jobs that are submitted, acquired, started, heartbeated and reported, as
-// a busy daemon's log would hold them.
+// a busy daemon's log would hold them, with a few lost workers whose late
+// reports are stale, and optionally a set of leases left live at the end.
 package synth
 
 import (
@@ -14,53 +15,104 @@ type Shape struct {
 	Wave       int // jobs in flight at once
 	Heartbeats int // heartbeats per lease
 	Workers    int
+	// StaleEvery makes every StaleEvery-th job of the history a run whose
+	// worker is lost: its lease expires and its late report is kept as a
+	// lease.stale_report. 0: none.
+	StaleEvery int
+	// Live leaves this many jobs acquired and running after the history.
+	Live int
 }
 
 // Default is the shape the benchmarks use: 8 events per job.
 var Default = Shape{Wave: 100, Heartbeats: 4, Workers: 64}
 
-// Events calls emit with batches of legal events, numbered from first, until
-// at least n events have been emitted. Events are built for emit to append;
-// the batch is reused after emit returns.
-func (s Shape) Events(first uint64, n int, emit func([]eventlog.Event) error) error {
-	seq := first
-	var batch []eventlog.Event
-	add := func(e eventlog.Event) {
-		e.Seq = seq
-		e.Time = 1_767_225_600_000_000_000 + int64(seq)*1_000_000
-		if e.Type == eventlog.TypeAcquired {
-			e.Lease = seq
+// Epoch is the time of seq 0; event seq s happens at Epoch + s ms.
+const Epoch = 1_767_225_600_000_000_000
+
+// TimeOf is the time the synthetic log gives event seq.
+func TimeOf(seq uint64) int64 { return Epoch + int64(seq)*1_000_000 }
+
+// Job names the i-th job of wave w, so that benchmarks can ask for one.
+func Job(wave, i int) string { return fmt.Sprintf("job-%d-%d", wave, i) }
+
+// Events calls emit with batches of legal events, numbered from first: at
+// least history events of finished jobs, then s.Live live leases. The batch is
+// reused after emit returns.
+func (s Shape) Events(first uint64, history int, emit func([]eventlog.Event) error) error {
+	g := gen{seq: first, shape: s, emit: emit}
+	for wave := 0; int(g.seq-first) < history; wave++ {
+		if err := g.wave(wave, s.Wave, true); err != nil {
+			return err
 		}
-		seq++
-		batch = append(batch, e)
 	}
-	leases := make([]uint64, s.Wave)
-	for wave := 0; int(seq-first) < n; wave++ {
-		batch = batch[:0]
-		job := func(i int) string { return fmt.Sprintf("job-%d-%d", wave, i) }
-		worker := func(i int) string { return fmt.Sprintf("worker-%d", i%s.Workers) }
-		for i := 0; i < s.Wave; i++ {
-			add(eventlog.Event{Type: eventlog.TypeQueued, Job: job(i), Kind: eventlog.KindEvaluation, Spec: []byte(`{"run":"make eval"}`)})
+	for i, wave := 0, -1; i < s.Live; i += s.Wave {
+		if err := g.wave(wave-i/s.Wave, min(s.Wave, s.Live-i), false); err != nil {
+			return err
 		}
-		for i := 0; i < s.Wave; i++ {
-			add(eventlog.Event{Type: eventlog.TypeAcquired, Job: job(i), Worker: worker(i)})
-			leases[i] = seq - 1
-		}
-		for i := 0; i < s.Wave; i++ {
-			add(eventlog.Event{Type: eventlog.TypeRunning, Job: job(i), Lease: leases[i], Worker: worker(i)})
-		}
-		for h := 0; h < s.Heartbeats; h++ {
-			for i := 0; i < s.Wave; i++ {
-				add(eventlog.Event{Type: eventlog.TypeHeartbeat, Job: job(i), Lease: leases[i], Worker: worker(i)})
+	}
+	return nil
+}
+
+type gen struct {
+	seq    uint64
+	shape  Shape
+	emit   func([]eventlog.Event) error
+	batch  []eventlog.Event
+	leases []uint64
+}
+
+func (g *gen) add(e eventlog.Event) {
+	e.Seq, e.Time = g.seq, TimeOf(g.seq)
+	if e.Type == eventlog.TypeAcquired {
+		e.Lease = g.seq
+	}
+	g.seq++
+	g.batch = append(g.batch, e)
+}
+
+// wave emits one wave of n jobs; finish says whether they end (reported, or
+// lost and stale) or stay live.
+func (g *gen) wave(wave, n int, finish bool) error {
+	g.batch = g.batch[:0]
+	if cap(g.leases) < n {
+		g.leases = make([]uint64, n)
+	}
+	leases := g.leases[:n]
+	worker := func(i int) string { return fmt.Sprintf("worker-%d", i%g.shape.Workers) }
+	lost := func(i int) bool {
+		return finish && g.shape.StaleEvery > 0 && (wave*g.shape.Wave+i)%g.shape.StaleEvery == 0
+	}
+	for i := 0; i < n; i++ {
+		g.add(eventlog.Event{Type: eventlog.TypeQueued, Job: Job(wave, i), Kind: eventlog.KindRun, Spec: []byte(`{"run":"make eval"}`)})
+	}
+	for i := 0; i < n; i++ {
+		g.add(eventlog.Event{Type: eventlog.TypeAcquired, Job: Job(wave, i), Worker: worker(i)})
+		leases[i] = g.seq - 1
+	}
+	for i := 0; i < n; i++ {
+		g.add(eventlog.Event{Type: eventlog.TypeRunning, Job: Job(wave, i), Lease: leases[i], Worker: worker(i)})
+	}
+	if finish {
+		for h := 0; h < g.shape.Heartbeats; h++ {
+			for i := 0; i < n; i++ {
+				if !lost(i) {
+					g.add(eventlog.Event{Type: eventlog.TypeHeartbeat, Job: Job(wave, i), Lease: leases[i], Worker: worker(i)})
+				}
 			}
 		}
-		for i := 0; i < s.Wave; i++ {
-			add(eventlog.Event{Type: eventlog.TypeReported, Job: job(i), Lease: leases[i], Worker: worker(i),
-				Outcome: eventlog.OutcomeSucceeded, Ref: fmt.Sprintf("refs/leaselog/%s/%d", job(i), leases[i])})
+		for i := 0; i < n; i++ {
+			ref := fmt.Sprintf("refs/leaselog/%s/%d", Job(wave, i), leases[i])
+			if lost(i) {
+				g.add(eventlog.Event{Type: eventlog.TypeExpired, Job: Job(wave, i), Lease: leases[i], Worker: worker(i), Reason: eventlog.ReasonWorkerLost})
+				g.add(eventlog.Event{Type: eventlog.TypeStaleReport, Job: Job(wave, i), Lease: leases[i], Worker: worker(i), Outcome: eventlog.OutcomeSucceeded, Ref: ref})
+				continue
+			}
+			g.add(eventlog.Event{Type: eventlog.TypeReported, Job: Job(wave, i), Lease: leases[i], Worker: worker(i),
+				Outcome: eventlog.OutcomeSucceeded, Ref: ref})
 		}
-		if err := emit(batch); err != nil {
-			return fmt.Errorf("synth: wave %d: %w", wave, err)
-		}
+	}
+	if err := g.emit(g.batch); err != nil {
+		return fmt.Errorf("synth: wave %d: %w", wave, err)
 	}
 	return nil
 }

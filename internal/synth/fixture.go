@@ -1,0 +1,73 @@
+package synth
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/projection"
+)
+
+// Dir is where fixtures are kept between benchmark runs:
+// $LEASELOG_BENCH_DIR, or leaselog-bench in the temp dir. `make bench-clean`
+// removes it.
+func Dir() string {
+	if d := os.Getenv("LEASELOG_BENCH_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "leaselog-bench")
+}
+
+// Fixture returns the directory of a store holding the log of shape s with
+// at least history events of finished jobs, then its live leases, and, if
+// snapshot is set, a snapshot of the whole table at its end. It is built the
+// first time and reused after: the directory's name says what it holds, and a
+// "complete" marker is written last, so a build that was interrupted is
+// started again.
+func Fixture(s Shape, history int, snapshot bool) (string, error) {
+	name := fmt.Sprintf("w%d-h%d-k%d-s%d-live%d-events%d-snap%v", s.Wave, s.Heartbeats, s.Workers, s.StaleEvery, s.Live, history, snapshot)
+	if snapshot {
+		name += fmt.Sprintf("-v%d", projection.SnapshotVersion) // a snapshot of another format would be skipped
+	}
+	dir := filepath.Join(Dir(), name)
+	if _, err := os.Stat(filepath.Join(dir, "complete")); err == nil {
+		return dir, nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return "", err
+	}
+	log, err := eventlog.Open(dir, eventlog.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		return "", err
+	}
+	var table *projection.Table
+	if snapshot {
+		table = projection.New()
+	}
+	err = s.Events(1, history, func(batch []eventlog.Event) error {
+		if err := log.Append(batch); err != nil {
+			return err
+		}
+		for i := range batch {
+			if table != nil {
+				if err := table.Apply(&batch[i]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err == nil && table != nil {
+		err = log.PutSnapshot(table.Seq(), table.Snapshot())
+	}
+	if cerr := log.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("synth: build fixture %s: %w", name, err)
+	}
+	return dir, os.WriteFile(filepath.Join(dir, "complete"), nil, 0o644)
+}
