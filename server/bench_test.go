@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,11 +106,12 @@ func report(b *testing.B, lat []time.Duration, unit string) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
 
-// BenchmarkLifecycleHTTP runs whole jobs over HTTP on loopback: W workers,
-// each submitting a job, acquiring one, starting it, heartbeating it three
-// times and reporting it — seven durable events per job. Beside it, in the
-// same run, W goroutines append the same seven events per job straight to the
-// log, one durable append each: the rate the storage allows.
+// BenchmarkLifecycleHTTP runs whole jobs over HTTP on loopback: executors
+// submit jobs while W workers each loop acquiring one, starting it,
+// heartbeating it three times and reporting it — seven durable events per
+// job. Beside it, in the same run, W goroutines append the same seven events
+// per job straight to the log, one durable append each: the rate the storage
+// allows.
 //
 //	go test -run '^$' -bench BenchmarkLifecycleHTTP -count 6 ./server | tee l.txt
 //	benchstat -col /impl l.txt
@@ -121,41 +123,86 @@ func BenchmarkLifecycleHTTP(b *testing.B) {
 }
 
 func benchLifecycleHTTP(b *testing.B, workers int) {
-	ctx := context.Background()
 	c := daemonOnDisk(b)
-	var mu sync.Mutex
-	var beats []time.Duration
-	testutil.Parallel(b, workers, func(g, i int) error {
-		worker := fmt.Sprintf("w%d", g)
-		if _, _, err := c.Submit(ctx, api.Submit{ID: fmt.Sprintf("j%d", i), Kind: "run"}); err != nil {
-			return err
-		}
-		gs, err := c.Acquire(ctx, worker, 1, time.Second)
-		if err != nil || len(gs) != 1 {
-			return fmt.Errorf("acquire: %v %v", gs, err)
-		}
-		l := gs[0].Lease
-		if _, err := c.Start(ctx, worker, l); err != nil {
-			return err
-		}
-		var mine [3]time.Duration
-		for h := range mine {
-			start := time.Now()
-			if _, err := c.Heartbeat(ctx, worker, []uint64{l}); err != nil {
-				return err
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		submitted, done atomic.Int64
+		mu              sync.Mutex
+		beats           []time.Duration
+		wg              sync.WaitGroup
+		errs            = make(chan error, workers+4)
+	)
+	b.ResetTimer()
+	for e := 0; e < 1+workers/8; e++ { // executors, so that the queue never runs dry
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := submitted.Add(1) - 1; i < int64(b.N); i = submitted.Add(1) - 1 {
+				if _, _, err := c.Submit(ctx, api.Submit{ID: fmt.Sprintf("j%d", i), Kind: "run"}); err != nil {
+					errs <- err
+					return
+				}
 			}
-			mine[h] = time.Since(start)
-		}
-		mu.Lock()
-		beats = append(beats, mine[:]...)
-		mu.Unlock()
-		_, err = c.Report(ctx, l, api.Report{Worker: worker, Outcome: "succeeded"})
-		return err
-	})
+		}()
+	}
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := lifecycleWorker(ctx, c, fmt.Sprintf("w%d", g), &beats, &mu, func() bool {
+				if done.Add(1) == int64(b.N) {
+					cancel() // the last job: the others' long-polls end
+				}
+				return ctx.Err() == nil
+			}); err != nil && ctx.Err() == nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 	slices.Sort(beats)
 	b.ReportMetric(float64(beats[len(beats)/2].Microseconds())/1000, "heartbeat-p50-ms")
 	b.ReportMetric(float64(beats[len(beats)*99/100].Microseconds())/1000, "heartbeat-p99-ms")
+}
+
+// lifecycleWorker takes jobs one at a time and runs each through start,
+// three heartbeats and a report, until finished says to stop.
+func lifecycleWorker(ctx context.Context, c *api.Client, worker string, beats *[]time.Duration, mu *sync.Mutex, finished func() bool) error {
+	for {
+		gs, err := c.Acquire(ctx, worker, 1, time.Second)
+		if err != nil {
+			return err
+		}
+		for _, g := range gs {
+			if _, err := c.Start(ctx, worker, g.Lease); err != nil {
+				return err
+			}
+			var mine [3]time.Duration
+			for h := range mine {
+				start := time.Now()
+				if _, err := c.Heartbeat(ctx, worker, []uint64{g.Lease}); err != nil {
+					return err
+				}
+				mine[h] = time.Since(start)
+			}
+			mu.Lock()
+			*beats = append(*beats, mine[:]...)
+			mu.Unlock()
+			if _, err := c.Report(ctx, g.Lease, api.Report{Worker: worker, Outcome: "succeeded"}); err != nil {
+				return err
+			}
+			if !finished() {
+				return nil
+			}
+		}
+	}
 }
 
 func benchLifecycleAppend(b *testing.B, workers int) {
