@@ -234,13 +234,17 @@ func (s *Service) Seq(ctx context.Context) (uint64, error) {
 }
 
 // CheckID checks a job or worker id: 1 to 128 bytes of letters, digits and
-// . _ - : @, so that it is safe in a URL path, a log line and an index key.
+// . _ - : @, but not "." or "..", so that it is safe in a URL path, a log
+// line and an index key.
 func CheckID(what, id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: missing %s id", ErrInvalid, what)
 	}
 	if len(id) > 128 {
 		return fmt.Errorf("%w: %s id of %d bytes exceeds 128", ErrInvalid, what, len(id))
+	}
+	if id == "." || id == ".." { // a path segment clients and servers remove: /v1/jobs/.. is /v1/
+		return fmt.Errorf("%w: %s id %q cannot be named in a URL path", ErrInvalid, what, id)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]

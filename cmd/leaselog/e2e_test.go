@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -32,6 +33,10 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if !needsBinary() {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "leaselog-e2e-")
 	if err != nil {
 		panic(err)
@@ -44,6 +49,23 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// needsBinary is false for a run that can only fuzz (a fuzzing worker, or
+// -run '^$' -fuzz without -bench): its fuzz target needs no binary, and
+// building one in the coordinator and again in every worker would eat the
+// fuzzing time.
+func needsBinary() bool {
+	get := func(name string) string {
+		if f := flag.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	if get("test.fuzzworker") == "true" {
+		return false
+	}
+	return get("test.fuzz") == "" || get("test.run") != "^$" || get("test.bench") != ""
 }
 
 // Fast timings: renew 0.1s, grace 0.5s, toleration 1.5s; the worker fences
@@ -91,7 +113,11 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 		if t.Failed() {
-			t.Logf("--- %s output:\n%s", p.name, p.output())
+			out := p.output()
+			if len(out) > 64<<10 { // a daemon of a kill test logs thousands of events
+				out = "…" + out[len(out)-64<<10:]
+			}
+			t.Logf("--- %s output:\n%s", p.name, out)
 		}
 	})
 	return p
@@ -124,8 +150,15 @@ type daemonProc struct {
 
 func startServe(t *testing.T, dir string, capacity int) *daemonProc {
 	t.Helper()
+	return startServeConfig(t, dir, config(capacity))
+}
+
+// startServeConfig starts `leaselog serve` on dir's data with the
+// configuration text, and returns once it listens.
+func startServeConfig(t *testing.T, dir, text string) *daemonProc {
+	t.Helper()
 	cfg := filepath.Join(dir, "leaselog.toml")
-	if err := os.WriteFile(cfg, []byte(config(capacity)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p := startProc(t, "serve", "serve", "--config", cfg, "--data", filepath.Join(dir, "data"))
