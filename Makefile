@@ -5,15 +5,37 @@ BENCH   ?= .
 COUNT   ?= 6
 BENCHTIME ?= 1s
 
-.PHONY: build test vet fmt-check bench run replay demo clean
+.PHONY: build test vet fmt-check sim kill fuzz bench bench-large bench-clean run replay demo clean
+
+# Reliability knobs (docs/reliability.md): simulation seeds, SIGKILL runs,
+# time per fuzz target.
+SEEDS    ?= 1000
+FIRST    ?= 1
+KILLS    ?= 100
+FUZZTIME ?= 30s
 
 build:
 	$(GO) build -o bin/leaselog ./cmd/leaselog
 
-# The test command of the README and of CI: formatting, vet, then every test
-# with the race detector.
+# The test command of the README and of CI: formatting, vet, every test with
+# the race detector (the simulation runs 40 seeds there: the detector slows it
+# tenfold), then 1000 simulation seeds without it.
 test: fmt-check vet
 	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 ./sim -run 'TestSimulation$$' -sim.seeds=1000
+
+# The deterministic simulation on $(SEEDS) seeds (seeds 1..SEEDS, and the
+# regression seeds), each checked for DESIGN §7 and for linearizability.
+sim:
+	$(GO) test -count=1 -timeout 0 ./sim -run 'TestSimulation$$' -sim.first=$(FIRST) -sim.seeds=$(SEEDS)
+
+# The real daemon under HTTP load, SIGKILLed $(KILLS) times.
+kill:
+	$(GO) test -count=1 -timeout 0 ./cmd/leaselog -run 'TestKillUnderLoad$$' -kill.runs=$(KILLS) -v
+
+# Every fuzz target for $(FUZZTIME) each.
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) scripts/fuzz.sh
 
 vet:
 	$(GO) vet ./...
@@ -24,7 +46,15 @@ fmt-check:
 
 # Benchmarks with their baselines, $(COUNT) runs each, for benchstat.
 bench:
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -benchtime $(BENCHTIME) ./eventlog ./replay ./projection ./fsm ./server | tee bench.out
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -benchtime $(BENCHTIME) -timeout 0 ./eventlog ./replay ./projection ./fsm ./server ./cmd/leaselog | tee bench.out
+
+# The benchmarks on 10M-event logs too (fixtures take minutes to build, once;
+# they are cached in $$LEASELOG_BENCH_DIR, and bench-clean removes them).
+bench-large:
+	LEASELOG_BENCH_LARGE=1 $(MAKE) bench COUNT=$(COUNT) BENCH='$(BENCH)'
+
+bench-clean:
+	rm -rf "$${LEASELOG_BENCH_DIR:-$${TMPDIR:-/tmp}/leaselog-bench}"
 
 # The daemon on the embedded default: Pebble in $(DATA), the API on
 # 127.0.0.1:7420, the local worker on. Stop it with ^C.

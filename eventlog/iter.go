@@ -44,6 +44,7 @@ type Iter struct {
 	err    error
 	primed bool
 	ahead  *readAhead
+	what   string // what it reads, for errors: "the log", "the index of job \"j1\""
 }
 
 // Iter returns an iterator over every durable event with Seq >= from.
@@ -57,37 +58,50 @@ func (l *Log) Iter(from uint64) *Iter {
 
 // Query returns an iterator over the durable events q selects.
 func (l *Log) Query(q Query) *Iter {
-	it := &Iter{q: q, upper: l.durable.Load()}
+	it := &Iter{q: q, upper: l.durable.Load(), what: "the log"}
 	var prefix []byte
 	switch {
 	case q.Job != "":
 		prefix = stringIndexPrefix(nil, prefixJob, q.Job)
+		it.what = fmt.Sprintf("the index of job %q", q.Job)
 	case q.Worker != "":
 		prefix = stringIndexPrefix(nil, prefixWorker, q.Worker)
+		it.what = fmt.Sprintf("the index of worker %q", q.Worker)
 	case q.Type != 0:
 		prefix = typeIndexPrefix(nil, q.Type)
+		it.what = fmt.Sprintf("the index of type %s", q.Type)
 	}
+	var err error
 	if prefix == nil {
-		it.index, it.err = l.db.NewIter(&pebble.IterOptions{
+		it.index, err = l.db.NewIter(&pebble.IterOptions{
 			LowerBound: eventKey(nil, q.After+1),
 			UpperBound: eventKey(nil, it.upper+1),
 		})
-		if it.err == nil && q.ReadAhead {
+		if err == nil && q.ReadAhead {
 			it.ahead = startReadAhead(it.index)
 		}
-		return it
+	} else {
+		it.prefix = len(prefix)
+		lower := append(append([]byte(nil), prefix...), eventKey(nil, q.After+1)[1:]...)
+		upper := append(append([]byte(nil), prefix...), eventKey(nil, it.upper+1)[1:]...)
+		it.index, err = l.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err == nil {
+			it.events, err = l.db.NewIter(&pebble.IterOptions{
+				LowerBound: []byte{prefixEvent},
+				UpperBound: []byte{prefixEvent + 1},
+			})
+		}
 	}
-	it.prefix = len(prefix)
-	lower := append(append([]byte(nil), prefix...), eventKey(nil, q.After+1)[1:]...)
-	upper := append(append([]byte(nil), prefix...), eventKey(nil, it.upper+1)[1:]...)
-	it.index, it.err = l.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if it.err == nil {
-		it.events, it.err = l.db.NewIter(&pebble.IterOptions{
-			LowerBound: []byte{prefixEvent},
-			UpperBound: []byte{prefixEvent + 1},
-		})
+	if err != nil {
+		it.err = it.readErr(err)
 	}
 	return it
+}
+
+// readErr wraps an error of the store met while reading, naming what was
+// read and where: what a reader got before it is not the whole answer.
+func (it *Iter) readErr(err error) error {
+	return fmt.Errorf("eventlog: read %s after seq %d: %w", it.what, max(it.q.After, it.ev.Seq), err)
 }
 
 // Next advances to the next selected event and reports whether there is one.
@@ -109,7 +123,9 @@ func (it *Iter) Next() bool {
 			ok = it.index.Next()
 		}
 		if !ok {
-			it.err = it.index.Error()
+			if err := it.index.Error(); err != nil {
+				it.err = it.readErr(err)
+			}
 			return false
 		}
 		if !it.load() {
@@ -189,6 +205,11 @@ func (it *Iter) Close() error {
 	if it.events != nil {
 		errs = append(errs, it.events.Close())
 	}
-	errs = append(errs, it.err)
-	return errors.Join(errs...)
+	if it.err != nil {
+		return it.err // Pebble's iterators repeat it on Close
+	}
+	if err := errors.Join(errs...); err != nil {
+		return it.readErr(err)
+	}
+	return nil
 }

@@ -24,6 +24,13 @@
 // share fsyncs: each batch enters the commit pipeline without waiting for its
 // sync (DB.ApplyNoSyncWait), and Pebble's WAL writer syncs everything queued at
 // once; a sync that covers a batch covers every batch before it.
+//
+// The log is fail-stop. The first write that cannot be made durable (a failed
+// WAL write or sync, a snapshot's included), a panic out of Pebble's commit
+// pipeline, or Pebble's Logger.Fatalf fails it for good: every later write,
+// and every Wait still pending, returns ErrFailed, readers waiting for
+// durability are woken with it, and nothing more is acknowledged. Only a new
+// Open, in practice a new process, recovers the durable prefix.
 package eventlog
 
 import (
@@ -63,8 +70,23 @@ type Options struct {
 	FS vfs.FS
 	// Logger receives Pebble's own messages (compactions at debug level).
 	Logger zerolog.Logger
-	// OnFatal is called when Pebble reports an unrecoverable storage error. It
-	// must not return; the default logs and exits the process with status 70.
+	// OnFatal is called when Pebble reports an unrecoverable storage error
+	// through its Logger.Fatalf: a MANIFEST that cannot be written, synced or
+	// made current (on open, after a flush or a compaction), a commit pipeline
+	// that broke, corruption found by a read. By then the log has failed:
+	// every later write returns ErrFailed and nothing more is acknowledged.
+	// Pebble expects Fatalf not to return. If it does, Pebble carries on as if
+	// the operation had succeeded: a failed flush is retried at once and for
+	// ever (an Open waiting for it never returns), a broken commit is reported
+	// applied but never syncs. The log never calls Pebble's write path again,
+	// so a test may let OnFatal return; a daemon must not. The default logs
+	// the failure, naming the store, and exits the process with ExitFatal.
+	//
+	// Some failures are not Fatalf but a Pebble panic on one of its own
+	// goroutines, which no caller can recover: a WAL that cannot be rotated
+	// when the memtable fills, a failed sync of the store's directory during a
+	// flush. The process dies with Go's trace; nothing more is acknowledged,
+	// and the next open recovers every acknowledged event.
 	OnFatal func(msg string)
 	// KeepSnapshots is how many snapshots PutSnapshot keeps; 0 means 3.
 	KeepSnapshots int
@@ -74,6 +96,13 @@ type Options struct {
 	// Pebble's commit pipeline to its fsync (Pebble's own commit statistics),
 	// for metrics. It is called on the committer's goroutine and must be quick.
 	OnCommit func(time.Duration)
+	// CacheSize is the size in bytes of Pebble's block cache; 0 means Pebble's
+	// default (8 MB). Tests set it tiny, so that every read reaches the files.
+	CacheSize int64
+
+	// memTableSize overrides Pebble's memtable size, so that tests in this
+	// package can make Pebble rotate its WAL; 0 means the default.
+	memTableSize uint64
 }
 
 // Log is an open event log. All methods are safe for concurrent use.
@@ -85,10 +114,21 @@ type Log struct {
 		sync.Mutex
 		next    uint64 // sequence number of the next event
 		scratch []byte // encoding buffer, reused under mu
-		err     error  // sticky: set once a write failed
 		closed  bool
 	}
 	inflight sync.WaitGroup
+
+	// failed is sticky: set by the first write that could not be made durable,
+	// or by Pebble's Fatalf. It has its own lock because Pebble calls Fatalf
+	// from inside ApplyNoSyncWait, on a goroutine that holds mu.
+	failed struct {
+		sync.Mutex
+		err error
+		// wedged: Pebble's write path may be unusable (it called Fatalf, or
+		// panicked with its commit pipeline's mutex held), so the log never
+		// calls it again, DB.Close included.
+		wedged bool
+	}
 
 	durable atomic.Uint64 // every event with seq <= durable is synced
 	waitMu  sync.Mutex
@@ -104,37 +144,60 @@ func Open(dir string, opts Options) (*Log, error) {
 		opts.KeepSnapshots = 3
 	}
 	if opts.OnFatal == nil {
-		opts.OnFatal = defaultOnFatal(opts.Logger)
+		opts.OnFatal = defaultOnFatal(opts.Logger, dir)
 	}
-	popts := &pebble.Options{
-		FS:                 opts.FS,
-		Logger:             pebbleLogger{l: opts.Logger, fatal: opts.OnFatal},
-		ReadOnly:           opts.ReadOnly,
-		FormatMajorVersion: pebble.FormatNewest,
+	if opts.memTableSize == 0 {
 		// The log is write-once: a larger memtable means fewer flushes of
 		// short-lived heartbeat records and fewer L0 files to compact.
-		MemTableSize: 64 << 20,
+		opts.memTableSize = 64 << 20
 	}
-	db, err := pebble.Open(dir, popts)
+	l := &Log{opts: opts, waitCh: make(chan struct{})}
+	popts := &pebble.Options{
+		FS:                 opts.FS,
+		Logger:             pebbleLogger{l: opts.Logger, fatal: l.fatal},
+		ReadOnly:           opts.ReadOnly,
+		FormatMajorVersion: pebble.FormatNewest,
+		MemTableSize:       opts.memTableSize,
+		CacheSize:          opts.CacheSize,
+	}
+	db, err := openPebble(dir, popts)
 	if err != nil {
 		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock held by current process") {
 			return nil, fmt.Errorf("%w: %s (%v)", ErrLocked, dir, err)
 		}
 		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
 	}
-	l := &Log{db: db, opts: opts, waitCh: make(chan struct{})}
+	l.db = db
+	if err := l.Err(); err != nil {
+		// Pebble called Fatalf while opening and carried on: the store is not
+		// to be trusted, nor closed (see failed.wedged).
+		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
+	}
 	if err := l.checkFormat(); err != nil {
-		_ = db.Close()
+		l.closeDB()
 		return nil, err
 	}
 	last, err := l.lastEventSeq()
 	if err != nil {
-		_ = db.Close()
+		l.closeDB()
 		return nil, err
 	}
 	l.mu.next = last + 1
 	l.durable.Store(last)
 	return l, nil
+}
+
+// openPebble is pebble.Open, with its panics turned into errors: Pebble
+// panics when a sync of the store's directory fails (atomicfs.Marker.Move:
+// "fsync errors are unrecoverable"), after cleaning up what it opened. A store
+// that cannot be opened is an error to report, not a crash.
+func openPebble(dir string, opts *pebble.Options) (db *pebble.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("pebble panicked: %v", r)
+		}
+	}()
+	return pebble.Open(dir, opts)
 }
 
 func (l *Log) checkFormat() error {
@@ -144,7 +207,10 @@ func (l *Log) checkFormat() error {
 		if l.opts.ReadOnly {
 			return nil // an empty store read offline
 		}
-		return l.db.Set(metaFormatKey, []byte{storeFormat}, pebble.Sync)
+		if err := l.db.Set(metaFormatKey, []byte{storeFormat}, pebble.Sync); err != nil {
+			return fmt.Errorf("eventlog: write key %q: %w", metaFormatKey, err)
+		}
+		return l.Err() // a Fatalf during the write
 	case err != nil:
 		return fmt.Errorf("eventlog: read key %q: %w", metaFormatKey, err)
 	}
@@ -189,17 +255,24 @@ func (c *Commit) First() uint64 { return c.first }
 func (c *Commit) Last() uint64 { return c.last }
 
 // Wait blocks until the commit is durable. An error means it may not be; the
-// log is then failed and every later write returns ErrFailed.
+// log is then failed and every later write returns ErrFailed. Once the log has
+// failed, for whatever reason, Wait returns its error even for a commit whose
+// own sync succeeded: after a failure nothing more is acknowledged.
 func (c *Commit) Wait() error {
 	defer c.log.inflight.Done()
 	err := c.batch.SyncWait()
-	if err == nil && c.log.opts.OnCommit != nil {
+	if err != nil {
+		c.batch.Close()
+		return c.log.fail(fmt.Errorf("eventlog: sync seq %d..%d: %w", c.first, c.last, err), false)
+	}
+	if err := c.log.Err(); err != nil {
+		c.batch.Close()
+		return err
+	}
+	if c.log.opts.OnCommit != nil {
 		c.log.opts.OnCommit(c.batch.CommitStats().TotalDuration)
 	}
 	c.batch.Close()
-	if err != nil {
-		return c.log.fail(fmt.Errorf("eventlog: sync seq %d..%d: %w", c.first, c.last, err))
-	}
 	c.log.markDurable(c.last)
 	return nil
 }
@@ -240,9 +313,9 @@ func (l *Log) Stage(evs []Event) (*Commit, error) {
 		b.Close()
 		return nil, ErrClosed
 	}
-	if l.mu.err != nil {
+	if err := l.Err(); err != nil {
 		b.Close()
-		return nil, l.mu.err
+		return nil, err
 	}
 	first := l.mu.next
 	for i := range evs {
@@ -256,14 +329,36 @@ func (l *Log) Stage(evs []Event) (*Commit, error) {
 			return nil, fmt.Errorf("eventlog: append seq %d: %w", e.Seq, err)
 		}
 	}
-	if err := l.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
-		b.Close()
-		l.mu.err = fmt.Errorf("%w: apply seq %d..%d: %v", ErrFailed, first, first+uint64(len(evs))-1, err)
-		return nil, l.mu.err
+	if err := l.applyLocked(b, fmt.Sprintf("seq %d..%d", first, first+uint64(len(evs))-1)); err != nil {
+		return nil, err
 	}
 	l.mu.next = first + uint64(len(evs))
 	l.inflight.Add(1)
 	return &Commit{log: l, batch: b, first: first, last: l.mu.next - 1}, nil
+}
+
+// applyLocked hands b to Pebble's commit pipeline without waiting for its
+// sync. what names the batch in errors. On error the log has failed, and b is
+// left to Pebble, which may still hold it. The caller holds mu, which keeps
+// every write of the log out of the pipeline once it has failed: Pebble's
+// pipeline does not survive some of its own failures (see failed.wedged).
+func (l *Log) applyLocked(b *pebble.Batch, what string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			// Pebble panics when its WAL writer has already failed (a failed
+			// write or sync earlier, which this batch raced), and leaves the
+			// commit pipeline's mutex locked: any later commit, and DB.Close,
+			// would block forever.
+			err = l.fail(fmt.Errorf("eventlog: apply %s: pebble panicked: %v", what, r), true)
+		}
+	}()
+	if err := l.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		return l.fail(fmt.Errorf("eventlog: apply %s: %w", what, err), false)
+	}
+	// When the pipeline breaks inside the apply (a WAL rotation that fails),
+	// Pebble calls Fatalf and, if that returns, returns nil: the batch will
+	// never be synced, and its waiter would block forever.
+	return l.Err()
 }
 
 // addLocked writes e and its index entries into b, reusing l.mu.scratch.
@@ -311,20 +406,36 @@ func validate(e *Event) error {
 	return nil
 }
 
-func (l *Log) fail(err error) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.mu.err == nil {
-		l.mu.err = fmt.Errorf("%w: %v", ErrFailed, err)
+// fail fails the log with err, unless it failed already, and returns the
+// error that failed it. wedged says Pebble's write path may be unusable. Every
+// WaitDurable is woken, to return the failure rather than wait for a sync
+// that will not come.
+func (l *Log) fail(err error, wedged bool) error {
+	l.failed.Lock()
+	first := l.failed.err == nil
+	if first {
+		l.failed.err = fmt.Errorf("%w: %v", ErrFailed, err)
 	}
-	return l.mu.err
+	l.failed.wedged = l.failed.wedged || wedged
+	err = l.failed.err
+	l.failed.Unlock()
+	if first {
+		l.wakeWaiters()
+	}
+	return err
+}
+
+// fatal is Pebble's Fatalf: the log fails, then OnFatal is told.
+func (l *Log) fatal(msg string) {
+	l.fail(fmt.Errorf("pebble: %s", msg), true)
+	l.opts.OnFatal(msg)
 }
 
 // Err returns the error that failed the log, or nil while it is healthy.
 func (l *Log) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.mu.err
+	l.failed.Lock()
+	defer l.failed.Unlock()
+	return l.failed.err
 }
 
 func (l *Log) markDurable(seq uint64) {
@@ -337,6 +448,10 @@ func (l *Log) markDurable(seq uint64) {
 			break
 		}
 	}
+	l.wakeWaiters()
+}
+
+func (l *Log) wakeWaiters() {
 	l.waitMu.Lock()
 	close(l.waitCh)
 	l.waitCh = make(chan struct{})
@@ -379,7 +494,11 @@ func (l *Log) WaitDurable(seq uint64, done <-chan struct{}) error {
 	}
 }
 
-// Close waits for staged commits to be waited on, then closes the store.
+// Close waits for staged commits to be waited on, then closes the store. On a
+// failed log it returns the failure; if Pebble's write path may be unusable
+// (after its Fatalf, or a panic), the store is not closed but left as a crash
+// would leave it, lock included: the process is expected to exit, and the
+// next open recovers the durable prefix.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.mu.closed {
@@ -389,10 +508,27 @@ func (l *Log) Close() error {
 	l.mu.closed = true
 	l.mu.Unlock()
 	l.inflight.Wait()
-	if err := l.db.Close(); err != nil {
-		return fmt.Errorf("eventlog: close: %w", err)
+	l.failed.Lock()
+	failure, wedged := l.failed.err, l.failed.wedged
+	l.failed.Unlock()
+	if wedged {
+		return fmt.Errorf("eventlog: close: store left open after a fatal storage error: %w", failure)
 	}
-	return nil
+	if err := l.db.Close(); err != nil {
+		return errors.Join(failure, fmt.Errorf("eventlog: close: %w", err))
+	}
+	return failure
+}
+
+// closeDB closes the store while Open fails, unless Pebble's write path may
+// be unusable.
+func (l *Log) closeDB() {
+	l.failed.Lock()
+	wedged := l.failed.wedged
+	l.failed.Unlock()
+	if !wedged {
+		_ = l.db.Close()
+	}
 }
 
 // Get returns the event with sequence number seq, copied.

@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -8,8 +9,8 @@ import (
 
 // readAhead walks a Pebble iterator over event keys on its own goroutine and
 // hands the records over in chunks, so that a long scan uses two cores: one
-// reads and copies, the other decodes and folds. Chunks are recycled; a steady
-// scan allocates nothing.
+// reads and copies, the other decodes and folds. Chunks are recycled; once
+// they have grown to size, a steady scan allocates nothing.
 type readAhead struct {
 	full chan *chunk
 	free chan *chunk
@@ -40,7 +41,10 @@ func startReadAhead(src *pebble.Iterator) *readAhead {
 		done: make(chan struct{}),
 	}
 	for i := 0; i < chunksAhead+2; i++ {
-		ra.free <- &chunk{seqs: make([]uint64, 0, chunkRecords), ends: make([]int, 0, chunkRecords), buf: make([]byte, 0, chunkBytes)}
+		// Chunks grow as they fill, so that a short scan (most restarts, and
+		// every query of a small log) does not pay for 1.5 MB of buffers; a
+		// long one allocates them once and recycles them.
+		ra.free <- &chunk{}
 	}
 	ra.wg.Add(1)
 	go ra.read(src)
@@ -77,7 +81,7 @@ func (ra *readAhead) read(src *pebble.Iterator) {
 		}
 		v, err := src.ValueAndErr()
 		if err != nil {
-			ra.err = err
+			ra.err = fmt.Errorf("read seq %d: %w", seq, err)
 			return
 		}
 		c.seqs = append(c.seqs, seq)
@@ -124,7 +128,9 @@ func (it *Iter) nextAhead() bool {
 		}
 		c, ok := <-ra.full
 		if !ok {
-			it.err = ra.err
+			if ra.err != nil {
+				it.err = it.readErr(ra.err)
+			}
 			return false
 		}
 		ra.cur, ra.pos = c, 0

@@ -28,11 +28,11 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 		return err
 	}
 	b := l.db.NewBatch()
-	defer b.Close()
 	val := make([]byte, 4, 4+len(data))
 	val = append(val, data...)
 	binary.LittleEndian.PutUint32(val, crc32.Checksum(data, castagnoli))
 	if err := b.Set(snapshotKey(nil, seq), val, nil); err != nil {
+		b.Close()
 		return err
 	}
 	keep := l.opts.KeepSnapshots - 1
@@ -45,13 +45,39 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 			continue
 		}
 		if err := b.Delete(snapshotKey(nil, s), nil); err != nil {
+			b.Close()
 			return err
 		}
 	}
-	if err := l.db.Apply(b, pebble.Sync); err != nil {
-		return fmt.Errorf("eventlog: put snapshot at seq %d: %w", seq, err)
+	// The snapshot shares the WAL with the events: it enters the pipeline
+	// under mu like a Stage, so that nothing reaches Pebble's write path once
+	// the log has failed, and a failure here fails the log.
+	what := fmt.Sprintf("snapshot at seq %d", seq)
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		b.Close()
+		return ErrClosed
 	}
-	return nil
+	if err := l.Err(); err != nil {
+		l.mu.Unlock()
+		b.Close()
+		return err
+	}
+	err = l.applyLocked(b, what)
+	if err == nil {
+		l.inflight.Add(1) // Close waits for the sync
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	defer l.inflight.Done()
+	defer b.Close()
+	if err := b.SyncWait(); err != nil {
+		return l.fail(fmt.Errorf("eventlog: sync %s: %w", what, err), false)
+	}
+	return l.Err()
 }
 
 // Snapshots lists the sequence numbers of the stored snapshots, newest first.
@@ -72,7 +98,10 @@ func (l *Log) Snapshots() ([]uint64, error) {
 		}
 		seqs = append(seqs, seq)
 	}
-	return seqs, it.Error()
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("eventlog: list snapshots: %w", err)
+	}
+	return seqs, nil
 }
 
 // Snapshot returns a copy of the snapshot stored at seq. A damaged snapshot

@@ -192,11 +192,24 @@ func (s *Service) commitLocked(now int64, evs []eventlog.Event) (*eventlog.Commi
 // then every command is refused, those that would record nothing included.
 func (s *Service) lock() error {
 	s.mu.Lock()
-	if err := s.mu.err; err != nil {
+	if err := s.failedLocked(); err != nil {
 		s.mu.Unlock()
 		return err
 	}
 	return nil
+}
+
+// failedLocked returns the error that failed the service. The log may have
+// failed under something other than one of its commands (a snapshot's sync,
+// Pebble's Fatalf in a background flush): the service fails with it the
+// first time it looks.
+func (s *Service) failedLocked() error {
+	if s.mu.err == nil {
+		if err := s.log.Err(); err != nil {
+			s.failLocked(err)
+		}
+	}
+	return s.mu.err
 }
 
 // wait waits for c to be durable; a failure fails the service.
@@ -222,7 +235,7 @@ func (s *Service) failLocked(err error) {
 func (s *Service) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.mu.err
+	return s.failedLocked()
 }
 
 func (s *Service) logEvent(e *eventlog.Event) {

@@ -2,77 +2,93 @@ package worker
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/leaselog/leaselog/lease"
 )
 
 // heartbeatLoop sends one heartbeat for all held leases every renew, acts on
-// the directives, and checks the fence a few times per renew. It re-reads the
-// timing at every step: the daemon's answers may change it (a worker starts
-// with defaults until the first answer).
+// the directives, and checks the fence every renew/4. A heartbeat runs on
+// its own goroutine, at most one at a time, so that the fence is checked
+// while one is in flight: a heartbeat lost on the way waits for its whole
+// timeout (renew), and one after another they would otherwise keep the
+// fence from ever being checked. The loop re-reads the timing at every step:
+// the daemon's answers may change it (a worker starts with defaults until
+// the first answer).
 func (w *Worker) heartbeatLoop(ctx context.Context) {
-	var lastSent time.Time
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	answered := make(chan struct{}, 1)
 	for {
-		renew := w.renew()
-		if lastSent.IsZero() || w.now().Sub(lastSent) >= renew {
-			lastSent = w.now()
-			w.beat(ctx, renew)
-			continue // the answer may have changed renew
+		w.mu.Lock()
+		now := w.now()
+		ids, due := w.mu.core.BeatDue(now)
+		timeout, every := w.mu.core.BeatTimeout(), w.mu.core.FenceEvery()
+		w.mu.Unlock()
+		if due {
+			inflight.Add(1)
+			go func() {
+				defer inflight.Done()
+				w.beat(ctx, ids, now, timeout)
+				answered <- struct{}{}
+			}()
+		} else {
+			// The fence waits one check for a heartbeat just sent: after
+			// the worker's own process was paused (a daemon and its local
+			// worker under SIGSTOP), that heartbeat is the first news of
+			// whether its leases are still good, and they usually are — the
+			// daemon does not count its own absence. Fencing first would
+			// kill healthy jobs. The wait costs at most one check (renew/4)
+			// of the 2×renew of slack.
+			w.checkFence()
 		}
-		w.checkFence()
-		t := time.NewTimer(renew / 4)
+		t := time.NewTimer(every)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
+		case <-answered: // the next heartbeat may be due, the fence lifted, renew changed
+			t.Stop()
 		}
 	}
 }
 
-// beat sends one heartbeat. Its send time becomes the last acknowledged
-// one only if the daemon answers: what the daemon's expiry counts from is the
-// receipt of a heartbeat, which comes after its sending, so fencing from the
-// send time is always on the safe side.
-func (w *Worker) beat(ctx context.Context, renew time.Duration) {
-	ids := w.Leases()
-	sent := w.now()
-	callCtx, cancel := context.WithTimeout(ctx, renew)
+// beat sends one heartbeat naming ids, sent at sent, and acts on the answer.
+func (w *Worker) beat(ctx context.Context, ids []uint64, sent time.Time, timeout time.Duration) {
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	reply, err := w.opts.Daemon.Heartbeat(callCtx, w.opts.ID, ids)
 	cancel()
 	if err != nil {
+		w.mu.Lock()
+		w.mu.core.Unacked()
+		w.mu.Unlock()
 		if ctx.Err() == nil {
 			w.log().Warn().Err(err).Msg("heartbeat not acknowledged")
 		}
 		return
 	}
 	w.mu.Lock()
-	if sent.After(w.mu.lastAck) {
-		w.mu.lastAck = sent
-	}
-	if reply.RenewSeconds > 0 {
-		w.mu.timing = reply.Timing
-	}
-	if w.mu.fenced {
-		w.mu.fenced = false
+	a := w.mu.core.Acked(sent, reply)
+	w.mu.Unlock()
+	if a.Unfenced {
 		w.log().Info().Msg("heartbeat acknowledged again: taking work again")
 	}
-	w.mu.Unlock()
-	for _, d := range reply.Leases {
-		switch d.Directive {
-		case lease.Cancel, lease.Kill:
-			w.mu.Lock()
-			h := w.mu.held[d.Lease]
-			w.mu.Unlock()
-			if h != nil && h.run != nil {
-				w.log().Info().Uint64("lease", d.Lease).Str("directive", string(d.Directive)).Msg("revoked")
-				h.run.Stop(d.Directive == lease.Kill)
-			}
-		case lease.Gone:
-			w.log().Warn().Uint64("lease", d.Lease).Msg("lease gone; dropping the job")
-			w.drop(d.Lease)
+	for _, s := range a.Stop {
+		if s.Why == string(lease.Gone) {
+			w.log().Warn().Uint64("lease", s.Lease).Msg("lease gone; dropping the job")
+		} else {
+			w.log().Info().Uint64("lease", s.Lease).Str("directive", s.Why).Msg("revoked")
 		}
+	}
+	w.apply(a.Stop, a.Forget)
+	for _, h := range a.Start {
+		w.log().Info().Uint64("lease", h.Lease()).Str("job", h.Grant().Job.ID).Msg("adopted lease renewed: starting its job")
+		go w.run(ctx, h)
+	}
+	for _, e := range a.Report {
+		go w.report(ctx, e.Held, e.Outcome)
 	}
 }
 
@@ -80,34 +96,12 @@ func (w *Worker) beat(ctx context.Context, renew time.Duration) {
 // more than toleration − 2×renew ago.
 func (w *Worker) checkFence() {
 	w.mu.Lock()
-	fence := w.mu.timing.Config().SelfFence()
-	silent := w.now().Sub(w.mu.lastAck)
-	if silent <= fence || w.mu.fenced {
-		w.mu.Unlock()
+	stops, fell, silent, fence := w.mu.core.Fence(w.now())
+	w.mu.Unlock()
+	if !fell {
 		return
 	}
-	w.mu.fenced = true
-	var runs []Run
-	for _, h := range w.mu.held {
-		if h.run == nil || h.fenced || isDone(h.run) {
-			continue // a job that ended on its own keeps its own outcome
-		}
-		h.fenced = true
-		runs = append(runs, h.run)
-	}
-	w.mu.Unlock()
-	w.log().Error().Dur("silent", silent).Dur("fence", fence).Int("jobs", len(runs)).
+	w.log().Error().Dur("silent", silent).Dur("fence", fence).Int("jobs", len(stops)).
 		Msg("self-fencing: no heartbeat acknowledged in time; stopping every job before the daemon may expire its lease")
-	for _, r := range runs {
-		r.Stop(true)
-	}
-}
-
-func isDone(r Run) bool {
-	select {
-	case <-r.Done():
-		return true
-	default:
-		return false
-	}
+	w.apply(stops, nil)
 }

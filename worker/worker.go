@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -53,27 +52,19 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Worker runs leases. Create with New, then Run.
+// Worker runs leases. Create with New, then Run. It drives a Core (the
+// decisions) with goroutines and real timers: one heartbeat loop, one
+// acquire loop, and per lease one goroutine that tells the daemon the job
+// started and one that awaits and reports it.
 type Worker struct {
 	opts Options
 	now  func() time.Time
 
 	mu struct {
 		sync.Mutex
-		timing  api.Timing
-		held    map[uint64]*held
-		lastAck time.Time // when the last acknowledged heartbeat was sent
-		fenced  bool
+		core *Core
 	}
 	freed chan struct{} // a slot freed up: acquire again
-}
-
-// held is one lease the worker holds.
-type held struct {
-	grant   api.Grant
-	run     Run  // nil until started
-	dropped bool // the daemon said gone: stop, and do not report
-	fenced  bool // stopped by self-fencing
 }
 
 // New returns a worker.
@@ -94,9 +85,7 @@ func New(opts Options) (*Worker, error) {
 		opts.Now = time.Now
 	}
 	w := &Worker{opts: opts, now: opts.Now, freed: make(chan struct{}, 1)}
-	w.mu.timing = opts.Timing
-	w.mu.held = make(map[uint64]*held)
-	w.mu.lastAck = w.now()
+	w.mu.core = NewCore(opts.Capacity, opts.Timing, w.now())
 	return w, nil
 }
 
@@ -122,27 +111,31 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) Leases() []uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ids := make([]uint64, 0, len(w.mu.held))
-	for id := range w.mu.held {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return w.mu.core.Leases()
 }
 
-func (w *Worker) timing() api.Timing {
+func (w *Worker) renew() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.mu.timing
+	return w.mu.core.Renew()
 }
 
-func (w *Worker) renew() time.Duration { return w.timing().Config().Renew }
+// callTimeout is the deadline of a call: CallTimeout, plus wait for an
+// acquire's long poll.
+func (w *Worker) callTimeout(wait time.Duration) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wait > 0 {
+		return w.mu.core.AcquireTimeout(wait)
+	}
+	return w.mu.core.CallTimeout()
+}
 
 // reattach asks the daemon for this worker's live leases and picks up each
 // job the executor can still find; the others are reported lost.
 func (w *Worker) reattach(ctx context.Context) error {
 	var grants []api.Grant
-	err := w.retry(ctx, "list leases", func() error {
+	err := w.retry(ctx, "list leases", func(ctx context.Context) error {
 		var err error
 		grants, err = w.opts.Daemon.WorkerLeases(ctx, w.opts.ID)
 		return err
@@ -152,35 +145,32 @@ func (w *Worker) reattach(ctx context.Context) error {
 	}
 	for _, g := range grants {
 		run, found, err := w.opts.Executor.Reattach(ctx, g)
-		h := &held{grant: g, run: run}
-		w.mu.Lock()
-		w.mu.held[g.Lease] = h
-		w.mu.Unlock()
-		switch {
-		case err != nil || !found:
-			reason := "worktree gone: the job was lost while the worker was down"
-			if err != nil {
-				reason = "re-attach failed: " + err.Error()
-			}
-			w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Str("reason", reason).Msg("lease lost on restart")
-			go w.report(ctx, h, Outcome{Outcome: "failed", Reason: reason})
-		default:
-			w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("re-attached")
-			go w.await(ctx, h)
+		if err != nil || !found {
+			run = nil
 		}
+		w.mu.Lock()
+		h := w.mu.core.Reattached(g, run)
+		w.mu.Unlock()
+		if run == nil {
+			o := Lost(err)
+			w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Str("reason", o.Reason).Msg("lease lost on restart")
+			go w.report(ctx, h, o)
+			continue
+		}
+		w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("re-attached")
+		w.await(ctx, h)
 	}
 	return nil
 }
 
 // acquireLoop takes jobs while there is room, long-polling for them.
 func (w *Worker) acquireLoop(ctx context.Context) {
-	backoff := newBackoff(w.renew())
+	backoff := NewBackoff(w.renew())
 	for ctx.Err() == nil {
 		w.mu.Lock()
-		room := w.opts.Capacity - len(w.mu.held)
-		fenced := w.mu.fenced
+		room := w.mu.core.Room()
 		w.mu.Unlock()
-		if room <= 0 || fenced {
+		if room <= 0 {
 			select { // wait for a slot, or for the fence to lift
 			case <-w.freed:
 			case <-ctx.Done():
@@ -188,7 +178,10 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 			}
 			continue
 		}
-		grants, err := w.opts.Daemon.Acquire(ctx, w.opts.ID, room, w.opts.Wait)
+		callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(w.opts.Wait))
+		sent := w.now()
+		grants, err := w.opts.Daemon.Acquire(callCtx, w.opts.ID, room, w.opts.Wait)
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				if api.IsCode(err, api.CodeStopping) {
@@ -196,65 +189,74 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 				} else {
 					w.log().Warn().Err(err).Msg("acquire failed; retrying")
 				}
-				backoff.wait(ctx)
-				if api.Retryable(err) {
+				sleep(ctx, backoff.Next())
+				if Retry(err) {
 					w.adoptOrphans(ctx)
 				}
 			}
 			continue
 		}
-		backoff.reset()
+		backoff.Reset()
 		for _, g := range grants {
-			w.start(ctx, g)
+			w.start(ctx, g, sent)
 		}
 	}
 }
 
-// adoptOrphans starts the jobs of live leases the daemon holds for this
-// worker but the worker does not know: an acquire whose answer was lost on
-// the way still granted its leases, and left alone they would expire
-// without ever running.
+// adoptOrphans takes the live leases the daemon holds for this worker but
+// the worker does not know: an acquire whose answer was lost on the way
+// still granted its leases, and left alone they would expire without ever
+// running. Their jobs start once the next heartbeat renews them.
 func (w *Worker) adoptOrphans(ctx context.Context) {
-	grants, err := w.opts.Daemon.WorkerLeases(ctx, w.opts.ID)
+	callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(0))
+	grants, err := w.opts.Daemon.WorkerLeases(callCtx, w.opts.ID)
+	cancel()
 	if err != nil {
 		return // the daemon is still out of reach; the next failure asks again
 	}
-	for _, g := range grants {
-		w.mu.Lock()
-		_, known := w.mu.held[g.Lease]
-		w.mu.Unlock()
-		if !known {
-			w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("adopting a lease whose grant was lost on the way")
-			w.start(ctx, g)
-		}
+	w.mu.Lock()
+	orphans := w.mu.core.Orphans(grants)
+	for _, g := range orphans {
+		w.mu.core.Adopt(g)
+	}
+	w.mu.Unlock()
+	for _, g := range orphans {
+		w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("adopting a lease whose grant was lost on the way")
 	}
 }
 
-// start runs the job of a new lease and tells the daemon it started.
-func (w *Worker) start(ctx context.Context, g api.Grant) {
+// start takes a lease granted to an acquire sent at sent, and runs its job
+// unless the grant came too late.
+func (w *Worker) start(ctx context.Context, g api.Grant, sent time.Time) {
 	w.mu.Lock()
-	if g.Timing.RenewSeconds > 0 {
-		w.mu.timing = g.Timing
-	}
-	h := &held{grant: g}
-	w.mu.held[g.Lease] = h
+	h, ok := w.mu.core.Take(g, sent, w.now())
 	w.mu.Unlock()
+	if !ok {
+		w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("the grant arrived past the fence: not starting the job")
+		go w.report(ctx, h, TooLate())
+		return
+	}
+	w.run(ctx, h)
+}
+
+// run starts the job of a lease and tells the daemon it started.
+func (w *Worker) run(ctx context.Context, h *Held) {
+	g := h.Grant()
 	run, err := w.opts.Executor.Start(ctx, g)
 	if err != nil {
 		w.log().Warn().Err(err).Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("job could not start")
-		go w.report(ctx, h, Outcome{Outcome: "failed", Reason: "could not start: " + err.Error()})
+		go w.report(ctx, h, NotStarted(err))
 		return
 	}
 	w.mu.Lock()
-	h.run = run
-	stop := h.dropped || w.mu.fenced // a heartbeat said gone (or the fence fell) while it started
+	stop := w.mu.core.Started(h, run, w.now())
 	w.mu.Unlock()
 	if stop {
 		run.Stop(true)
 	}
 	w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("job started")
 	go func() {
-		err := w.retry(ctx, "start", func() error {
+		err := w.retry(ctx, "start", func(ctx context.Context) error {
 			_, err := w.opts.Daemon.Start(ctx, w.opts.ID, g.Lease)
 			return err
 		})
@@ -268,7 +270,7 @@ func (w *Worker) start(ctx context.Context, g api.Grant) {
 }
 
 // await waits for a run to end, then reports it.
-func (w *Worker) await(ctx context.Context, h *held) {
+func (w *Worker) await(ctx context.Context, h *Held) {
 	go func() {
 		select {
 		case <-h.run.Done():
@@ -276,16 +278,11 @@ func (w *Worker) await(ctx context.Context, h *held) {
 			return // the job runs on; a restarted worker re-attaches
 		}
 		w.mu.Lock()
-		dropped, fenced := h.dropped, h.fenced
+		o, report := w.mu.core.Ended(h)
 		w.mu.Unlock()
-		if dropped {
+		if !report {
 			w.forget(h)
 			return
-		}
-		o := h.run.Outcome()
-		if fenced {
-			o.Outcome = "killed"
-			o.Reason = "self-fenced: no heartbeat acknowledged for toleration − 2×renew"
 		}
 		w.report(ctx, h, o)
 	}()
@@ -293,32 +290,31 @@ func (w *Worker) await(ctx context.Context, h *held) {
 
 // report sends a job's outcome until the daemon answers for good. Reports
 // are idempotent, so a retry after a lost answer is safe.
-func (w *Worker) report(ctx context.Context, h *held, o Outcome) {
+func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
+	g := h.Grant()
 	r := api.Report{Worker: w.opts.ID, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
 	var reply api.ReportReply
-	err := w.retry(ctx, "report", func() error {
+	err := w.retry(ctx, "report", func(ctx context.Context) error {
 		var err error
-		reply, err = w.opts.Daemon.Report(ctx, h.grant.Lease, r)
+		reply, err = w.opts.Daemon.Report(ctx, g.Lease, r)
 		return err
 	})
 	switch {
 	case ctx.Err() != nil:
 		return // not reported: the lease stays, and a restarted worker reports it
 	case err == nil:
-		w.log().Info().Uint64("lease", h.grant.Lease).Str("job", h.grant.Job.ID).Str("outcome", o.Outcome).Uint64("seq", reply.Seq).Msg("reported")
+		w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Str("outcome", o.Outcome).Uint64("seq", reply.Seq).Msg("reported")
 	case api.IsCode(err, api.CodeStaleLease):
-		w.log().Warn().Uint64("lease", h.grant.Lease).Str("job", h.grant.Job.ID).Msg("report refused as stale; kept by the daemon for auditors")
+		w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("report refused as stale; kept by the daemon for auditors")
 	default:
-		w.log().Error().Err(err).Uint64("lease", h.grant.Lease).Msg("report refused")
+		w.log().Error().Err(err).Uint64("lease", g.Lease).Msg("report refused")
 	}
 	w.forget(h)
 }
 
-func (w *Worker) forget(h *held) {
+func (w *Worker) forget(h *Held) {
 	w.mu.Lock()
-	if w.mu.held[h.grant.Lease] == h {
-		delete(w.mu.held, h.grant.Lease)
-	}
+	w.mu.core.Forget(h)
 	w.mu.Unlock()
 	select {
 	case w.freed <- struct{}{}:
@@ -330,49 +326,47 @@ func (w *Worker) forget(h *held) {
 // forgets it without a report.
 func (w *Worker) drop(lease uint64) {
 	w.mu.Lock()
-	h := w.mu.held[lease]
-	if h == nil {
-		w.mu.Unlock()
-		return
-	}
-	h.dropped = true
-	run := h.run
+	stop, forget := w.mu.core.Drop(lease, "refused")
 	w.mu.Unlock()
-	if run != nil {
-		run.Stop(true)
-	} else {
-		w.forget(h)
+	w.apply([]Stop{stop}, []*Held{forget})
+}
+
+// apply carries out the Core's decisions: stop runs, forget leases.
+func (w *Worker) apply(stops []Stop, forget []*Held) {
+	for _, s := range stops {
+		if s.Run != nil {
+			s.Run.Stop(s.Kill)
+		}
+	}
+	for _, h := range forget {
+		if h != nil {
+			w.forget(h)
+		}
 	}
 }
 
-// retry calls f until it succeeds, fails for good (a 4xx), or ctx ends.
-func (w *Worker) retry(ctx context.Context, what string, f func() error) error {
-	b := newBackoff(w.renew())
+// retry calls f, each time with a deadline, until it succeeds, fails for
+// good (a 4xx), or ctx ends.
+func (w *Worker) retry(ctx context.Context, what string, f func(context.Context) error) error {
+	b := NewBackoff(w.renew())
 	for {
-		err := f()
-		if err == nil || !api.Retryable(err) || ctx.Err() != nil {
+		callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(0))
+		err := f(callCtx)
+		cancel()
+		if err == nil || !Retry(err) || ctx.Err() != nil {
 			return err
 		}
 		w.log().Debug().Err(err).Str("call", what).Msg("retrying")
-		b.wait(ctx)
+		sleep(ctx, b.Next())
 	}
 }
 
-// backoff waits longer after each failure, from 50ms up to max.
-type backoff struct {
-	next, max time.Duration
-}
-
-func newBackoff(max time.Duration) *backoff { return &backoff{next: 50 * time.Millisecond, max: max} }
-
-func (b *backoff) reset() { b.next = 50 * time.Millisecond }
-
-func (b *backoff) wait(ctx context.Context) {
-	t := time.NewTimer(b.next)
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	b.next = min(2*b.next, b.max)
 }

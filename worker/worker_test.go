@@ -241,6 +241,10 @@ func TestDirectives(t *testing.T) {
 	if len(stops) == 0 || !stops[0] {
 		t.Fatalf("gone lease stops %v, want a kill", stops)
 	}
+	// The first heartbeats, sent before any lease was taken, name none too:
+	// skip to one that names a lease, then wait for one that names none.
+	for len(receive(t, d.beats, "a heartbeat naming a lease")) == 0 {
+	}
 	for len(receive(t, d.beats, "a heartbeat naming no lease")) > 0 {
 	}
 	if held := w.Leases(); len(held) > 0 {
@@ -274,7 +278,7 @@ func TestSelfFencing(t *testing.T) {
 	d.mu.Unlock()
 	fence := timing.Config().SelfFence()
 	w.mu.Lock()
-	last := w.mu.lastAck
+	last := w.mu.core.lastAck
 	w.mu.Unlock()
 	advance(fence - clock().Sub(last)) // exactly at the fence: not past it
 	w.checkFence()

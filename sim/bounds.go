@@ -1,0 +1,116 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/leaselog/leaselog/lease"
+)
+
+// The timing every run uses, and the bounds the safety and liveness checks
+// rely on. The fence falls at toleration − 2×renew after the last
+// acknowledged heartbeat was sent; the daemon expires no sooner than
+// toleration after it received it. The 2×renew between the two is the slack
+// that everything which delays a stop must fit in:
+//
+//	detection  the heartbeat loop checks the fence every renew/4   0.25 s
+//	stop       a killed job is gone within killDelay               0.25 s
+//	drift      a worker clock running slow by maxDrift over the
+//	           fence's 13 s makes it fence 13×d/(1−d) late          0.27 s
+//	pause      a worker paused (or descheduled) for up to pauseBound 1.00 s
+//	                                                        total  1.77 s < 2 s
+//
+// So a clock may drift by at most maxDrift (2%: a crystal is off by 0.01%,
+// but a VM's clock that is not disciplined can be off by more), and a pause
+// longer than pauseBound is outside what the fence can cover: the job of a
+// worker paused that long may run on after its lease expired. The overlap
+// check excuses exactly those jobs (and counts them); every other invariant
+// holds under any pause.
+const (
+	renew      = time.Second
+	grace      = 5 * time.Second
+	toleration = 15 * time.Second
+
+	maxDrift   = 0.02
+	pauseBound = renew
+	killDelay  = renew / 4
+	// cancelDelay bounds a graceful stop (SIGTERM, then the job winds down).
+	cancelDelay = renew
+
+	// acquireWait is how long one acquire long-polls.
+	acquireWait = 3 * time.Second
+	// maxDelay is the longest a message may spend in the network: a late
+	// message arrives after up to two tolerations.
+	maxDelay = 2 * toleration
+	// maxJob is the longest a job runs on its own.
+	maxJob = 3 * toleration
+)
+
+func leaseConfig() lease.Config {
+	return lease.Config{Renew: renew, Grace: grace, Toleration: toleration}
+}
+
+// livenessBound is how long after the faults stop every job must have ended,
+// given n jobs not ended yet and a total capacity of c: messages still in
+// flight arrive within maxDelay; a lease granted by a lost answer expires
+// within toleration plus a sweep; a fenced worker takes work again within a
+// heartbeat; and then the jobs run, at most c at a time, each within maxJob
+// plus a few renews for the acquire, the start, the report and its retries.
+func livenessBound(n, c int) time.Duration {
+	rounds := (n + c - 1) / max(c, 1)
+	return maxDelay + toleration + leaseConfig().SweepEvery() + 4*renew + time.Duration(rounds)*(maxJob+4*renew)
+}
+
+// params is what a seed draws before the run: the cast and the weather.
+type params struct {
+	workers     int
+	capacity    []int
+	drift       []float64 // clock rate − 1, per worker
+	clients     int
+	jobs        int
+	pDrop       float64 // per message
+	pDup        float64
+	pLate       float64 // a message takes up to maxDelay
+	maxLatency  time.Duration
+	faultEvery  time.Duration // mean time between faults
+	submitEvery time.Duration // mean time between a client's submissions
+	unsynced    []int         // UnsyncedDataPercent of each crash, drawn in turn
+	breakName   string
+}
+
+func drawParams(r *rand.Rand, brk string) params {
+	p := params{
+		workers:    3 + r.IntN(3),
+		clients:    1 + r.IntN(2),
+		jobs:       10 + r.IntN(21),
+		pDrop:      []float64{0, 0.01, 0.05, 0.15}[r.IntN(4)],
+		pDup:       []float64{0, 0.01, 0.05}[r.IntN(3)],
+		pLate:      []float64{0, 0.005, 0.02}[r.IntN(3)],
+		maxLatency: []time.Duration{time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond}[r.IntN(3)],
+		faultEvery: []time.Duration{3 * time.Second, 8 * time.Second, 20 * time.Second}[r.IntN(3)],
+		breakName:  brk,
+	}
+	p.submitEvery = time.Duration(p.clients) * []time.Duration{time.Second, 3 * time.Second, 6 * time.Second}[r.IntN(3)]
+	for range p.workers {
+		p.capacity = append(p.capacity, 1+r.IntN(3))
+		// A third of the clocks run as slow as allowed (the worst case for
+		// fencing: the fence falls late), a third as fast, a third between.
+		p.drift = append(p.drift, []float64{-maxDrift, maxDrift, (2*r.Float64() - 1) * maxDrift}[r.IntN(3)])
+	}
+	return p
+}
+
+func (p params) String() string {
+	return fmt.Sprintf("workers=%d capacity=%v drift=%.4f clients=%d jobs=%d drop=%.3f dup=%.3f late=%.3f latency≤%v faults every ~%v",
+		p.workers, p.capacity, p.drift, p.clients, p.jobs, p.pDrop, p.pDup, p.pLate, p.maxLatency, p.faultEvery)
+}
+
+// upTo draws a duration in [0, bound], half the time from its last tenth:
+// the faults that break a bound are the ones close to it.
+func upTo(r *rand.Rand, bound time.Duration) time.Duration {
+	if r.IntN(2) == 0 {
+		return bound - time.Duration(r.Int64N(int64(bound/10)+1))
+	}
+	return time.Duration(r.Int64N(int64(bound) + 1))
+}

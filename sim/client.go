@@ -1,0 +1,128 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+)
+
+// client is an executor using the daemon: it submits jobs (again until
+// answered: submission is idempotent), submits some twice and one with
+// another spec, cancels and kills some, and reads jobs. Its calls cross the
+// same network as the workers'.
+type client struct {
+	s       *Sim
+	idx     int
+	id      string
+	pid     int // porcupine client id
+	jobs    []string
+	kinds   map[string]string
+	healed  bool
+	pending int // submissions sent again until answered, not answered yet
+}
+
+const clientTimeout = 2 * time.Second
+
+func newClient(s *Sim, i int) *client {
+	c := &client{s: s, idx: i, id: fmt.Sprintf("c%d", i), kinds: map[string]string{}}
+	c.pid = s.hist.newClient(c.id)
+	return c
+}
+
+func (c *client) name() string { return c.id }
+
+func (c *client) deliver(_ *call, t time.Duration, fn func()) { c.s.at(t, fn) }
+
+func (c *client) cut() bool { return false }
+
+// begin starts the client's submissions (its share of the seed's jobs, one
+// every few seconds, through the faulty phase) and its other calls.
+func (c *client) begin() {
+	s := c.s
+	var ids []string
+	for j := c.idx; j < s.p.jobs; j += s.p.clients {
+		ids = append(ids, fmt.Sprintf("j%d", j))
+	}
+	c.submitNext(ids)
+	c.next()
+}
+
+func (c *client) submitNext(ids []string) {
+	s := c.s
+	if len(ids) == 0 {
+		return
+	}
+	s.after(time.Duration(s.rng.ExpFloat64()*float64(s.p.submitEvery)), func() {
+		if c.healed {
+			return
+		}
+		id := ids[0]
+		kind := "evaluation"
+		if s.rng.IntN(10) < 3 {
+			kind = "run"
+		}
+		c.kinds[id] = kind
+		c.jobs = append(c.jobs, id)
+		c.pending++
+		s.check.submitting(id)
+		c.submit(id, kind, fmt.Sprintf(`{"run":"job %s"}`, id), true)
+		c.submitNext(ids[1:])
+	})
+}
+
+func (c *client) next() {
+	s := c.s
+	s.after(time.Duration(s.rng.Int64N(int64(4*time.Second))), func() {
+		if c.healed {
+			return
+		}
+		c.act()
+		c.next()
+	})
+}
+
+// act makes one call about one of the jobs submitted so far.
+func (c *client) act() {
+	s := c.s
+	if len(c.jobs) == 0 {
+		return
+	}
+	id := c.jobs[s.rng.IntN(len(c.jobs))]
+	switch n := s.rng.IntN(20); {
+	case n < 10:
+		c.send(reqJob{id})
+	case n < 13:
+		c.submit(id, c.kinds[id], fmt.Sprintf(`{"run":"job %s"}`, id), false)
+	case n < 14:
+		c.submit(id, c.kinds[id], `{"run":"something else"}`, false)
+	case n < 16:
+		c.send(reqRevoke{job: id})
+	case n < 17:
+		c.send(reqRevoke{job: id, kill: true})
+	}
+}
+
+func (c *client) send(req request) {
+	cl := &call{from: c, req: req, client: c.pid, done: func(any, error) {}}
+	c.s.net.send(cl, clientTimeout)
+}
+
+// submit sends a submission; until answered, if again.
+func (c *client) submit(id, kind, spec string, again bool) {
+	cl := &call{from: c, req: reqSubmit{job: id, jobKind: kind, spec: spec}, client: c.pid}
+	cl.done = func(reply any, err error) {
+		if !again {
+			return
+		}
+		if err == nil || !api.Retryable(err) {
+			c.pending--
+			return
+		}
+		c.s.after(renew/2, func() { c.submit(id, kind, spec, again) })
+	}
+	c.s.net.send(cl, clientTimeout)
+}
+
+// heal: the client stops making new calls (retries go on).
+func (c *client) heal() { c.healed = true }

@@ -1,0 +1,381 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/replay"
+	"github.com/leaselog/leaselog/worker"
+)
+
+// daemon is the simulated `leaselog serve`: the real lease.Service on a real
+// Pebble store on a crashable in-memory filesystem, its clock the global
+// clock. Requests are handled the instant they arrive, one at a time, as the
+// service's mutex would order them; the worker API goes through
+// worker.InProcess, the adapter the built-in worker uses. An acquire with
+// nothing to grant is parked until a job is queued or its wait ends, as
+// Service.AcquireWait does.
+//
+// Faults: a sleep (the process stopped: nothing is handled and the sweeper
+// does not tick; requests wait in the socket until it wakes, then the first
+// sweep runs before them) and a crash (the store keeps what was synced and a
+// drawn share of what was not; connections are reset; a restart replays the
+// log).
+type daemon struct {
+	s      *Sim
+	fs     *vfs.MemFS
+	log    *eventlog.Log
+	svc    *lease.Service
+	api    worker.Daemon
+	up     bool
+	asleep bool
+
+	sleptAt  time.Duration
+	crashAt  time.Duration
+	preCrash []byte  // the table's snapshot when it crashed
+	inbox    []*call // requests that arrived while asleep
+	parked   []*parked
+	sweepGen int  // a sleep or a crash cancels the sweeps scheduled before it
+	swept    bool // a sweep ran since the daemon (re)opened
+	crashes  int
+}
+
+type parked struct {
+	c        *call
+	req      reqAcquire
+	deadline time.Duration
+}
+
+type simClock struct{ s *Sim }
+
+func (c simClock) Now() time.Time { return c.s.wallNow() }
+
+var bg = context.Background()
+
+func openDaemon(s *Sim) (*daemon, error) {
+	d := &daemon{s: s, fs: vfs.NewCrashableMem()}
+	s.daemon = d
+	if err := d.open(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *daemon) open() error {
+	log, err := eventlog.Open("data", eventlog.Options{FS: d.fs, Logger: zerolog.Nop(),
+		OnFatal: func(msg string) { panic("sim: pebble fatal: " + msg) }})
+	if err != nil {
+		return fmt.Errorf("sim: open the log: %w", err)
+	}
+	before := log.LastSeq()
+	seed := [32]byte{}
+	for i := range seed {
+		seed[i] = byte(d.s.rng.Uint32())
+	}
+	svc, err := lease.Open(log, lease.Options{Config: leaseConfig(), Clock: simClock{d.s}, Entropy: rand.NewChaCha8(seed),
+		Logger: zerolog.Nop(), SnapshotEvery: 40})
+	if err != nil {
+		_ = log.Close()
+		return fmt.Errorf("sim: open the service: %w", err)
+	}
+	d.log, d.svc, d.api, d.up, d.swept = log, svc, worker.InProcess(svc), true, false
+	d.s.tracef("daemon: open (seq %d)", log.LastSeq())
+	d.s.check.opened(before)
+	d.scheduleSweep(leaseConfig().SweepEvery())
+	return nil
+}
+
+func (d *daemon) close() {
+	if d.up {
+		_ = d.log.Close()
+		d.up = false
+	}
+}
+
+func (d *daemon) scheduleSweep(after time.Duration) {
+	gen := d.sweepGen
+	d.s.after(after, func() {
+		if gen != d.sweepGen || !d.up || d.asleep {
+			return
+		}
+		d.sweep()
+		d.scheduleSweep(leaseConfig().SweepEvery())
+	})
+}
+
+// sweep is one tick of the sweeper.
+func (d *daemon) sweep() {
+	before := d.log.LastSeq()
+	if err := d.svc.Sweep(); err != nil {
+		d.s.fail("sweep: %v", err)
+		return
+	}
+	d.swept = true
+	d.stepped("sweep", before)
+	d.s.hist.sweep(d.s.now, d.s.check.eventsSince(before))
+}
+
+// receive is a request arriving.
+func (d *daemon) receive(c *call) {
+	switch {
+	case !d.up:
+		d.s.net.reply(c, nil, nil, errRefused)
+	case d.asleep:
+		d.inbox = append(d.inbox, c)
+	default:
+		d.handle(c)
+	}
+}
+
+func (d *daemon) handle(c *call) {
+	before := d.log.LastSeq()
+	var reply any
+	var err error
+	switch r := c.req.(type) {
+	case reqHeartbeat:
+		reply, err = d.api.Heartbeat(bg, r.worker, r.leases)
+		d.s.check.heartbeat(r, reply, err, before)
+	case reqAcquire:
+		var gs []api.Grant
+		gs, err = d.api.Acquire(bg, r.worker, r.max, 0)
+		if err == nil && len(gs) == 0 && r.wait > 0 {
+			p := &parked{c: c, req: r, deadline: d.s.now + r.wait}
+			d.parked = append(d.parked, p)
+			d.s.after(r.wait, func() { d.unpark(p, nil) })
+			d.stepped("acquire (parked)", before)
+			return
+		}
+		reply = gs
+	case reqStart:
+		reply, err = d.api.Start(bg, r.worker, r.lease)
+		d.s.check.start(r, err, before)
+	case reqReport:
+		views := d.s.check.views()
+		reply, err = d.api.Report(bg, r.lease, r.r)
+		d.s.check.report(r, views, reply, err)
+	case reqWorkerLeases:
+		reply, err = d.api.WorkerLeases(bg, r.worker)
+	case reqSubmit:
+		kind, _ := eventlog.ParseKind(r.jobKind)
+		j, created, e := d.svc.Submit(bg, r.job, kind, []byte(r.spec))
+		reply, err = submitted{job: api.JobOf(j, nil), created: created}, apiErr(e)
+	case reqRevoke:
+		f := d.svc.Cancel
+		if r.kill {
+			f = d.svc.Kill
+		}
+		if _, err = f(bg, r.job); err == nil {
+			reply, err = d.job(r.job)
+		}
+		err = apiErr(err)
+	case reqJob:
+		reply, err = d.job(r.job)
+	}
+	if err != nil {
+		reply = nil
+	}
+	d.answer(c, reply, err, before)
+	d.stepped(c.req.kind(), before)
+}
+
+// job is job id as the API shows it, with its live lease.
+func (d *daemon) job(id string) (api.Job, error) {
+	j, err := d.svc.Job(bg, id)
+	if err != nil {
+		return api.Job{}, apiErr(err)
+	}
+	if j.Lease == 0 {
+		return api.JobOf(j, nil), nil
+	}
+	l, err := d.svc.Lease(bg, j.Lease)
+	if err != nil {
+		return api.Job{}, apiErr(err)
+	}
+	return api.JobOf(j, &l), nil
+}
+
+func apiErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return api.ErrorOf(err)
+}
+
+// answer records the processing (and whether it appended anything since
+// seq before) and sends the reply.
+func (d *daemon) answer(c *call, reply any, err error, before uint64) {
+	p := d.s.hist.processed(c, d.s.now, reply, err, d.log.LastSeq() != before)
+	d.s.net.reply(c, p, reply, err)
+}
+
+// stepped runs the checks after a step of the daemon, and wakes parked
+// acquires if a job was queued.
+func (d *daemon) stepped(what string, before uint64) {
+	evs := d.s.check.afterDaemon(what, before)
+	for _, e := range evs {
+		if e.Type == eventlog.TypeQueued {
+			d.retryParked()
+			return
+		}
+	}
+}
+
+func (d *daemon) retryParked() {
+	for _, p := range slices.Clone(d.parked) {
+		if d.s.err != nil || !slices.Contains(d.parked, p) {
+			continue // a step below answered it already
+		}
+		before := d.log.LastSeq()
+		gs, err := d.api.Acquire(bg, p.req.worker, p.req.max, 0)
+		switch {
+		case err != nil:
+			d.unparked(p)
+			d.answer(p.c, nil, err, before)
+		case len(gs) > 0:
+			d.unparked(p)
+			d.answer(p.c, gs, nil, before)
+		}
+		// Even an acquire that grants nothing may record worker.reachable.
+		d.stepped("acquire (woken)", before)
+	}
+}
+
+func (d *daemon) unparked(p *parked) bool {
+	i := slices.Index(d.parked, p)
+	if i < 0 {
+		return false
+	}
+	d.parked = slices.Delete(d.parked, i, i+1)
+	return true
+}
+
+// unpark answers a parked acquire at its deadline (nothing was queued), or
+// resets it (err).
+func (d *daemon) unpark(p *parked, err error) {
+	if err == nil && (!d.up || d.asleep) {
+		return // answered when the daemon wakes (or reset if it crashes)
+	}
+	if !d.unparked(p) {
+		return
+	}
+	if err != nil {
+		d.s.net.reply(p.c, nil, nil, err)
+		return
+	}
+	d.answer(p.c, []api.Grant{}, nil, d.log.LastSeq())
+}
+
+// sleep stops the daemon's process for dur: nothing is handled, the sweeper
+// does not tick.
+func (d *daemon) sleep(dur time.Duration) {
+	d.s.stats.Sleeps++
+	d.asleep, d.sleptAt = true, d.s.now
+	d.sweepGen++
+	d.s.tracef("FAULT daemon sleeps for %v", dur)
+	d.s.after(dur, func() {
+		if d.up && d.asleep {
+			d.wake()
+		}
+	})
+}
+
+// wake: the first sweep sees the gap (daemon.resumed if past grace) before
+// any request is handled.
+func (d *daemon) wake() {
+	slept := d.s.now - d.sleptAt
+	d.asleep = false
+	d.s.tracef("daemon wakes after %v", slept)
+	d.s.check.absent(d.sleptAt, d.s.now, slept > grace)
+	before, swept := d.log.LastSeq(), d.swept
+	d.sweep()
+	if slept > grace {
+		// The daemon's last tick before the sleep was a sweep (which decided
+		// all that was due then), or its start (which decides nothing).
+		d.s.check.resumed(before, slept, swept)
+	}
+	inbox := d.inbox
+	d.inbox = nil
+	for _, c := range inbox {
+		if d.s.err != nil {
+			return
+		}
+		d.handle(c)
+	}
+	for _, p := range slices.Clone(d.parked) {
+		if p.deadline <= d.s.now {
+			d.unpark(p, nil)
+		}
+	}
+	d.scheduleSweep(leaseConfig().SweepEvery())
+}
+
+// crash kills the daemon: the store keeps what was synced and pct% of what
+// was not; connections are reset. It restarts after downtime.
+func (d *daemon) crash(downtime time.Duration, pct int) {
+	d.s.stats.Crashes++
+	d.crashes++
+	d.s.tracef("FAULT daemon crashes (unsynced kept: %d%%), down for %v", pct, downtime)
+	snap := d.s.check.snapshot()
+	clone := d.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(d.s.rng.Uint64(), d.s.rng.Uint64()))})
+	_ = d.log.Close()
+	if d.asleep {
+		d.s.check.absent(d.sleptAt, d.s.now, d.s.now-d.sleptAt > grace)
+	}
+	d.up, d.asleep, d.crashAt = false, false, d.s.now
+	d.sweepGen++
+	for _, c := range d.inbox {
+		d.s.net.reply(c, nil, nil, errRefused)
+	}
+	d.inbox = nil
+	for _, p := range slices.Clone(d.parked) {
+		d.unpark(p, errRefused)
+	}
+	d.fs, d.preCrash = clone, snap
+	d.s.after(downtime, d.restart)
+}
+
+// restart opens the crash image: what was acknowledged must all be there.
+func (d *daemon) restart() {
+	if d.up {
+		return
+	}
+	before := d.preCrash
+	log, err := eventlog.Open("data", eventlog.Options{FS: d.fs, Logger: zerolog.Nop()})
+	if err != nil {
+		d.s.fail("reopen after a crash: %v", err)
+		return
+	}
+	rebuilt, _, err := replay.Rebuild(log, zerolog.Nop())
+	_ = log.Close()
+	if err != nil {
+		d.s.fail("rebuild after a crash: %v", err)
+		return
+	}
+	if !slices.Equal(rebuilt.Snapshot(), before) {
+		d.s.fail("the table rebuilt after a crash differs from the one before it: an acknowledged event was lost\n--- rebuilt\n%s", rebuilt)
+		return
+	}
+	d.s.check.absent(d.crashAt, d.s.now, true)
+	if err := d.open(); err != nil {
+		d.s.fail("restart: %v", err)
+	}
+}
+
+// heal ends a sleep or a crash now.
+func (d *daemon) heal() {
+	switch {
+	case !d.up:
+		d.restart()
+	case d.asleep:
+		d.wake()
+	}
+}

@@ -1,0 +1,288 @@
+package sim
+
+import (
+	"errors"
+	"math"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/eventlog"
+)
+
+// History records every call with its call and return times on the global
+// clock, and every processing of it by the daemon (a duplicated request is
+// processed twice; a request whose answer was lost, once, unseen). It turns
+// them into porcupine operations, one per job a call concerns:
+//
+//   - the processing whose answer the caller took is an operation with that
+//     output, returning when the caller got it;
+//   - every other processing (a duplicate, or one whose answer was lost or
+//     came after the caller's timeout) may or may not have happened as far
+//     as any caller knows: an operation with an unknown output that never
+//     returns (porcupine may place it anywhere after its call, the end
+//     included, where it is as good as not having happened). Which jobs it
+//     concerns is taken from what it did; a call that was never processed
+//     (its request lost, or refused by a daemon that was down) did nothing
+//     and is left out.
+//
+// A processing whose answer nobody saw and that appended nothing (a read, a
+// duplicate submission, a repeated report, a cancel of an ended job) is left
+// out too: it changed nothing, and constrains nothing. The sweeper's
+// decisions (lease.expired) are operations of the daemon itself, at the
+// instant of the sweep.
+type History struct {
+	clients []string
+	calls   []*callRec
+	sweeps  []sweepRec
+	// queued holds, per job, when it sat in the queue: an empty acquire is
+	// checked against the jobs it could have been given.
+	queued map[string][]span
+	since  map[string]time.Duration
+	leases map[uint64]string // lease -> job
+}
+
+type callRec struct {
+	c        *call
+	procs    []*proc
+	answer   *proc
+	returned time.Duration
+}
+
+// proc is one processing of a call by the daemon.
+type proc struct {
+	at      time.Duration
+	reply   any
+	err     error
+	changed bool // it appended events
+}
+
+type sweepRec struct {
+	at  time.Duration
+	evs []eventlog.Event
+}
+
+// sweeperClient is the porcupine client id of the daemon's own decisions.
+const sweeperClient = 0
+
+func newHistory() *History {
+	return &History{clients: []string{"sweeper"}, queued: map[string][]span{}, since: map[string]time.Duration{}, leases: map[uint64]string{}}
+}
+
+func (h *History) newClient(name string) int {
+	h.clients = append(h.clients, name)
+	return len(h.clients) - 1
+}
+
+func (h *History) begin(c *call) *callRec {
+	r := &callRec{c: c, returned: -1}
+	h.calls = append(h.calls, r)
+	return r
+}
+
+func (h *History) processed(c *call, at time.Duration, reply any, err error, changed bool) *proc {
+	p := &proc{at: at, reply: reply, err: err, changed: changed}
+	c.rec.procs = append(c.rec.procs, p)
+	return p
+}
+
+func (h *History) answered(r *callRec, p *proc, at time.Duration) {
+	r.answer, r.returned = p, at
+}
+
+// sweep records the decisions of one sweep, and keeps track of the queue.
+func (h *History) sweep(at time.Duration, evs []eventlog.Event) {
+	if len(evs) > 0 {
+		h.sweeps = append(h.sweeps, sweepRec{at: at, evs: evs})
+	}
+}
+
+// observe keeps, from every event appended, the queue's history and which
+// job each lease is of.
+func (h *History) observe(e *eventlog.Event, t time.Duration) {
+	switch e.Type {
+	case eventlog.TypeQueued:
+		h.since[e.Job] = t
+	case eventlog.TypeAcquired, eventlog.TypeCancelled:
+		if e.Type == eventlog.TypeAcquired {
+			h.leases[e.Lease] = e.Job
+		}
+		if from, ok := h.since[e.Job]; ok {
+			h.queued[e.Job] = append(h.queued[e.Job], span{from, t})
+			delete(h.since, e.Job)
+		}
+	}
+}
+
+// wasQueued reports whether job sat in the queue at some time in [from, to].
+func (h *History) wasQueued(job string, from, to time.Duration) bool {
+	if s, ok := h.since[job]; ok && s <= to {
+		return true
+	}
+	for _, q := range h.queued[job] {
+		if q.from <= to && q.to >= from {
+			return true
+		}
+	}
+	return false
+}
+
+// never is the return time of an operation whose outcome nobody knows.
+const never = math.MaxInt64
+
+// Operations turns the history into porcupine operations.
+func (h *History) Operations() []porcupine.Operation {
+	var ops []porcupine.Operation
+	add := func(client int, call time.Duration, ret int64, in input, out output) {
+		ops = append(ops, porcupine.Operation{ClientId: client, Input: in, Call: int64(call), Output: out, Return: ret})
+	}
+	jobs := sortedKeys(h.queued)
+	for _, id := range sortedKeys(h.since) {
+		if _, ok := h.queued[id]; !ok {
+			jobs = append(jobs, id)
+		}
+	}
+	for _, r := range h.calls {
+		for _, p := range r.procs {
+			known := p == r.answer
+			if !known && !p.changed {
+				continue // it changed nothing, and nobody saw what it said
+			}
+			ret := int64(never)
+			if known {
+				ret = int64(r.returned)
+			}
+			for _, o := range h.opsOf(r, p, known, jobs) {
+				if !known {
+					o.out = output{unknown: true}
+				}
+				add(r.c.client, r.c.sent, ret, o.in, o.out)
+			}
+		}
+	}
+	for _, sw := range h.sweeps {
+		for i, e := range sw.evs {
+			if e.Type != eventlog.TypeExpired {
+				continue
+			}
+			state := "failed"
+			if i+1 < len(sw.evs) && sw.evs[i+1].Job == e.Job {
+				switch sw.evs[i+1].Type {
+				case eventlog.TypeQueued:
+					state = "queued"
+				case eventlog.TypeCancelled:
+					state = "cancelled"
+				}
+			}
+			add(sweeperClient, sw.at, int64(sw.at), input{op: opExpire, job: e.Job, lease: e.Lease}, output{state: state})
+		}
+	}
+	return ops
+}
+
+type jobOp struct {
+	in  input
+	out output
+}
+
+func codeOf(err error) string {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return "transport"
+}
+
+// opsOf is what processing p of call r did, per job.
+func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []jobOp {
+	var out []jobOp
+	code := ""
+	if p.err != nil {
+		code = codeOf(p.err)
+	}
+	switch q := r.c.req.(type) {
+	case reqSubmit:
+		o := output{code: code}
+		if p.err == nil {
+			o.created = p.reply.(submitted).created
+		}
+		out = append(out, jobOp{input{op: opSubmit, job: q.job, jobKind: q.jobKind, spec: q.spec}, o})
+	case reqAcquire:
+		if p.err != nil {
+			return nil // a refused acquire grants nothing
+		}
+		gs := p.reply.([]api.Grant)
+		given := map[string]bool{}
+		for _, g := range gs {
+			given[g.Job.ID] = true
+			out = append(out, jobOp{input{op: opAcquire, job: g.Job.ID, worker: q.worker}, output{lease: g.Lease}})
+		}
+		if known && len(gs) < q.max {
+			for _, j := range jobs {
+				if !given[j] && h.wasQueued(j, r.c.sent, r.returned) {
+					out = append(out, jobOp{input{op: opMiss, job: j, worker: q.worker}, output{}})
+				}
+			}
+		}
+	case reqStart:
+		if job, ok := h.leases[q.lease]; ok {
+			out = append(out, jobOp{input{op: opStart, job: job, worker: q.worker, lease: q.lease}, output{code: code}})
+		}
+	case reqHeartbeat:
+		if !known || p.err != nil {
+			return nil
+		}
+		for _, d := range p.reply.(api.HeartbeatReply).Leases {
+			if job, ok := h.leases[d.Lease]; ok {
+				out = append(out, jobOp{input{op: opBeat, job: job, worker: q.worker, lease: d.Lease}, output{directive: string(d.Directive)}})
+			}
+		}
+	case reqReport:
+		job, ok := h.leases[q.lease]
+		if !ok {
+			return nil
+		}
+		o := output{code: code}
+		var ae *api.Error
+		switch {
+		case p.err == nil:
+			o.seq = p.reply.(api.ReportReply).Seq
+		case errors.As(p.err, &ae):
+			o.seq = ae.StaleReportSeq
+		}
+		out = append(out, jobOp{input{op: opReport, job: job, worker: q.r.Worker, lease: q.lease,
+			outcome: q.r.Outcome, ref: q.r.Ref, reason: q.r.Reason}, o})
+	case reqWorkerLeases:
+		if !known || p.err != nil {
+			return nil
+		}
+		for _, g := range p.reply.([]api.Grant) {
+			out = append(out, jobOp{input{op: opHolds, job: g.Job.ID, worker: q.worker, lease: g.Lease}, output{}})
+		}
+	case reqRevoke:
+		in := input{op: opCancel, job: q.job}
+		if q.kill {
+			in.op = opKill
+		}
+		o := output{code: code}
+		if p.err == nil {
+			o.state = p.reply.(api.Job).State
+		}
+		out = append(out, jobOp{in, o})
+	case reqJob:
+		if !known {
+			return nil
+		}
+		o := output{code: code}
+		if p.err == nil {
+			j := p.reply.(api.Job)
+			o.state, o.attempts = j.State, j.Attempts
+			if j.Lease != nil {
+				o.lease = j.Lease.Lease
+			}
+		}
+		out = append(out, jobOp{input{op: opRead, job: q.job}, o})
+	}
+	return out
+}

@@ -1,0 +1,124 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+)
+
+// request is what a call asks the daemon: the worker API (through
+// worker.InProcess, the adapter the built-in worker uses) and the client API.
+type request interface {
+	kind() string
+	String() string
+}
+
+type reqHeartbeat struct {
+	worker string
+	leases []uint64
+}
+
+type reqAcquire struct {
+	worker string
+	max    int
+	wait   time.Duration
+}
+
+type reqStart struct {
+	worker string
+	lease  uint64
+}
+
+type reqReport struct {
+	lease uint64
+	r     api.Report
+}
+
+type reqWorkerLeases struct{ worker string }
+
+type reqSubmit struct {
+	job, jobKind, spec string
+}
+
+type reqRevoke struct {
+	job  string
+	kill bool
+}
+
+type reqJob struct{ job string }
+
+func (reqHeartbeat) kind() string    { return "heartbeat" }
+func (reqAcquire) kind() string      { return "acquire" }
+func (reqStart) kind() string        { return "start" }
+func (reqReport) kind() string       { return "report" }
+func (reqWorkerLeases) kind() string { return "leases" }
+func (reqSubmit) kind() string       { return "submit" }
+func (r reqRevoke) kind() string {
+	if r.kill {
+		return "kill"
+	}
+	return "cancel"
+}
+func (reqJob) kind() string { return "job" }
+
+func (r reqHeartbeat) String() string    { return fmt.Sprintf("heartbeat %s %v", r.worker, r.leases) }
+func (r reqAcquire) String() string      { return fmt.Sprintf("acquire %s max=%d", r.worker, r.max) }
+func (r reqStart) String() string        { return fmt.Sprintf("start %s lease=%d", r.worker, r.lease) }
+func (r reqWorkerLeases) String() string { return "leases " + r.worker }
+func (r reqReport) String() string {
+	return fmt.Sprintf("report %s lease=%d %s%s", r.r.Worker, r.lease, r.r.Outcome, noteIf(" ref=", r.r.Ref))
+}
+func (r reqSubmit) String() string { return fmt.Sprintf("submit %s %s %s", r.job, r.jobKind, r.spec) }
+func (r reqRevoke) String() string { return r.kind() + " " + r.job }
+func (r reqJob) String() string    { return "job " + r.job }
+
+func noteIf(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
+}
+
+func describeReply(reply any) string {
+	switch r := reply.(type) {
+	case api.HeartbeatReply:
+		var b strings.Builder
+		for i, d := range r.Leases {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%d:%s", d.Lease, d.Directive)
+		}
+		return "[" + b.String() + "]"
+	case []api.Grant:
+		var b strings.Builder
+		for i, g := range r {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s@%d", g.Job.ID, g.Lease)
+		}
+		return "grants [" + b.String() + "]"
+	case api.Lease:
+		return fmt.Sprintf("lease %d %s", r.Lease, r.State)
+	case api.ReportReply:
+		return fmt.Sprintf("accepted seq=%d", r.Seq)
+	case api.Job:
+		lease := uint64(0)
+		if r.Lease != nil {
+			lease = r.Lease.Lease
+		}
+		return fmt.Sprintf("job %s %s attempts=%d lease=%d", r.ID, r.State, r.Attempts, lease)
+	case submitted:
+		return fmt.Sprintf("job %s %s created=%v", r.job.ID, r.job.State, r.created)
+	}
+	return fmt.Sprint(reply)
+}
+
+// submitted is the answer to a submit.
+type submitted struct {
+	job     api.Job
+	created bool
+}

@@ -1,0 +1,291 @@
+// Package sim is leaselog's deterministic simulation: one process, one seed,
+// one run, exactly reproducible. It owns nothing of the product; it drives
+// the real pieces under faults and checks what must hold.
+//
+//	            ┌──────────── the simulated network ────────────┐
+//	workers ───►│ delay · drop · duplicate · reorder · partition│───► daemon
+//	(worker.Core│      requests and replies, both ways          │    (lease.Service on
+//	 driven by  └───────────────────────────────────────────────┘     Pebble on a
+//	 sim events)                 ▲                                    crashable MemFS)
+//	clients (submit, cancel, kill, read) ─────────────────┘
+//
+// Everything runs on one goroutine from a discrete-event loop ordered by
+// (time, sequence), with one seeded PRNG (math/rand/v2 PCG) for every draw:
+// the network's delays and losses, the workload, the faults. The daemon is
+// the real lease.Service on a real Pebble store on vfs.NewCrashableMem, with
+// a manual clock that is the simulator's global clock. The workers are the
+// real worker.Core — the decisions of worker.Worker: heartbeats, directives,
+// self-fencing, reports, orphans, re-attach — driven by a loop shaped like
+// Worker's goroutines, each with its own drifting clock. Their jobs are
+// simulated runs whose execution intervals are tracked on the global clock.
+//
+// Faults are drawn per seed: worker pauses and deaths (with restarts that
+// re-attach), network partitions, daemon sleeps past grace, daemon crashes
+// with a CrashClone that keeps 0, 50 or 100% of unsynced data. After every
+// step the checker holds the invariants of DESIGN §7 (check.go); once the
+// faults stop, every job must end within a stated bound (liveness); and the
+// history of every call, with call and return times, must be linearizable
+// against a sequential model of the lease service (model.go, porcupine).
+//
+// The bounds the checks rely on are the constants of bounds.go.
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/leaselog/leaselog/internal/clocktest"
+)
+
+// Options configures one run.
+type Options struct {
+	Seed  uint64
+	Steps int  // events in the faulty phase; 0 means DefaultSteps
+	Trace bool // keep a readable trace of the run
+	// Break, when set, is a named fault injected into the simulated system
+	// itself, for showing that the checks catch it (see breaks.go).
+	Break string
+}
+
+// DefaultSteps is how many events the faulty phase runs by default: about a
+// minute and a half of simulated time, several tolerations.
+const DefaultSteps = 3000
+
+// Result is what one run found.
+type Result struct {
+	Seed  uint64
+	Err   error  // the first violation, or nil
+	Trace string // the readable trace, when asked for
+	Stats Stats
+	// History is every call the clients made, for the linearizability check.
+	History *History
+}
+
+// Stats counts what a run exercised, so that a suite can tell whether its
+// seeds reach the paths that matter.
+type Stats struct {
+	Events, Steps                 int
+	SimTime                       time.Duration
+	Appended                      uint64
+	Jobs, Leases, Expired, Stale  int
+	Pauses, LongPauses, Deaths    int
+	Aimed                         int // pauses aimed at a fence
+	Crashes, Sleeps, Partitions   int
+	Fenced, Excused, Dropped, Dup int
+	Healed                        time.Duration // when the faults stopped
+	Quiet                         time.Duration // when every job had ended
+}
+
+// Sim is one run. It is not safe for concurrent use: everything happens on
+// the goroutine that calls Run.
+type Sim struct {
+	opts  Options
+	rng   *rand.Rand
+	p     params
+	now   time.Duration // the global clock, since clocktest.Epoch
+	seq   uint64
+	queue eventQueue
+	steps int
+
+	net     *network
+	daemon  *daemon
+	workers []*simWorker
+	clients []*client
+	check   *checker
+	hist    *History
+	faults  *faults
+	trace   *strings.Builder
+	brk     *breaker
+
+	healed bool
+	err    error
+	stats  Stats
+}
+
+// event is one thing that happens at a time. An event for a worker runs only
+// in the incarnation it was scheduled for, and waits while the worker is
+// paused.
+type event struct {
+	at  time.Duration
+	seq uint64
+	w   *simWorker
+	inc int
+	fn  func()
+}
+
+type eventQueue []*event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	return e
+}
+
+// at schedules fn at global time t (not before now).
+func (s *Sim) at(t time.Duration, fn func()) *event {
+	return s.push(&event{at: max(t, s.now), fn: fn})
+}
+
+// after schedules fn d from now on the global clock.
+func (s *Sim) after(d time.Duration, fn func()) *event { return s.at(s.now+d, fn) }
+
+func (s *Sim) push(e *event) *event {
+	s.seq++
+	e.seq = s.seq
+	heap.Push(&s.queue, e)
+	return e
+}
+
+// wallNow is the global clock as a wall time: the daemon's clock.
+func (s *Sim) wallNow() time.Time { return clocktest.Epoch.Add(s.now) }
+
+func (s *Sim) tracef(format string, args ...any) {
+	if s.trace == nil {
+		return
+	}
+	fmt.Fprintf(s.trace, "%10.4fs  ", s.now.Seconds())
+	fmt.Fprintf(s.trace, format, args...)
+	s.trace.WriteByte('\n')
+}
+
+// fail records the first violation; the run stops at the end of the step.
+func (s *Sim) fail(format string, args ...any) {
+	if s.err != nil {
+		return
+	}
+	s.err = fmt.Errorf("t=%.4fs: %s", s.now.Seconds(), fmt.Sprintf(format, args...))
+	s.tracef("VIOLATION: %v", s.err)
+}
+
+// Run runs the simulation of opts.Seed and returns what it found.
+func Run(opts Options) *Result {
+	if opts.Steps <= 0 {
+		opts.Steps = DefaultSteps
+	}
+	s := &Sim{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))}
+	if opts.Trace {
+		s.trace = &strings.Builder{}
+	}
+	res := &Result{Seed: opts.Seed}
+	s.err = s.runSafely()
+	if s.err == nil {
+		s.err = s.check.final()
+	}
+	if s.daemon != nil {
+		s.daemon.close()
+	}
+	s.stats.SimTime = s.now
+	res.Err, res.Stats, res.History = s.err, s.stats, s.hist
+	if s.trace != nil {
+		res.Trace = s.trace.String()
+	}
+	return res
+}
+
+// runSafely is run, with a panic (of the simulator, or of the code under
+// test) turned into the run's failure, so that the seed is reported with the
+// command that replays it.
+func (s *Sim) runSafely() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("t=%.4fs: panic: %v\n%s", s.now.Seconds(), r, debug.Stack())
+		}
+	}()
+	return s.run()
+}
+
+func (s *Sim) run() error {
+	brk, err := newBreaker(s, s.opts.Break)
+	if err != nil {
+		return err
+	}
+	s.brk = brk
+	s.p = drawParams(s.rng, s.opts.Break)
+	s.hist = newHistory()
+	s.check = newChecker(s)
+	s.net = newNetwork(s)
+	s.faults = newFaults(s)
+	s.tracef("seed %d: %s", s.opts.Seed, s.p)
+	if _, err := openDaemon(s); err != nil {
+		return err
+	}
+	for i := range s.p.workers {
+		w := newSimWorker(s, i)
+		s.workers = append(s.workers, w)
+		s.after(time.Duration(s.rng.Int64N(int64(renew))), w.boot)
+	}
+	for i := range s.p.clients {
+		c := newClient(s, i)
+		s.clients = append(s.clients, c)
+		c.begin()
+	}
+	s.faults.begin()
+
+	for s.err == nil {
+		if s.queue.Len() == 0 {
+			return fmt.Errorf("sim: nothing left to happen at %v", s.now)
+		}
+		e := heap.Pop(&s.queue).(*event)
+		if e.w != nil {
+			if e.inc != e.w.inc {
+				continue // an event of an incarnation that died
+			}
+			if e.w.paused {
+				e.w.deferred = append(e.w.deferred, e)
+				continue
+			}
+		}
+		s.now = e.at
+		s.stats.Events++
+		e.fn()
+		if s.err != nil {
+			break
+		}
+		if !s.healed {
+			s.steps++
+			if s.steps >= s.opts.Steps {
+				s.heal()
+			}
+			continue
+		}
+		if done, err := s.check.liveness(); err != nil || done {
+			return err
+		}
+	}
+	return s.err
+}
+
+// heal stops every fault: from now on the network only delays (a little),
+// every worker runs, the daemon is up and awake. What is still in flight
+// keeps its delay.
+func (s *Sim) heal() {
+	s.healed = true
+	s.stats.Steps = s.steps
+	s.stats.Healed = s.now
+	s.tracef("HEAL: faults stop; every job must end within %v", s.check.livenessBound())
+	s.faults.heal()
+	s.net.heal()
+	s.daemon.heal()
+	for _, w := range s.workers {
+		w.heal()
+	}
+	for _, c := range s.clients {
+		c.heal()
+	}
+	s.check.startLiveness()
+}

@@ -1,0 +1,376 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/worker"
+)
+
+// simWorker is a worker process. Its decisions are a worker.Core's; this
+// file is only the driver, shaped like worker.Worker's goroutines — the
+// re-attach, the heartbeat loop, the acquire loop, and per lease a start
+// call and an await-then-report — with the simulator's events in place of
+// goroutines and timers. Where Worker blocks on a call, the driver waits for
+// the call's answer (or its timeout, where Worker has one).
+//
+// Its clock drifts: it runs at rate 1+drift against the global clock, and
+// every duration the worker waits is on its own clock. A pause stops the
+// process (its events wait; its jobs, separate processes, run on); a death
+// ends the incarnation (its jobs run on unless the machine died with it), and
+// a restart boots a new one that re-attaches.
+type simWorker struct {
+	s        *Sim
+	idx      int
+	id       string
+	capacity int
+	rate     float64
+	mach     *machine
+
+	inc      int // incarnation: events of an earlier one are void
+	alive    bool
+	paused   bool
+	deferred []*event
+	cutUntil time.Duration
+	client   int // porcupine client id of this incarnation
+
+	core       *worker.Core
+	beatToken  int // the heartbeat loop's wait in progress
+	waitToken  int // the acquire loop's wait in progress, 0 if none
+	freed      bool
+	acqBackoff *worker.Backoff
+}
+
+func newSimWorker(s *Sim, i int) *simWorker {
+	w := &simWorker{s: s, idx: i, id: fmt.Sprintf("w%d", i), capacity: s.p.capacity[i], rate: 1 + s.p.drift[i]}
+	w.mach = newMachine(w)
+	return w
+}
+
+func (w *simWorker) name() string { return w.id }
+
+// local is the worker's own clock (monotonic, drifting).
+func (w *simWorker) local() time.Time {
+	return clocktest.Epoch.Add(time.Duration(float64(w.s.now) * w.rate))
+}
+
+// global is how long a wait of d on the worker's clock takes on the global one.
+func (w *simWorker) global(d time.Duration) time.Duration {
+	return time.Duration(math.Ceil(float64(d) / w.rate))
+}
+
+// after runs fn for this incarnation once d has passed on the worker's clock.
+func (w *simWorker) after(d time.Duration, fn func()) {
+	w.s.push(&event{at: w.s.now + w.global(d), w: w, inc: w.inc, fn: fn})
+}
+
+func (w *simWorker) deliver(c *call, t time.Duration, fn func()) {
+	w.s.push(&event{at: max(t, w.s.now), w: w, inc: c.inc, fn: fn})
+}
+
+func (w *simWorker) cut() bool { return w.s.now < w.cutUntil }
+
+// call sends req; timeout is on the worker's clock, 0 for none (as Worker's
+// calls without a deadline).
+func (w *simWorker) call(req request, timeout time.Duration, done func(reply any, err error)) {
+	c := &call{from: w, inc: w.inc, req: req, done: done, client: w.client}
+	var t time.Duration
+	if timeout > 0 {
+		t = w.global(timeout)
+	}
+	w.s.net.send(c, t)
+}
+
+// boot starts a new incarnation: Worker.Run.
+func (w *simWorker) boot() {
+	w.inc++
+	w.alive, w.paused, w.deferred = true, false, nil
+	w.core = worker.NewCore(w.capacity, api.TimingOf(leaseConfig()), w.local())
+	w.waitToken, w.beatToken, w.freed = 0, 0, false
+	w.acqBackoff = worker.NewBackoff(w.core.Renew())
+	w.client = w.s.hist.newClient(fmt.Sprintf("%s#%d", w.id, w.inc))
+	w.s.tracef("%s boots (incarnation %d, capacity %d, clock rate %.4f)", w.id, w.inc, w.capacity, w.rate)
+	w.reattach()
+}
+
+// reattach is Worker.reattach, then the two loops start.
+func (w *simWorker) reattach() {
+	w.retry(func(done func(any, error)) { w.call(reqWorkerLeases{w.id}, w.core.CallTimeout(), done) }, func(reply any, err error) {
+		if err != nil {
+			w.s.tracef("%s: re-attach refused (%v): the worker exits", w.id, err)
+			w.die(renew, false, false)
+			return
+		}
+		for _, g := range reply.([]api.Grant) {
+			run, found, _ := w.mach.Reattach(bg, g)
+			if !found {
+				run = nil
+			}
+			h := w.core.Reattached(g, run)
+			if run == nil {
+				w.s.tracef("%s: lease %d (%s) lost on restart", w.id, g.Lease, g.Job.ID)
+				w.report(h, worker.Lost(nil))
+				continue
+			}
+			w.s.tracef("%s: re-attached lease %d (%s)", w.id, g.Lease, g.Job.ID)
+			w.await(h)
+		}
+		w.heartbeatStep()
+		w.acquireStep()
+	})
+}
+
+// heartbeatStep is one turn of Worker.heartbeatLoop: send a heartbeat if
+// one is due (its answer wakes the loop), or else check the fence; wait.
+func (w *simWorker) heartbeatStep() {
+	now := w.local()
+	ids, due := w.core.BeatDue(now)
+	if due {
+		w.call(reqHeartbeat{w.id, ids}, w.core.BeatTimeout(), func(reply any, err error) {
+			if err != nil {
+				w.core.Unacked()
+			} else {
+				a := w.core.Acked(now, reply.(api.HeartbeatReply))
+				w.apply(a.Stop, a.Forget)
+				for _, h := range a.Start {
+					w.s.tracef("%s: adopted lease %d renewed: starting its job", w.id, h.Lease())
+					w.run(h)
+				}
+				for _, e := range a.Report {
+					w.report(e.Held, e.Outcome)
+				}
+			}
+			w.heartbeatStep() // the answer wakes the loop
+		})
+	}
+	if !due {
+		stops, fell, silent, _ := w.core.Fence(now)
+		if fell {
+			w.s.stats.Fenced++
+			w.s.tracef("%s: FENCE falls (silent %v on its clock): stopping %d job(s)", w.id, silent, len(stops))
+		}
+		w.apply(stops, nil)
+	}
+	w.beatToken++
+	tok := w.beatToken
+	w.after(w.core.FenceEvery(), func() {
+		if tok == w.beatToken {
+			w.heartbeatStep()
+		}
+	})
+}
+
+// acquireStep is one turn of Worker.acquireLoop.
+func (w *simWorker) acquireStep() {
+	room := w.core.Room()
+	if room <= 0 { // wait for a slot, or for the fence to lift
+		if w.freed {
+			w.freed = false
+			w.after(0, w.acquireStep)
+			return
+		}
+		w.waitToken++
+		tok := w.waitToken
+		w.after(w.core.Renew(), func() {
+			if w.waitToken == tok {
+				w.waitToken = 0
+				w.acquireStep()
+			}
+		})
+		return
+	}
+	sent := w.local()
+	w.call(reqAcquire{w.id, room, acquireWait}, w.core.AcquireTimeout(acquireWait), func(reply any, err error) {
+		if err != nil {
+			w.after(w.acqBackoff.Next(), func() {
+				if worker.Retry(err) {
+					w.adoptOrphans(w.acquireStep)
+					return
+				}
+				w.acquireStep()
+			})
+			return
+		}
+		w.acqBackoff.Reset()
+		for _, g := range reply.([]api.Grant) {
+			w.start(g, sent)
+		}
+		w.acquireStep()
+	})
+}
+
+// adoptOrphans is Worker.adoptOrphans; then continues the acquire loop.
+func (w *simWorker) adoptOrphans(then func()) {
+	w.call(reqWorkerLeases{w.id}, w.core.CallTimeout(), func(reply any, err error) {
+		if err == nil {
+			for _, g := range w.core.Orphans(reply.([]api.Grant)) {
+				w.s.tracef("%s: adopting lease %d (%s), whose grant was lost", w.id, g.Lease, g.Job.ID)
+				w.core.Adopt(g)
+			}
+		}
+		then()
+	})
+}
+
+// start is Worker.start.
+func (w *simWorker) start(g api.Grant, sent time.Time) {
+	h, ok := w.core.Take(g, sent, w.local())
+	if !ok {
+		w.s.tracef("%s: the grant of lease %d (%s) arrived past the fence: not starting it", w.id, g.Lease, g.Job.ID)
+		w.report(h, worker.TooLate())
+		return
+	}
+	w.run(h)
+}
+
+// run is Worker.run.
+func (w *simWorker) run(h *worker.Held) {
+	g := h.Grant()
+	run, err := w.mach.Start(bg, g)
+	if err != nil {
+		w.report(h, worker.NotStarted(err))
+		return
+	}
+	if w.core.Started(h, run, w.local()) {
+		run.Stop(true)
+	}
+	w.retry(func(done func(any, error)) { w.call(reqStart{w.id, g.Lease}, w.core.CallTimeout(), done) }, func(_ any, err error) {
+		if err != nil { // fenced off (stale, or not ours): the job must not run on
+			stop, forget := w.core.Drop(g.Lease, "refused")
+			w.apply([]worker.Stop{stop}, []*worker.Held{forget})
+		}
+	})
+	w.await(h)
+}
+
+// await is Worker.await: once the run is over, report it (or forget it).
+func (w *simWorker) await(h *worker.Held) {
+	inc := w.inc
+	h.Run().(*simRun).onDone(func() {
+		w.s.push(&event{at: w.s.now, w: w, inc: inc, fn: func() {
+			o, report := w.core.Ended(h)
+			if !report {
+				w.forget(h)
+				return
+			}
+			w.report(h, o)
+		}})
+	})
+}
+
+// report is Worker.report: until the daemon answers for good, then forget.
+func (w *simWorker) report(h *worker.Held, o worker.Outcome) {
+	g := h.Grant()
+	r := api.Report{Worker: w.id, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
+	w.retry(func(done func(any, error)) { w.call(reqReport{g.Lease, r}, w.core.CallTimeout(), done) }, func(any, error) { w.forget(h) })
+}
+
+// forget is Worker.forget: a slot is free, the acquire loop may go on.
+func (w *simWorker) forget(h *worker.Held) {
+	w.core.Forget(h)
+	if w.waitToken != 0 {
+		w.waitToken = 0
+		w.after(0, w.acquireStep)
+		return
+	}
+	w.freed = true
+}
+
+// apply carries out the Core's decisions.
+func (w *simWorker) apply(stops []worker.Stop, forget []*worker.Held) {
+	for _, st := range stops {
+		if st.Run == nil {
+			continue
+		}
+		w.s.tracef("%s: stop lease %d (%s, kill=%v)", w.id, st.Lease, st.Why, st.Kill)
+		w.s.brk.stop(w, st)
+	}
+	for _, h := range forget {
+		if h != nil {
+			w.forget(h)
+		}
+	}
+}
+
+// retry is Worker.retry: send until answered, or refused for good.
+func (w *simWorker) retry(send func(done func(any, error)), final func(any, error)) {
+	b := worker.NewBackoff(w.core.Renew())
+	var try func()
+	try = func() {
+		send(func(reply any, err error) {
+			if err == nil || !worker.Retry(err) {
+				final(reply, err)
+				return
+			}
+			w.after(b.Next(), try)
+		})
+	}
+	try()
+}
+
+// fenceAt is when, on the global clock, the worker's fence next falls for a
+// running job if no heartbeat renews its lease before.
+func (w *simWorker) fenceAt() (time.Duration, bool) {
+	at, ok := w.core.NextFence()
+	if !ok {
+		return 0, false
+	}
+	return w.s.now + w.global(at.Sub(w.local())), true
+}
+
+// pause stops the process for d; its jobs run on.
+func (w *simWorker) pause(d time.Duration) {
+	w.paused = true
+	w.s.check.pausedFor(w, d)
+	w.s.tracef("FAULT %s pauses for %v", w.id, d)
+	w.s.after(d, w.resume)
+}
+
+func (w *simWorker) resume() {
+	if !w.paused {
+		return
+	}
+	w.paused = false
+	w.s.tracef("%s resumes (%d events waited)", w.id, len(w.deferred))
+	for _, e := range w.deferred {
+		e.at = w.s.now
+		w.s.push(e)
+	}
+	w.deferred = nil
+}
+
+// die ends the incarnation; down is how long until it boots again. The
+// machine may die with it (its jobs die at once); a job that survives runs
+// on, unwatched, until a new incarnation re-attaches to it.
+func (w *simWorker) die(down time.Duration, machine, wipe bool) {
+	if !w.alive {
+		return
+	}
+	w.s.stats.Deaths++
+	w.alive, w.paused, w.deferred = false, false, nil
+	w.inc++
+	w.s.tracef("FAULT %s dies (machine too: %v, worktrees wiped: %v); restarts in %v", w.id, machine, wipe, down)
+	if machine {
+		w.mach.crash(wipe)
+	}
+	w.s.check.diedFor(w, down, !machine)
+	w.s.after(down, func() {
+		if !w.alive {
+			w.boot()
+		}
+	})
+}
+
+// heal: a paused worker resumes, a dead one boots.
+func (w *simWorker) heal() {
+	w.cutUntil = 0
+	switch {
+	case !w.alive:
+		w.boot()
+	case w.paused:
+		w.resume()
+	}
+}

@@ -1,0 +1,406 @@
+package worker
+
+import (
+	"slices"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/lease"
+)
+
+// Core is what a worker decides, without goroutines, timers, I/O or a clock
+// of its own: every decision that depends on time takes the worker's own
+// reading of it. It holds the set of leases the worker holds and says which
+// leases a heartbeat names, what each directive does, when the fence falls,
+// what to report about a run, which leases to adopt and which to drop.
+//
+// Worker drives a Core with goroutines and real timers; the deterministic
+// simulation (package sim) drives the same Core from a discrete-event loop,
+// so what the simulation checks is what the worker decides. A Core is not
+// safe for concurrent use: Worker guards it with its mutex.
+type Core struct {
+	capacity int
+	timing   api.Timing
+	held     map[uint64]*Held
+	born     time.Time // when the worker started
+	lastAck  time.Time // when the last acknowledged heartbeat was sent
+	lastSent time.Time // when the last heartbeat was sent; zero before the first
+	beating  bool      // a heartbeat is in flight
+	fenced   bool
+}
+
+// Held is one lease a worker holds. Its driver keeps the pointer for the
+// lease's life (start, await, report) and hands it back to the Core.
+//
+// Each lease has its own fence base: the send time of the last call whose
+// answer proves the daemon heard of the lease after it was sent — the
+// acquire that granted it, then every acknowledged heartbeat naming it. The
+// daemon cannot have expired the lease sooner than toleration after that, so
+// its job stops once the base is toleration − 2×renew old. Counting from the
+// worker's last acknowledged heartbeat instead would be wrong for a lease the
+// heartbeat did not name: one whose grant arrived late (a late answer, a
+// pause) may be older than that heartbeat, and even expired already.
+type Held struct {
+	grant   api.Grant
+	base    time.Time // the fence counts from here; zero: never renewed
+	run     Run       // nil until started
+	pending bool      // adopted: its job starts once a heartbeat renews it
+	dropped bool      // the daemon said gone: stop, and do not report
+	fenced  bool      // stopped by self-fencing
+}
+
+// Grant is the lease and job the worker was given.
+func (h *Held) Grant() api.Grant { return h.grant }
+
+// Lease is the lease's fencing token.
+func (h *Held) Lease() uint64 { return h.grant.Lease }
+
+// Run is the lease's run, or nil before it started (or when it never will).
+func (h *Held) Run() Run { return h.run }
+
+// NewCore returns the decisions of a worker that runs up to capacity jobs at
+// once and assumes timing until the daemon says otherwise; now is the
+// worker's clock when it starts.
+func NewCore(capacity int, timing api.Timing, now time.Time) *Core {
+	return &Core{capacity: capacity, timing: timing, held: make(map[uint64]*Held), born: now, lastAck: now}
+}
+
+// fence is how long after its base a lease's job stops.
+func (c *Core) fence() time.Duration { return c.timing.Config().SelfFence() }
+
+// Timing is the daemon's timing as the worker last heard it.
+func (c *Core) Timing() api.Timing { return c.timing }
+
+// Renew is how often the worker heartbeats.
+func (c *Core) Renew() time.Duration { return c.timing.Config().Renew }
+
+// FenceEvery is how often the heartbeat loop checks the fence — whether or
+// not a heartbeat is in flight: a few times per renew, so that the fence
+// falls well inside the 2×renew of slack the daemon leaves.
+func (c *Core) FenceEvery() time.Duration { return c.Renew() / 4 }
+
+// BeatTimeout bounds one heartbeat call: an answer later than the next
+// heartbeat is of no use.
+func (c *Core) BeatTimeout() time.Duration { return c.Renew() }
+
+// CallTimeout bounds every other call but an acquire's long poll. Without
+// one, a call whose request or answer is lost on a connection that is not
+// reset waits for as long as TCP keeps it, and its lease — heartbeated all
+// along — is never reported. Every call is safe to send again.
+func (c *Core) CallTimeout() time.Duration { return 2 * c.Renew() }
+
+// AcquireTimeout bounds an acquire that long-polls for wait.
+func (c *Core) AcquireTimeout(wait time.Duration) time.Duration { return wait + c.CallTimeout() }
+
+// Leases returns the leases held, sorted: what a heartbeat names.
+func (c *Core) Leases() []uint64 {
+	ids := make([]uint64, 0, len(c.held))
+	for id := range c.held {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Held returns the lease id, or nil when the worker does not hold it.
+func (c *Core) Held(id uint64) *Held { return c.held[id] }
+
+// Room is how many leases the worker may ask for now: none while fenced, for
+// a worker that cannot reach the daemon must not take work.
+func (c *Core) Room() int {
+	if c.fenced {
+		return 0
+	}
+	return max(0, c.capacity-len(c.held))
+}
+
+// Fenced reports whether the fence has fallen and not been lifted by an
+// acknowledged heartbeat since.
+func (c *Core) Fenced() bool { return c.fenced }
+
+// BeatDue reports whether a heartbeat is due at now, and if so records it
+// as sent at now and returns the leases it names. A worker heartbeats once
+// per renew, the first time at once, one heartbeat at a time: the next is
+// due once the last was answered (Acked) or not (Unacked).
+func (c *Core) BeatDue(now time.Time) (ids []uint64, due bool) {
+	if c.beating || (!c.lastSent.IsZero() && now.Sub(c.lastSent) < c.Renew()) {
+		return nil, false
+	}
+	c.lastSent, c.beating = now, true
+	return c.Leases(), true
+}
+
+// Unacked records that the heartbeat in flight got no answer.
+func (c *Core) Unacked() { c.beating = false }
+
+// Stop is a run to stop: gracefully (cancel) or at once (kill, gone, fence).
+type Stop struct {
+	Lease uint64
+	Run   Run
+	Kill  bool
+	Why   string // the directive (cancel, kill, gone), "refused" or "fence"
+}
+
+// Acts is what an answer to a heartbeat makes the worker do.
+type Acts struct {
+	Stop   []Stop  // runs to stop: revoked, or gone
+	Forget []*Held // leases gone before their job started
+	Start  []*Held // adopted leases the heartbeat renewed: start their jobs
+	Report []Ended // adopted leases revoked before their job started
+	// Unfenced: the answer lifted the fence; the worker takes work again.
+	Unfenced bool
+}
+
+// Ended is a lease to report, with what to report.
+type Ended struct {
+	Held    *Held
+	Outcome Outcome
+}
+
+// Acked takes the answer to the heartbeat sent at sent. Its send time
+// becomes the last acknowledged one, and the fence base of every lease it
+// renewed: what the daemon's expiry counts from is the receipt of a
+// heartbeat, which comes after its sending, so fencing from the send time is
+// always on the safe side.
+func (c *Core) Acked(sent time.Time, reply api.HeartbeatReply) Acts {
+	var a Acts
+	c.beating = false
+	if sent.After(c.lastAck) {
+		c.lastAck = sent
+	}
+	if reply.RenewSeconds > 0 {
+		c.timing = reply.Timing
+	}
+	if c.fenced {
+		c.fenced, a.Unfenced = false, true
+	}
+	for _, d := range reply.Leases {
+		h := c.held[d.Lease]
+		if d.Directive == lease.Gone {
+			s, f := c.Drop(d.Lease, string(lease.Gone))
+			if s.Run != nil {
+				a.Stop = append(a.Stop, s)
+			}
+			if f != nil {
+				a.Forget = append(a.Forget, f)
+			}
+			continue
+		}
+		if h == nil {
+			continue
+		}
+		if sent.After(h.base) {
+			h.base = sent
+		}
+		switch {
+		case h.pending && d.Directive == lease.Continue:
+			h.pending = false
+			a.Start = append(a.Start, h)
+		case h.pending:
+			h.pending = false
+			o := Outcome{Outcome: "cancelled", Reason: "revoked before it started"}
+			if d.Directive == lease.Kill {
+				o.Outcome = "killed"
+			}
+			a.Report = append(a.Report, Ended{h, o})
+		case h.run != nil && (d.Directive == lease.Cancel || d.Directive == lease.Kill):
+			a.Stop = append(a.Stop, Stop{Lease: d.Lease, Run: h.run, Kill: d.Directive == lease.Kill, Why: string(d.Directive)})
+		}
+	}
+	return a
+}
+
+// Fence checks the fence at now: the job of every lease whose fence base is
+// more than toleration − 2×renew old is to be stopped at once, two
+// heartbeats before the daemon may expire the lease. Every heartbeat names
+// every lease held, so when heartbeats go unacknowledged the fence falls for
+// all of them together. Once the last acknowledged heartbeat is that old,
+// the worker is fenced: it takes no work until a heartbeat is acknowledged.
+// Fence returns the runs to stop, whether the worker became fenced now, how
+// long it has been silent, and the fence.
+func (c *Core) Fence(now time.Time) (stops []Stop, fell bool, silent, fence time.Duration) {
+	fence = c.fence()
+	silent = now.Sub(c.lastAck)
+	if silent > fence && !c.fenced {
+		c.fenced, fell = true, true
+	}
+	for _, id := range c.Leases() {
+		h := c.held[id]
+		if h.run == nil || h.fenced || now.Sub(h.base) <= fence || isDone(h.run) {
+			continue // a job that ended on its own keeps its own outcome
+		}
+		h.fenced = true
+		stops = append(stops, Stop{Lease: id, Run: h.run, Kill: true, Why: "fence"})
+	}
+	return stops, fell, silent, fence
+}
+
+// NextFence is when the fence next falls for a running job, if no
+// heartbeat renews its lease before: the earliest fence base of a lease
+// whose job runs, plus toleration − 2×renew.
+func (c *Core) NextFence() (at time.Time, ok bool) {
+	for _, h := range c.held {
+		if h.run == nil || h.fenced || h.dropped {
+			continue
+		}
+		if t := h.base.Add(c.fence()); !ok || t.Before(at) {
+			at, ok = t, true
+		}
+	}
+	return at, ok
+}
+
+// Take holds the lease of a grant answered to an acquire sent at sent. It
+// reports whether the job may start at now: not if the answer came so late
+// (a late answer, a pause) that the lease is past its fence already — it may
+// have expired and gone to another worker. A lease not started is to be
+// reported TooLate.
+func (c *Core) Take(g api.Grant, sent, now time.Time) (h *Held, start bool) {
+	if g.RenewSeconds > 0 {
+		c.timing = g.Timing
+	}
+	h = &Held{grant: g, base: sent}
+	c.held[g.Lease] = h
+	if now.Sub(sent) > c.fence() {
+		h.fenced = true
+		return h, false
+	}
+	return h, true
+}
+
+// Started records the run of h, at now. It reports whether the run must be
+// stopped at once: a heartbeat said gone, or the fence fell, while it
+// started.
+func (c *Core) Started(h *Held, r Run, now time.Time) (stop bool) {
+	h.run = r
+	if !h.dropped && (c.fenced || now.Sub(h.base) > c.fence()) {
+		h.fenced = true
+	}
+	return h.dropped || h.fenced
+}
+
+// Reattached holds a lease the daemon still holds for this worker after a
+// restart, with the run the executor found (nil if none). Its fence counts
+// from the worker's start: what the worker that died knew of the lease died
+// with it.
+func (c *Core) Reattached(g api.Grant, r Run) *Held {
+	h := &Held{grant: g, base: c.born, run: r}
+	c.held[g.Lease] = h
+	return h
+}
+
+// Adopt holds an orphan (see Orphans). Its job does not start yet: nothing
+// says when the daemon last heard of the lease, so it starts once a
+// heartbeat has renewed it (Acked returns it to start).
+func (c *Core) Adopt(g api.Grant) *Held {
+	h := &Held{grant: g, pending: true}
+	c.held[g.Lease] = h
+	return h
+}
+
+// Orphans returns the grants among gs the worker does not hold: live leases
+// the daemon holds for it whose grant was lost on the way. Left alone they
+// would expire without ever running.
+func (c *Core) Orphans(gs []api.Grant) []api.Grant {
+	var out []api.Grant
+	for _, g := range gs {
+		if _, known := c.held[g.Lease]; !known {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// Drop marks lease id as not the worker's any more (why: gone, or its start
+// refused): its run is to be stopped at once and never reported. It returns
+// the run to stop, or, when it has none yet, the lease to forget now.
+func (c *Core) Drop(id uint64, why string) (stop Stop, forget *Held) {
+	h := c.held[id]
+	if h == nil {
+		return Stop{}, nil
+	}
+	h.dropped = true
+	if h.run != nil {
+		return Stop{Lease: id, Run: h.run, Kill: true, Why: why}, nil
+	}
+	return Stop{}, h
+}
+
+// Ended says what to report about h now that its run is over: nothing for a
+// dropped lease (forget it), killed for a self-fenced one, and otherwise the
+// run's own outcome.
+func (c *Core) Ended(h *Held) (o Outcome, report bool) {
+	if h.dropped {
+		return Outcome{}, false
+	}
+	o = h.run.Outcome()
+	if h.fenced {
+		o.Outcome = "killed"
+		o.Reason = "self-fenced: no heartbeat acknowledged for toleration − 2×renew"
+	}
+	return o, true
+}
+
+// Forget lets go of h once it is reported (or dropped): its slot is free. It
+// reports whether h was still held.
+func (c *Core) Forget(h *Held) bool {
+	if c.held[h.grant.Lease] == h {
+		delete(c.held, h.grant.Lease)
+		return true
+	}
+	return false
+}
+
+// Lost is the outcome of a lease whose job cannot be found after a restart
+// (err nil: its worktree is gone) or could not be re-attached.
+func Lost(err error) Outcome {
+	reason := "worktree gone: the job was lost while the worker was down"
+	if err != nil {
+		reason = "re-attach failed: " + err.Error()
+	}
+	return Outcome{Outcome: "failed", Reason: reason}
+}
+
+// NotStarted is the outcome of a lease whose job could not start.
+func NotStarted(err error) Outcome {
+	return Outcome{Outcome: "failed", Reason: "could not start: " + err.Error()}
+}
+
+// TooLate is the outcome of a lease whose grant came past its fence (Take):
+// self-fenced, never started.
+func TooLate() Outcome {
+	return Outcome{Outcome: "killed", Reason: "self-fenced: the grant arrived past the fence; not started"}
+}
+
+// Retry reports whether a call that failed with err is to be sent again:
+// the daemon could not be reached or answered 5xx. A definite refusal (4xx)
+// is final.
+func Retry(err error) bool { return api.Retryable(err) }
+
+// Backoff is how long a worker waits after each failed call: from 50ms,
+// doubling, up to max.
+type Backoff struct {
+	next, max time.Duration
+}
+
+// NewBackoff returns a backoff that waits at most max.
+func NewBackoff(max time.Duration) *Backoff { return &Backoff{next: 50 * time.Millisecond, max: max} }
+
+// Next returns the wait after one more failure.
+func (b *Backoff) Next() time.Duration {
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	return d
+}
+
+// Reset starts over after a success.
+func (b *Backoff) Reset() { b.next = 50 * time.Millisecond }
+
+func isDone(r Run) bool {
+	select {
+	case <-r.Done():
+		return true
+	default:
+		return false
+	}
+}
