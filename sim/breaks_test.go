@@ -40,7 +40,7 @@ func TestBreaksAreCaught(t *testing.T) {
 				t.Parallel()
 				res := Run(Options{Seed: seed, Break: brk})
 				if res.Err == nil || !strings.Contains(res.Err.Error(), want) {
-					t.Fatalf("with %s (%s), seed %d ended with %v; want a violation naming %q", brk, breaks[brk], seed, res.Err, want)
+					t.Fatalf("with %s (%s), seed %d ended with %v; want a violation naming %q (if the simulator changed, list the seeds again: see testdata/breaks)", brk, breaks[brk], seed, res.Err, want)
 				}
 			})
 		}

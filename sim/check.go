@@ -27,8 +27,9 @@ import (
 //     pauseBound just then, or died while it ran;
 //  2. nothing acknowledged is lost across a crash (the table rebuilt from the
 //     crash image equals the one before it); the log has no gaps and replays;
-//  3. fold(log) == live table: an incremental fold of every event appended,
-//     and Rebuild (snapshot + tail), both equal the live table's Snapshot;
+//  3. fold(log) == live table: an incremental fold of every event appended
+//     equals the live table's Snapshot after every step, and so does Rebuild
+//     (snapshot + tail) every rebuildEvery steps and after every crash;
 //  4. tokens of a job strictly grow; a stale call changes nothing and a stale
 //     report is always recorded (and the same one answered the same);
 //  5. a report on the current lease gets its first answer forever; attempts

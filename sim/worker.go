@@ -124,10 +124,11 @@ func (w *simWorker) reattach() {
 }
 
 // heartbeatStep is one turn of Worker.heartbeatLoop: send a heartbeat if
-// one is due (its answer wakes the loop), or else check the fence; wait.
+// one is due (its answer wakes the loop), check the fence unless waking
+// (Core.Turn), wait.
 func (w *simWorker) heartbeatStep() {
 	now := w.local()
-	ids, due := w.core.BeatDue(now)
+	ids, due, fence := w.core.Turn(now)
 	if due {
 		w.call(reqHeartbeat{w.id, ids}, w.core.BeatTimeout(), func(reply any, err error) {
 			if err != nil {
@@ -146,7 +147,7 @@ func (w *simWorker) heartbeatStep() {
 			w.heartbeatStep() // the answer wakes the loop
 		})
 	}
-	if !due {
+	if fence {
 		stops, fell, silent, _ := w.core.Fence(now)
 		if fell {
 			w.s.stats.Fenced++

@@ -27,6 +27,11 @@ type Core struct {
 	lastSent time.Time // when the last heartbeat was sent; zero before the first
 	beating  bool      // a heartbeat is in flight
 	fenced   bool
+
+	// The heartbeat loop's view of its own pauses (see Turn).
+	lastTurn time.Time // the worker's clock at the loop's last turn
+	woke     bool      // the loop overslept, and has not sent a heartbeat since
+	wakeBeat bool      // the heartbeat sent after a wake is in flight
 }
 
 // Held is one lease a worker holds. Its driver keeps the pointer for the
@@ -130,8 +135,35 @@ func (c *Core) BeatDue(now time.Time) (ids []uint64, due bool) {
 	return c.Leases(), true
 }
 
+// Turn is one turn of the heartbeat loop at now: whether a heartbeat is due
+// (BeatDue: if so it is recorded as sent, naming ids), and whether the loop
+// checks the fence this turn.
+//
+// It does not while the worker is waking up. A turn that comes more than
+// 2×renew after the last one means the worker's own process was paused (a
+// SIGSTOP, a suspended VM, a daemon and its local worker stopped together)
+// or starved for longer than the whole slack between the fence and the
+// daemon's expiry. Its clock may then say every lease is past its fence, but
+// the worker cannot tell whether the daemon saw the same gap — it does not
+// count its own absence — and the answer to the next heartbeat can: continue,
+// or gone. So the fence waits for the answer (or the timeout, renew) of the
+// first heartbeat sent after the wake. Nothing the fence promises is lost by
+// the wait: a pause that long is past what it covers already. Shorter gaps
+// are within the fence's budget and change nothing.
+func (c *Core) Turn(now time.Time) (ids []uint64, beat, checkFence bool) {
+	if !c.lastTurn.IsZero() && now.Sub(c.lastTurn) > 2*c.Renew() {
+		c.woke = true
+	}
+	c.lastTurn = now
+	ids, beat = c.BeatDue(now)
+	if beat && c.woke {
+		c.woke, c.wakeBeat = false, true
+	}
+	return ids, beat, !c.woke && !c.wakeBeat
+}
+
 // Unacked records that the heartbeat in flight got no answer.
-func (c *Core) Unacked() { c.beating = false }
+func (c *Core) Unacked() { c.beating, c.wakeBeat = false, false }
 
 // Stop is a run to stop: gracefully (cancel) or at once (kill, gone, fence).
 type Stop struct {
@@ -164,7 +196,7 @@ type Ended struct {
 // always on the safe side.
 func (c *Core) Acked(sent time.Time, reply api.HeartbeatReply) Acts {
 	var a Acts
-	c.beating = false
+	c.beating, c.wakeBeat = false, false
 	if sent.After(c.lastAck) {
 		c.lastAck = sent
 	}

@@ -9,7 +9,8 @@ import (
 )
 
 // heartbeatLoop sends one heartbeat for all held leases every renew, acts on
-// the directives, and checks the fence every renew/4. A heartbeat runs on
+// the directives, and checks the fence every renew/4 (but not while it wakes
+// from a pause: Core.Turn). A heartbeat runs on
 // its own goroutine, at most one at a time, so that the fence is checked
 // while one is in flight: a heartbeat lost on the way waits for its whole
 // timeout (renew), and one after another they would otherwise keep the
@@ -23,7 +24,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 	for {
 		w.mu.Lock()
 		now := w.now()
-		ids, due := w.mu.core.BeatDue(now)
+		ids, due, fence := w.mu.core.Turn(now)
 		timeout, every := w.mu.core.BeatTimeout(), w.mu.core.FenceEvery()
 		w.mu.Unlock()
 		if due {
@@ -33,14 +34,8 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 				w.beat(ctx, ids, now, timeout)
 				answered <- struct{}{}
 			}()
-		} else {
-			// The fence waits one check for a heartbeat just sent: after
-			// the worker's own process was paused (a daemon and its local
-			// worker under SIGSTOP), that heartbeat is the first news of
-			// whether its leases are still good, and they usually are — the
-			// daemon does not count its own absence. Fencing first would
-			// kill healthy jobs. The wait costs at most one check (renew/4)
-			// of the 2×renew of slack.
+		}
+		if fence {
 			w.checkFence()
 		}
 		t := time.NewTimer(every)

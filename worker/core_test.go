@@ -1,0 +1,160 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/lease"
+)
+
+// coreTiming: renew 1s, fence at toleration − 2×renew = 13s.
+var coreTiming = api.Timing{RenewSeconds: 1, GraceSeconds: 5, TolerationSeconds: 15}
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func continueAll(ids []uint64) api.HeartbeatReply {
+	r := api.HeartbeatReply{Timing: coreTiming}
+	for _, id := range ids {
+		r.Leases = append(r.Leases, api.Directive{Lease: id, Directive: lease.Continue})
+	}
+	return r
+}
+
+// TestCoreTurnWaitsForTheHeartbeatAfterAWake: after a gap of more than
+// 2×renew between two turns (the worker's process was paused), the fence is
+// not checked until the first heartbeat sent after the wake is answered or
+// times out; shorter gaps change nothing.
+func TestCoreTurnWaitsForTheHeartbeatAfterAWake(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		gap       time.Duration // between the last turn and the wake
+		inflight  bool          // a heartbeat sent before the pause is still in flight
+		wantFence bool          // the turn after the gap checks the fence
+	}{
+		{name: "turns every renew/4", gap: 250 * time.Millisecond, wantFence: true},
+		{name: "a gap within 2×renew", gap: 2 * time.Second, wantFence: true},
+		{name: "a pause past 2×renew", gap: 20 * time.Second, wantFence: false},
+		{name: "a pause with a heartbeat in flight", gap: 20 * time.Second, inflight: true, wantFence: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCore(1, coreTiming, t0)
+			if _, beat, fence := c.Turn(at(0)); !beat || !fence {
+				t.Fatalf("first turn: beat=%v fence=%v, want both", beat, fence)
+			}
+			if !tc.inflight {
+				c.Acked(at(0), continueAll(nil))
+			}
+			wake := at(tc.gap)
+			ids, beat, fence := c.Turn(wake)
+			if fence != tc.wantFence {
+				t.Fatalf("turn after %v: fence checked %v, want %v", tc.gap, fence, tc.wantFence)
+			}
+			if tc.wantFence {
+				return
+			}
+			if tc.inflight {
+				// The old heartbeat is answered; the turn it wakes sends the
+				// first one after the pause, and still does not fence.
+				if beat {
+					t.Fatal("a heartbeat sent while one is in flight")
+				}
+				c.Acked(at(0), continueAll(nil))
+				if ids, beat, fence = c.Turn(wake.Add(time.Millisecond)); !beat || fence {
+					t.Fatalf("turn after the old answer: beat=%v fence=%v, want a heartbeat and no fence", beat, fence)
+				}
+			}
+			if !beat {
+				t.Fatal("no heartbeat sent on waking")
+			}
+			if _, _, fence := c.Turn(wake.Add(250 * time.Millisecond)); fence {
+				t.Fatal("fence checked while the heartbeat after the wake is in flight")
+			}
+			c.Acked(wake, continueAll(ids))
+			if _, _, fence := c.Turn(wake.Add(300 * time.Millisecond)); !fence {
+				t.Fatal("fence not checked once the heartbeat after the wake was answered")
+			}
+		})
+	}
+	t.Run("the heartbeat after the wake times out", func(t *testing.T) {
+		c := NewCore(1, coreTiming, t0)
+		c.Turn(at(0))
+		c.Acked(at(0), continueAll(nil))
+		c.Turn(at(20 * time.Second))
+		c.Unacked()
+		if _, _, fence := c.Turn(at(21 * time.Second)); !fence {
+			t.Fatal("fence not checked once the heartbeat after the wake went unanswered")
+		}
+	})
+}
+
+// TestCoreFenceCountsPerLease: each lease's fence counts from the send time
+// of the last call that proves the daemon heard of it, not from the worker's
+// last acknowledged heartbeat: a grant that arrives late is older than that.
+func TestCoreFenceCountsPerLease(t *testing.T) {
+	c := NewCore(2, coreTiming, t0)
+	fence := coreTiming.Config().SelfFence()
+
+	// Lease 1, granted to an acquire sent at 0 and answered at once.
+	h1, start := c.Take(api.Grant{Lease: 1, Timing: coreTiming}, at(0), at(0))
+	if !start {
+		t.Fatal("a fresh grant may not start")
+	}
+	if c.Started(h1, newFakeRun(), at(0)) {
+		t.Fatal("a fresh run stopped at once")
+	}
+	// A heartbeat sent at 5s, before lease 2's grant arrived, renews lease 1.
+	ids, _ := c.BeatDue(at(5 * time.Second))
+	// Lease 2, granted to an acquire sent at 1s whose answer took 6s.
+	h2, start := c.Take(api.Grant{Lease: 2, Timing: coreTiming}, at(time.Second), at(7*time.Second))
+	if !start {
+		t.Fatal("a grant 6s late, within the fence, may not start")
+	}
+	c.Started(h2, newFakeRun(), at(7*time.Second))
+	c.Acked(at(5*time.Second), continueAll(ids))
+
+	// Past lease 2's fence (1s + 13s) but not lease 1's (5s + 13s).
+	stops, _, _, _ := c.Fence(at(time.Second + fence + time.Millisecond))
+	if len(stops) != 1 || stops[0].Lease != 2 || !stops[0].Kill || stops[0].Why != "fence" {
+		t.Fatalf("stops %+v, want lease 2 killed by the fence alone", stops)
+	}
+	if o, report := c.Ended(h2); !report || o.Outcome != "killed" {
+		t.Fatalf("fenced lease reports %+v (%v), want killed", o, report)
+	}
+}
+
+// TestCoreLateGrantIsNotStarted: a grant that arrives past its fence may
+// have expired and gone to another worker already: its job never starts,
+// and it is reported killed.
+func TestCoreLateGrantIsNotStarted(t *testing.T) {
+	c := NewCore(1, coreTiming, t0)
+	fence := coreTiming.Config().SelfFence()
+	if _, start := c.Take(api.Grant{Lease: 9, Timing: coreTiming}, at(0), at(fence+time.Millisecond)); start {
+		t.Fatal("a grant past its fence was started")
+	}
+	if o := TooLate(); o.Outcome != "killed" {
+		t.Fatalf("TooLate is %q, want killed", o.Outcome)
+	}
+	if c.Room() != 0 {
+		t.Fatalf("room %d while the late lease is still held (until reported)", c.Room())
+	}
+}
+
+// TestCoreFencedWorkerTakesNoWork: once the last acknowledged heartbeat is
+// past the fence the worker takes no work, until a heartbeat is answered.
+func TestCoreFencedWorkerTakesNoWork(t *testing.T) {
+	c := NewCore(3, coreTiming, t0)
+	fence := coreTiming.Config().SelfFence()
+	if _, fell, _, _ := c.Fence(at(fence)); fell || c.Room() != 3 {
+		t.Fatalf("fenced at the fence (room %d)", c.Room())
+	}
+	if _, fell, _, _ := c.Fence(at(fence + time.Millisecond)); !fell || c.Room() != 0 {
+		t.Fatalf("not fenced past the fence (fell %v, room %d)", fell, c.Room())
+	}
+	ids, _ := c.BeatDue(at(fence + time.Second))
+	if a := c.Acked(at(fence+time.Second), continueAll(ids)); !a.Unfenced || c.Room() != 3 {
+		t.Fatalf("an answered heartbeat did not lift the fence (unfenced %v, room %d)", a.Unfenced, c.Room())
+	}
+}
