@@ -128,7 +128,7 @@ func (k *checker) afterDaemon(what string, before uint64) []eventlog.Event {
 	for i := range evs {
 		e := &evs[i]
 		k.s.stats.Appended++
-		k.s.tracef("  + seq %d %s", e.Seq, describeEvent(e))
+		k.s.tracef("  + %s", e)
 		if err := k.fold.Apply(e); err != nil {
 			k.s.fail("%s appended an event the fold refuses: %v", what, err)
 			return evs
@@ -137,33 +137,6 @@ func (k *checker) afterDaemon(what string, before uint64) []eventlog.Event {
 	}
 	k.table(what)
 	return evs
-}
-
-func describeEvent(e *eventlog.Event) string {
-	var b strings.Builder
-	b.WriteString(e.Type.String())
-	if e.Job != "" {
-		fmt.Fprintf(&b, " job=%s", e.Job)
-	}
-	if e.Lease != 0 {
-		fmt.Fprintf(&b, " lease=%d", e.Lease)
-	}
-	if e.Worker != "" {
-		fmt.Fprintf(&b, " worker=%s", e.Worker)
-	}
-	if e.Outcome != 0 {
-		fmt.Fprintf(&b, " outcome=%s", e.Outcome)
-	}
-	if e.Mode != 0 {
-		fmt.Fprintf(&b, " mode=%s", e.Mode)
-	}
-	if e.Reason != "" {
-		fmt.Fprintf(&b, " reason=%q", e.Reason)
-	}
-	if e.Gap != 0 {
-		fmt.Fprintf(&b, " gap=%v", time.Duration(e.Gap))
-	}
-	return b.String()
 }
 
 // observe keeps what later checks need of an event, and checks tokens and
@@ -248,7 +221,7 @@ func (k *checker) resumed(before uint64, slept time.Duration, swept bool) {
 	if !ok || (swept && len(evs) != 1) {
 		var types []string
 		for _, e := range evs {
-			types = append(types, describeEvent(&e))
+			types = append(types, e.String())
 		}
 		k.s.fail("the first sweep after a sleep of %v appended %v, want daemon.resumed with the gap first (and alone after a sweep)", slept, types)
 	}
@@ -325,7 +298,7 @@ func (k *checker) heartbeat(r reqHeartbeat, reply any, err error, before uint64)
 	var got []uint64
 	for _, e := range evs {
 		if e.Type != eventlog.TypeHeartbeat || e.Worker != r.worker {
-			k.s.fail("heartbeat of %s appended %s", r.worker, describeEvent(&e))
+			k.s.fail("heartbeat of %s appended %s", r.worker, e.String())
 			return
 		}
 		got = append(got, e.Lease)
@@ -339,7 +312,7 @@ func (k *checker) heartbeat(r reqHeartbeat, reply any, err error, before uint64)
 func (k *checker) start(r reqStart, err error, before uint64) {
 	if err != nil {
 		if evs := k.eventsSince(before); len(evs) > 0 {
-			k.s.fail("start of lease %d by %s was refused (%v) and appended %s", r.lease, r.worker, err, describeEvent(&evs[0]))
+			k.s.fail("start of lease %d by %s was refused (%v) and appended %s", r.lease, r.worker, err, evs[0].String())
 		}
 	}
 }
@@ -376,7 +349,7 @@ func (k *checker) report(r reqReport, before views, reply any, err error) {
 		}
 		k.answers[r.lease] = a.Seq
 		if e, gerr := k.s.daemon.log.Get(a.Seq); gerr != nil || e.Type != eventlog.TypeReported || e.Lease != r.lease {
-			k.s.fail("report on lease %d answered seq %d, which holds %s (%v)", r.lease, a.Seq, describeEvent(&e), gerr)
+			k.s.fail("report on lease %d answered seq %d, which holds %s (%v)", r.lease, a.Seq, e.String(), gerr)
 		}
 	case errors.As(err, &ae) && ae.Code == api.CodeStaleLease:
 		after := k.views()
@@ -386,7 +359,7 @@ func (k *checker) report(r reqReport, before views, reply any, err error) {
 		e, gerr := k.s.daemon.log.Get(ae.StaleReportSeq)
 		if gerr != nil || e.Type != eventlog.TypeStaleReport || e.Lease != r.lease || e.Worker != r.r.Worker ||
 			e.Outcome.String() != r.r.Outcome || e.Ref != r.r.Ref || e.Reason != r.r.Reason {
-			k.s.fail("stale report on lease %d answered seq %d, which holds %s (%v)", r.lease, ae.StaleReportSeq, describeEvent(&e), gerr)
+			k.s.fail("stale report on lease %d answered seq %d, which holds %s (%v)", r.lease, ae.StaleReportSeq, e.String(), gerr)
 		}
 		key := fmt.Sprint(r.lease, r.r.Worker, r.r.Outcome, r.r.Ref, r.r.Reason, string(r.r.Result))
 		if first, ok := k.stale[key]; ok && first != ae.StaleReportSeq {
