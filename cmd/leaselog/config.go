@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"runtime"
 	"sort"
@@ -147,8 +148,26 @@ func (c Config) Workdir() string {
 	return strings.TrimRight(c.Store.Dir, "/") + "/work"
 }
 
+// maxSeconds bounds every duration of the file: a year. A larger number is a
+// mistake, and one past time.Duration's range (292 years) would wrap around.
+const maxSeconds = 365 * 24 * 3600
+
 // Validate checks the configuration; the error names the key at fault.
 func (c Config) Validate() error {
+	e := c.Plugins.Executor
+	for _, d := range []struct {
+		key string
+		v   float64
+	}{
+		{"plugins.executor.renew_seconds", e.RenewSeconds},
+		{"plugins.executor.grace_seconds", e.GraceSeconds},
+		{"plugins.executor.toleration_seconds", e.TolerationSeconds},
+		{"store.snapshot_seconds", c.Store.SnapshotSeconds},
+	} {
+		if math.IsNaN(d.v) || math.Abs(d.v) > maxSeconds {
+			return fmt.Errorf("config: %s: must be a number of seconds up to %d (a year), is %v", d.key, maxSeconds, d.v)
+		}
+	}
 	if err := c.Lease().Validate(); err != nil {
 		var ce *lease.ConfigError
 		if errors.As(err, &ce) {

@@ -57,6 +57,10 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"[auth]\nadmin = [\"same-token-0123456789\"]\nauditor = [\"same-token-0123456789\"]", "auth.auditor[0]"},
 		{"[store]\ndir = \"\"", "store.dir"},
 		{"[plugins.executor]\nrenew_seconds = \"ten\"", "renew_seconds"},
+		{"[plugins.executor]\nrenew_seconds = 1e300", "plugins.executor.renew_seconds: must be a number of seconds up to"},
+		{"[plugins.executor]\ntoleration_seconds = inf", "plugins.executor.toleration_seconds: must be a number of seconds up to"},
+		{"[plugins.executor]\ngrace_seconds = nan", "plugins.executor.grace_seconds: must be a number of seconds up to"},
+		{"[store]\nsnapshot_seconds = 1e20", "store.snapshot_seconds: must be a number of seconds up to"},
 	} {
 		c, err := ParseConfig(tc.text)
 		if err == nil {
