@@ -134,7 +134,7 @@ func (w *simWorker) heartbeatStep() {
 			if err != nil {
 				w.core.Unacked()
 			} else {
-				a := w.core.Acked(now, reply.(api.HeartbeatReply))
+				a := w.core.Acked(now, w.local(), reply.(api.HeartbeatReply))
 				w.apply(a.Stop, a.Forget)
 				for _, h := range a.Start {
 					w.s.tracef("%s: adopted lease %d renewed: starting its job", w.id, h.Lease())

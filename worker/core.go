@@ -189,12 +189,17 @@ type Ended struct {
 	Outcome Outcome
 }
 
-// Acked takes the answer to the heartbeat sent at sent. Its send time
-// becomes the last acknowledged one, and the fence base of every lease it
-// renewed: what the daemon's expiry counts from is the receipt of a
-// heartbeat, which comes after its sending, so fencing from the send time is
-// always on the safe side.
-func (c *Core) Acked(sent time.Time, reply api.HeartbeatReply) Acts {
+// Acked takes the answer, received at now, to the heartbeat sent at sent.
+// Its send time becomes the last acknowledged one, and the fence base of
+// every lease it renewed: what the daemon's expiry counts from is the receipt
+// of a heartbeat, which comes after its sending, so fencing from the send
+// time is always on the safe side.
+//
+// An answer that arrives past the fence (a pause, a slow network) is old
+// news: the leases it renewed may have expired since and gone to other
+// workers. It still stops what it revokes, but it neither lifts the fence nor
+// starts an adopted lease's job; a fresher heartbeat will.
+func (c *Core) Acked(sent, now time.Time, reply api.HeartbeatReply) Acts {
 	var a Acts
 	c.beating, c.wakeBeat = false, false
 	if sent.After(c.lastAck) {
@@ -203,7 +208,8 @@ func (c *Core) Acked(sent time.Time, reply api.HeartbeatReply) Acts {
 	if reply.RenewSeconds > 0 {
 		c.timing = reply.Timing
 	}
-	if c.fenced {
+	late := now.Sub(sent) > c.fence()
+	if c.fenced && !late {
 		c.fenced, a.Unfenced = false, true
 	}
 	for _, d := range reply.Leases {
@@ -225,6 +231,8 @@ func (c *Core) Acked(sent time.Time, reply api.HeartbeatReply) Acts {
 			h.base = sent
 		}
 		switch {
+		case h.pending && d.Directive == lease.Continue && late:
+			// Stays pending: the next heartbeat says whether it is still ours.
 		case h.pending && d.Directive == lease.Continue:
 			h.pending = false
 			a.Start = append(a.Start, h)

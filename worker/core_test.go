@@ -45,7 +45,7 @@ func TestCoreTurnWaitsForTheHeartbeatAfterAWake(t *testing.T) {
 				t.Fatalf("first turn: beat=%v fence=%v, want both", beat, fence)
 			}
 			if !tc.inflight {
-				c.Acked(at(0), continueAll(nil))
+				c.Acked(at(0), at(0), continueAll(nil))
 			}
 			wake := at(tc.gap)
 			ids, beat, fence := c.Turn(wake)
@@ -61,7 +61,7 @@ func TestCoreTurnWaitsForTheHeartbeatAfterAWake(t *testing.T) {
 				if beat {
 					t.Fatal("a heartbeat sent while one is in flight")
 				}
-				c.Acked(at(0), continueAll(nil))
+				c.Acked(at(0), wake, continueAll(nil))
 				if ids, beat, fence = c.Turn(wake.Add(time.Millisecond)); !beat || fence {
 					t.Fatalf("turn after the old answer: beat=%v fence=%v, want a heartbeat and no fence", beat, fence)
 				}
@@ -72,7 +72,7 @@ func TestCoreTurnWaitsForTheHeartbeatAfterAWake(t *testing.T) {
 			if _, _, fence := c.Turn(wake.Add(250 * time.Millisecond)); fence {
 				t.Fatal("fence checked while the heartbeat after the wake is in flight")
 			}
-			c.Acked(wake, continueAll(ids))
+			c.Acked(wake, wake, continueAll(ids))
 			if _, _, fence := c.Turn(wake.Add(300 * time.Millisecond)); !fence {
 				t.Fatal("fence not checked once the heartbeat after the wake was answered")
 			}
@@ -81,7 +81,7 @@ func TestCoreTurnWaitsForTheHeartbeatAfterAWake(t *testing.T) {
 	t.Run("the heartbeat after the wake times out", func(t *testing.T) {
 		c := NewCore(1, coreTiming, t0)
 		c.Turn(at(0))
-		c.Acked(at(0), continueAll(nil))
+		c.Acked(at(0), at(0), continueAll(nil))
 		c.Turn(at(20 * time.Second))
 		c.Unacked()
 		if _, _, fence := c.Turn(at(21 * time.Second)); !fence {
@@ -113,7 +113,7 @@ func TestCoreFenceCountsPerLease(t *testing.T) {
 		t.Fatal("a grant 6s late, within the fence, may not start")
 	}
 	c.Started(h2, newFakeRun(), at(7*time.Second))
-	c.Acked(at(5*time.Second), continueAll(ids))
+	c.Acked(at(5*time.Second), at(5*time.Second), continueAll(ids))
 
 	// Past lease 2's fence (1s + 13s) but not lease 1's (5s + 13s).
 	stops, _, _, _ := c.Fence(at(time.Second + fence + time.Millisecond))
@@ -154,7 +154,31 @@ func TestCoreFencedWorkerTakesNoWork(t *testing.T) {
 		t.Fatalf("not fenced past the fence (fell %v, room %d)", fell, c.Room())
 	}
 	ids, _ := c.BeatDue(at(fence + time.Second))
-	if a := c.Acked(at(fence+time.Second), continueAll(ids)); !a.Unfenced || c.Room() != 3 {
+	if a := c.Acked(at(fence+time.Second), at(fence+time.Second), continueAll(ids)); !a.Unfenced || c.Room() != 3 {
 		t.Fatalf("an answered heartbeat did not lift the fence (unfenced %v, room %d)", a.Unfenced, c.Room())
+	}
+}
+
+// TestCoreLateAnswerStartsNothing: an adopted lease's job starts on the
+// first heartbeat that renews it — unless that answer arrives past the fence
+// (the worker was paused, the network slow): by then the lease may have
+// expired and its job gone to another worker. Such an answer does not lift
+// the fence either. (Found by the simulation, seed 60684: a paused worker
+// started a job that another worker was running.)
+func TestCoreLateAnswerStartsNothing(t *testing.T) {
+	fence := coreTiming.Config().SelfFence()
+	c := NewCore(2, coreTiming, t0)
+	h := c.Adopt(api.Grant{Lease: 9, Timing: coreTiming})
+	ids, _ := c.BeatDue(at(0))
+	c.Fence(at(fence + time.Second)) // silent past the fence: fenced
+	if a := c.Acked(at(0), at(fence+time.Second), continueAll(ids)); len(a.Start) != 0 || a.Unfenced {
+		t.Fatalf("an answer past the fence started %d job(s), unfenced %v", len(a.Start), a.Unfenced)
+	}
+	if c.Held(9) != h || c.Room() != 0 {
+		t.Fatalf("after a late answer: held %v, room %d; want lease 9 still pending and the worker still fenced", c.Held(9), c.Room())
+	}
+	ids, _ = c.BeatDue(at(fence + 2*time.Second))
+	if a := c.Acked(at(fence+2*time.Second), at(fence+2*time.Second), continueAll(ids)); len(a.Start) != 1 || a.Start[0] != h || !a.Unfenced {
+		t.Fatalf("a fresh answer: start %v, unfenced %v; want lease 9 started and the fence lifted", a.Start, a.Unfenced)
 	}
 }

@@ -65,7 +65,7 @@ func (w *Worker) beat(ctx context.Context, ids []uint64, sent time.Time, timeout
 		return
 	}
 	w.mu.Lock()
-	a := w.mu.core.Acked(sent, reply)
+	a := w.mu.core.Acked(sent, w.now(), reply)
 	w.mu.Unlock()
 	if a.Unfenced {
 		w.log().Info().Msg("heartbeat acknowledged again: taking work again")
