@@ -32,7 +32,10 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 			go func() {
 				defer inflight.Done()
 				w.beat(ctx, ids, now, timeout)
-				answered <- struct{}{}
+				select { // one pending wake-up is enough; never block, or Run could not return
+				case answered <- struct{}{}:
+				default:
+				}
 			}()
 		}
 		if fence {
