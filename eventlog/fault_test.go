@@ -224,9 +224,7 @@ func TestPebblePanicFailsTheLog(t *testing.T) {
 	big := []Event{{Type: TypeQueued, Job: "big", Kind: KindRun, Spec: []byte(strings.Repeat("x", 40<<10))}}
 	var err error
 	for i := 0; i < 20 && !strings.Contains(fmt.Sprint(err), "panicked"); i++ {
-		l.failed.Lock()
-		l.failed.err = nil
-		l.failed.Unlock()
+		l.failure.Store(nil)
 		var c *Commit
 		if c, err = l.Stage(big); err == nil {
 			err = c.Wait()
@@ -235,10 +233,7 @@ func TestPebblePanicFailsTheLog(t *testing.T) {
 	if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "panicked") {
 		t.Fatalf("no panic from Pebble after 20 large commits on a failed WAL; last: %v", err)
 	}
-	l.failed.Lock()
-	wedged := l.failed.wedged
-	l.failed.Unlock()
-	if !wedged {
+	if !l.wedged.Load() {
 		t.Fatal("a panic in Pebble's commit pipeline did not mark it unusable")
 	}
 	f.armed.Store(false)

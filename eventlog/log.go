@@ -118,17 +118,16 @@ type Log struct {
 	}
 	inflight sync.WaitGroup
 
-	// failed is sticky: set by the first write that could not be made durable,
-	// or by Pebble's Fatalf. It has its own lock because Pebble calls Fatalf
-	// from inside ApplyNoSyncWait, on a goroutine that holds mu.
-	failed struct {
-		sync.Mutex
-		err error
-		// wedged: Pebble's write path may be unusable (it called Fatalf, or
-		// panicked with its commit pipeline's mutex held), so the log never
-		// calls it again, DB.Close included.
-		wedged bool
-	}
+	// failure is sticky: set once, by the first write that could not be made
+	// durable or by Pebble's Fatalf. It is an atomic, not guarded by mu,
+	// because Pebble calls Fatalf from inside ApplyNoSyncWait on a goroutine
+	// that holds mu, and because every append reads it: a healthy log pays a
+	// load, not a lock.
+	failure atomic.Pointer[error]
+	// wedged: Pebble's write path may be unusable (it called Fatalf, or
+	// panicked with its commit pipeline's mutex held), so the log never calls
+	// it again, DB.Close included.
+	wedged atomic.Bool
 
 	durable atomic.Uint64 // every event with seq <= durable is synced
 	waitMu  sync.Mutex
@@ -170,7 +169,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.db = db
 	if err := l.Err(); err != nil {
 		// Pebble called Fatalf while opening and carried on: the store is not
-		// to be trusted, nor closed (see failed.wedged).
+		// to be trusted, nor closed (see wedged).
 		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
 	}
 	if err := l.checkFormat(); err != nil {
@@ -341,7 +340,7 @@ func (l *Log) Stage(evs []Event) (*Commit, error) {
 // sync. what names the batch in errors. On error the log has failed, and b is
 // left to Pebble, which may still hold it. The caller holds mu, which keeps
 // every write of the log out of the pipeline once it has failed: Pebble's
-// pipeline does not survive some of its own failures (see failed.wedged).
+// pipeline does not survive some of its own failures (see wedged).
 func (l *Log) applyLocked(b *pebble.Batch, what string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -411,18 +410,15 @@ func validate(e *Event) error {
 // WaitDurable is woken, to return the failure rather than wait for a sync
 // that will not come.
 func (l *Log) fail(err error, wedged bool) error {
-	l.failed.Lock()
-	first := l.failed.err == nil
-	if first {
-		l.failed.err = fmt.Errorf("%w: %v", ErrFailed, err)
+	err = fmt.Errorf("%w: %v", ErrFailed, err)
+	first := l.failure.CompareAndSwap(nil, &err)
+	if wedged { // after the failure: whoever sees wedged sees a failure
+		l.wedged.Store(true)
 	}
-	l.failed.wedged = l.failed.wedged || wedged
-	err = l.failed.err
-	l.failed.Unlock()
 	if first {
 		l.wakeWaiters()
 	}
-	return err
+	return l.Err()
 }
 
 // fatal is Pebble's Fatalf: the log fails, then OnFatal is told.
@@ -433,9 +429,10 @@ func (l *Log) fatal(msg string) {
 
 // Err returns the error that failed the log, or nil while it is healthy.
 func (l *Log) Err() error {
-	l.failed.Lock()
-	defer l.failed.Unlock()
-	return l.failed.err
+	if p := l.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (l *Log) markDurable(seq uint64) {
@@ -508,9 +505,8 @@ func (l *Log) Close() error {
 	l.mu.closed = true
 	l.mu.Unlock()
 	l.inflight.Wait()
-	l.failed.Lock()
-	failure, wedged := l.failed.err, l.failed.wedged
-	l.failed.Unlock()
+	wedged := l.wedged.Load()
+	failure := l.Err()
 	if wedged {
 		return fmt.Errorf("eventlog: close: store left open after a fatal storage error: %w", failure)
 	}
@@ -523,10 +519,7 @@ func (l *Log) Close() error {
 // closeDB closes the store while Open fails, unless Pebble's write path may
 // be unusable.
 func (l *Log) closeDB() {
-	l.failed.Lock()
-	wedged := l.failed.wedged
-	l.failed.Unlock()
-	if !wedged {
+	if !l.wedged.Load() {
 		_ = l.db.Close()
 	}
 }
