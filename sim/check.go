@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -427,7 +428,7 @@ func (k *checker) diedFor(w *simWorker, _ time.Duration, runsSurvive bool) {
 	if !runsSurvive {
 		return
 	}
-	for _, job := range sortedKeys(k.open) {
+	for _, job := range slices.Sorted(maps.Keys(k.open)) {
 		for _, o := range k.open[job] {
 			if o.w == w {
 				o.orphaned = true

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/leaselog/leaselog/api"
@@ -66,7 +68,7 @@ func (m *machine) Reattach(_ context.Context, g api.Grant) (worker.Run, bool, er
 // crash: the machine died with the worker. Its jobs die now; wipe loses
 // their worktrees too.
 func (m *machine) crash(wipe bool) {
-	for _, id := range sortedKeys(m.runs) {
+	for _, id := range slices.Sorted(maps.Keys(m.runs)) {
 		r := m.runs[id]
 		if !r.ended {
 			r.endIn(0, worker.Outcome{Outcome: "failed", Reason: "the job's process vanished"})

@@ -2,7 +2,9 @@ package sim
 
 import (
 	"errors"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -137,8 +139,8 @@ func (h *History) Operations() []porcupine.Operation {
 	add := func(client int, call time.Duration, ret int64, in input, out output) {
 		ops = append(ops, porcupine.Operation{ClientId: client, Input: in, Call: int64(call), Output: out, Return: ret})
 	}
-	jobs := sortedKeys(h.queued)
-	for _, id := range sortedKeys(h.since) {
+	jobs := slices.Sorted(maps.Keys(h.queued))
+	for _, id := range slices.Sorted(maps.Keys(h.since)) {
 		if _, ok := h.queued[id]; !ok {
 			jobs = append(jobs, id)
 		}

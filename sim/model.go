@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -404,7 +405,7 @@ func Model() porcupine.Model {
 				byJob[job] = append(byJob[job], op)
 			}
 			var out [][]porcupine.Operation
-			for _, job := range sortedKeys(byJob) {
+			for _, job := range slices.Sorted(maps.Keys(byJob)) {
 				out = append(out, byJob[job])
 			}
 			return out
