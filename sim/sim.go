@@ -10,9 +10,9 @@
 //	clients (submit, cancel, kill, read) ─────────────────┘
 //
 // Everything runs on one goroutine from a discrete-event loop ordered by
-// (time, sequence), with one seeded PRNG (math/rand/v2 PCG) for every draw
-// (and never ranges over a map but through slices.Sorted(maps.Keys(m))):
-// the network's delays and losses, the workload, the faults. The daemon is
+// (time, sequence), with one seeded PRNG (math/rand/v2 PCG) for every draw:
+// the network's delays and losses, the workload, the faults. It never ranges
+// over a map but in sorted order (slices.Sorted(maps.Keys(m))). The daemon is
 // the real lease.Service on a real Pebble store on vfs.NewCrashableMem, with
 // a manual clock that is the simulator's global clock. The workers are the
 // real worker.Core — the decisions of worker.Worker: heartbeats, directives,
