@@ -81,7 +81,7 @@ func checkFailStop(t *testing.T, l *Log) {
 	if err := l.Append(heartbeat(99)); !errors.Is(err, ErrFailed) {
 		t.Errorf("append after the failure: %v, want ErrFailed", err)
 	}
-	if _, err := l.Stage(heartbeat(99)); !errors.Is(err, ErrFailed) {
+	if _, err := l.Stage(heartbeat(99), nil); !errors.Is(err, ErrFailed) {
 		t.Errorf("stage after the failure: %v, want ErrFailed", err)
 	}
 	if err := l.PutSnapshot(l.DurableSeq(), []byte("x")); !errors.Is(err, ErrFailed) {
@@ -188,7 +188,7 @@ func TestNothingAcknowledgedAfterFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := l.Stage(heartbeat(0))
+	c, err := l.Stage(heartbeat(0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestPebblePanicFailsTheLog(t *testing.T) {
 	for i := 0; i < 20 && !strings.Contains(fmt.Sprint(err), "panicked"); i++ {
 		l.failure.Store(nil)
 		var c *Commit
-		if c, err = l.Stage(big); err == nil {
+		if c, err = l.Stage(big, nil); err == nil {
 			err = c.Wait()
 		}
 	}

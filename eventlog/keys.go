@@ -14,6 +14,7 @@ const (
 	prefixJob      = 'j'
 	prefixWorker   = 'w'
 	prefixSnapshot = 's'
+	prefixArchive  = 'a'
 )
 
 // sep ends the variable-length part of a job or worker index key. IDs are
@@ -23,7 +24,10 @@ const sep = 0
 var metaFormatKey = []byte{prefixMeta, 'f', 'o', 'r', 'm', 'a', 't'}
 
 // storeFormat is the layout version of the keyspace, kept under metaFormatKey.
-const storeFormat = 1
+// Format 2 added the archive: a store of format 1 has events whose archive
+// records were never written, and is upgraded by the first rebuild that
+// writes them (Log.PutArchive).
+const storeFormat = 2
 
 func eventKey(dst []byte, seq uint64) []byte {
 	dst = append(dst, prefixEvent)

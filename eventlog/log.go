@@ -12,6 +12,7 @@
 //	'j' job 0x00 seq(8)                -> empty                  (index by job)
 //	'w' worker 0x00 seq(8)             -> empty                  (index by worker)
 //	's' seq(8)                         -> crc32c(4) snapshot     (projection snapshots)
+//	'a' key                            -> value                  (the archive, see Record)
 //
 // An event and its index entries are written in one batch, so an index never
 // names an event that is not there, and an event is never missing from the
@@ -116,6 +117,7 @@ type Log struct {
 		scratch []byte // encoding buffer, reused under mu
 		closed  bool
 	}
+	format   atomic.Int32 // the store's format as opened; storeFormat once upgraded
 	inflight sync.WaitGroup
 
 	// failure is sticky: set once, by the first write that could not be made
@@ -203,6 +205,7 @@ func (l *Log) checkFormat() error {
 	v, closer, err := l.db.Get(metaFormatKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
+		l.format.Store(storeFormat)
 		if l.opts.ReadOnly {
 			return nil // an empty store read offline
 		}
@@ -220,6 +223,7 @@ func (l *Log) checkFormat() error {
 	if v[0] > storeFormat {
 		return fmt.Errorf("eventlog: store format %d (this build reads up to %d): %w", v[0], storeFormat, ErrNewerFormat)
 	}
+	l.format.Store(int32(v[0]))
 	return nil
 }
 
@@ -280,7 +284,7 @@ func (c *Commit) Wait() error {
 // its sequence number (and, for TypeAcquired, its lease: the fencing token is
 // the acquired event's own sequence number) in place.
 func (l *Log) Append(evs []Event) error {
-	c, err := l.Stage(evs)
+	c, err := l.Stage(evs, nil)
 	if err != nil {
 		return err
 	}
@@ -296,7 +300,12 @@ func (l *Log) Append(evs []Event) error {
 // Stage is how a caller that must decide under its own lock (lease.Service)
 // keeps the decision order and the log order the same while letting fsyncs of
 // concurrent decisions overlap.
-func (l *Log) Stage(evs []Event) (*Commit, error) {
+//
+// derive, if not nil, is called with the numbered events before they enter
+// the pipeline; the archive records it returns are written in the same batch,
+// so that a record derived from an event is durable exactly when the event
+// is. An error from derive writes nothing, and is returned.
+func (l *Log) Stage(evs []Event, derive func(evs []Event) ([]Record, error)) (*Commit, error) {
 	if len(evs) == 0 {
 		return nil, errors.New("eventlog: append of no events")
 	}
@@ -328,7 +337,18 @@ func (l *Log) Stage(evs []Event) (*Commit, error) {
 			return nil, fmt.Errorf("eventlog: append seq %d: %w", e.Seq, err)
 		}
 	}
-	if err := l.applyLocked(b, fmt.Sprintf("seq %d..%d", first, first+uint64(len(evs))-1)); err != nil {
+	what := fmt.Sprintf("seq %d..%d", first, first+uint64(len(evs))-1)
+	if derive != nil {
+		recs, err := derive(evs)
+		if err == nil {
+			err = l.addArchiveLocked(b, recs)
+		}
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("eventlog: append %s: %w", what, err)
+		}
+	}
+	if err := l.applyLocked(b, what); err != nil {
 		return nil, err
 	}
 	l.mu.next = first + uint64(len(evs))

@@ -136,7 +136,7 @@ func TestOnCommitSeesEveryCommit(t *testing.T) {
 func TestStagedEventsInvisibleToIteratorsUntilDurable(t *testing.T) {
 	l := openMem(t, vfs.NewMem())
 	defer l.Close()
-	c, err := l.Stage([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}})
+	c, err := l.Stage([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

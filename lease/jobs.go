@@ -34,7 +34,12 @@ func (s *Service) Submit(ctx context.Context, id string, kind eventlog.Kind, spe
 	if err := s.lock(); err != nil {
 		return projection.Job{}, false, err
 	}
-	if j, ok := s.mu.table.Job(id); ok {
+	j, ok, err := s.jobLocked(id)
+	if err != nil {
+		s.mu.Unlock()
+		return projection.Job{}, false, err
+	}
+	if ok {
 		seq := s.mu.table.Seq()
 		s.mu.Unlock()
 		if j.Kind != kind || !bytes.Equal(j.Spec, spec) {
@@ -47,7 +52,6 @@ func (s *Service) Submit(ctx context.Context, id string, kind eventlog.Kind, spe
 		return projection.Job{}, false, ErrStopping
 	}
 	c, err := s.commitLocked(s.now(), []eventlog.Event{{Type: eventlog.TypeQueued, Job: id, Kind: kind, Spec: spec}})
-	var j projection.Job
 	if err == nil {
 		j, _ = s.mu.table.Job(id)
 	}
@@ -107,10 +111,13 @@ func (s *Service) revoke(ctx context.Context, id string, mode eventlog.RevokeMod
 	if err := s.lock(); err != nil {
 		return projection.Job{}, err
 	}
-	j, ok := s.mu.table.Job(id)
-	if !ok {
+	j, ok, err := s.jobLocked(id)
+	if err != nil || !ok {
 		s.mu.Unlock()
-		return j, fmt.Errorf("%w: job %q", ErrNotFound, id)
+		if err == nil {
+			err = fmt.Errorf("%w: job %q", ErrNotFound, id)
+		}
+		return j, err
 	}
 	var evs []eventlog.Event
 	switch {
@@ -132,10 +139,13 @@ func (s *Service) revoke(ctx context.Context, id string, mode eventlog.RevokeMod
 	}
 	c, err := s.commitLocked(s.now(), evs)
 	if err == nil {
-		j, _ = s.mu.table.Job(id)
+		j, _, err = s.jobLocked(id) // a cancelled job is in the archive now
 	}
 	s.mu.Unlock()
 	if err != nil {
+		if c != nil {
+			_ = s.wait(c)
+		}
 		return projection.Job{}, err
 	}
 	return j, s.wait(c)
@@ -170,39 +180,6 @@ func (s *Service) Stop(ctx context.Context) error {
 	return s.wait(c)
 }
 
-// Job returns job id.
-func (s *Service) Job(ctx context.Context, id string) (projection.Job, error) {
-	var j projection.Job
-	ok := false
-	if err := s.read(ctx, func(t *projection.Table) { j, ok = t.Job(id) }); err != nil {
-		return j, err
-	}
-	if !ok {
-		return j, fmt.Errorf("%w: job %q", ErrNotFound, id)
-	}
-	return j, nil
-}
-
-// Lease returns lease id.
-func (s *Service) Lease(ctx context.Context, id uint64) (projection.Lease, error) {
-	var l projection.Lease
-	ok := false
-	if err := s.read(ctx, func(t *projection.Table) { l, ok = t.Lease(id) }); err != nil {
-		return l, err
-	}
-	if !ok {
-		return l, fmt.Errorf("%w: lease %d", ErrNotFound, id)
-	}
-	return l, nil
-}
-
-// Leases returns the leases f selects (live ones when f.State is unset).
-func (s *Service) Leases(ctx context.Context, f projection.LeaseFilter) ([]projection.Lease, error) {
-	var ls []projection.Lease
-	err := s.read(ctx, func(t *projection.Table) { ls = t.Leases(f) })
-	return ls, err
-}
-
 // WorkerLeases returns the live leases worker holds, with their jobs: what a
 // worker re-attaches to after a restart.
 func (s *Service) WorkerLeases(ctx context.Context, worker string) ([]Grant, error) {
@@ -217,13 +194,6 @@ func (s *Service) WorkerLeases(ctx context.Context, worker string) ([]Grant, err
 		}
 	})
 	return gs, err
-}
-
-// Jobs returns the jobs f selects.
-func (s *Service) Jobs(ctx context.Context, f projection.JobFilter) ([]projection.Job, error) {
-	var js []projection.Job
-	err := s.read(ctx, func(t *projection.Table) { js = t.Jobs(f) })
-	return js, err
 }
 
 // Seq is the sequence number of the last durable event the table holds.

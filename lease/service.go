@@ -112,6 +112,7 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 	}
 	s := &Service{log: log, cfg: opts.Config, clock: opts.Clock, logger: opts.Logger,
 		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st}
+	table.SetRetire(projection.RetireRecord) // ended jobs go to the archive with their events
 	s.mu.table = table
 	s.mu.entropy = ulid.Monotonic(opts.Entropy, 0)
 	s.mu.lastSnap = st.SnapshotSeq
@@ -161,9 +162,23 @@ func (s *Service) commitLocked(now int64, evs []eventlog.Event) (*eventlog.Commi
 		}
 		evs[i].ID, evs[i].Time = id, now
 	}
-	c, err := s.log.Stage(evs)
+	// The events are folded once numbered, before they enter the pipeline,
+	// so that the archive records of the jobs they end go in the same batch.
+	folded := false
+	c, err := s.log.Stage(evs, func(evs []eventlog.Event) ([]eventlog.Record, error) {
+		folded = true
+		for i := range evs {
+			if err := s.mu.table.Apply(&evs[i]); err != nil {
+				return nil, fmt.Errorf("fold of own event: %w", err)
+			}
+		}
+		return s.mu.table.TakeRetired(), nil
+	})
 	if err != nil {
-		if errors.Is(err, eventlog.ErrFailed) || errors.Is(err, eventlog.ErrClosed) {
+		// Once folded, the table is ahead of the log (an event the fold
+		// refused is a bug in the decision above; nothing was written): stop
+		// before the two drift apart any further.
+		if folded || errors.Is(err, eventlog.ErrFailed) || errors.Is(err, eventlog.ErrClosed) {
 			s.failLocked(err)
 			return nil, s.mu.err
 		}
@@ -171,13 +186,6 @@ func (s *Service) commitLocked(now int64, evs []eventlog.Event) (*eventlog.Commi
 	}
 	queued := false
 	for i := range evs {
-		if err := s.mu.table.Apply(&evs[i]); err != nil {
-			// The log now holds an event the fold refuses: a bug in the decision
-			// above. Stop before the table and the log drift apart any further.
-			_ = c.Wait()
-			s.failLocked(fmt.Errorf("fold of own event: %w", err))
-			return nil, s.mu.err
-		}
 		queued = queued || evs[i].Type == eventlog.TypeQueued
 		s.logEvent(&evs[i])
 	}

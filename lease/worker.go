@@ -101,7 +101,10 @@ func (s *Service) reachableLocked(worker string, evs []eventlog.Event) []eventlo
 // holdLocked finds lease id and checks that worker holds it. It returns
 // ErrNotFound for an unknown lease and ErrWrongWorker for someone else's.
 func (s *Service) holdLocked(worker string, id uint64) (projection.Lease, error) {
-	l, ok := s.mu.table.Lease(id)
+	l, ok, err := s.leaseLocked(id)
+	if err != nil {
+		return l, err
+	}
 	if !ok {
 		return l, fmt.Errorf("%w: lease %d", ErrNotFound, id)
 	}
@@ -272,7 +275,12 @@ func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report
 		a.Stale = true
 		e := eventlog.Event{Type: eventlog.TypeStaleReport, Job: l.Job, Lease: id, Worker: worker,
 			Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result}
-		if seq, ok := s.mu.table.StaleReport(projection.StaleKeyOf(&e)); ok {
+		seq, ok, err := s.staleLocked(projection.StaleKeyOf(&e))
+		if err != nil {
+			s.mu.Unlock()
+			return Answer{}, err
+		}
+		if ok {
 			a.Seq = seq
 		} else {
 			evs = append(evs, e)

@@ -1,28 +1,34 @@
 package projection
 
 import (
+	"strings"
 	"unsafe"
 
 	"github.com/leaselog/leaselog/eventlog"
 )
 
-// arena hands out the memory the table keeps: job, lease and worker records in
-// slabs, and copies of the strings and bytes events carry in chunks. A fold of
-// a million events then costs a few hundred allocations, not millions. Nothing
-// is ever freed: the table only grows, as the log does.
+// arena hands out the table's job, lease and worker records from slabs, and
+// takes back those of retired jobs for reuse, so that a fold of a million
+// events costs a few hundred allocations, not millions, and the memory the
+// table holds follows what is live. Strings and bytes are copied one
+// allocation per job (its id and spec together), never into shared chunks:
+// a chunk would stay alive as long as the longest-lived job in it.
 type arena struct {
-	jobs    []job
-	leases  []lease
-	workers []worker
-	chunk   []byte
+	jobs       []job
+	leases     []lease
+	workers    []worker
+	freeJobs   []*job
+	freeLeases []*lease
 }
 
-const (
-	slabLen   = 256
-	chunkSize = 64 << 10
-)
+const slabLen = 256
 
 func (a *arena) newJob() *job {
+	if n := len(a.freeJobs); n > 0 {
+		j := a.freeJobs[n-1]
+		a.freeJobs = a.freeJobs[:n-1]
+		return j
+	}
 	if len(a.jobs) == cap(a.jobs) {
 		a.jobs = make([]job, 0, slabLen)
 	}
@@ -30,12 +36,27 @@ func (a *arena) newJob() *job {
 	return &a.jobs[len(a.jobs)-1]
 }
 
+func (a *arena) freeJob(j *job) {
+	*j = job{}
+	a.freeJobs = append(a.freeJobs, j)
+}
+
 func (a *arena) newLease() *lease {
+	if n := len(a.freeLeases); n > 0 {
+		l := a.freeLeases[n-1]
+		a.freeLeases = a.freeLeases[:n-1]
+		return l
+	}
 	if len(a.leases) == cap(a.leases) {
 		a.leases = make([]lease, 0, slabLen)
 	}
 	a.leases = a.leases[:len(a.leases)+1]
 	return &a.leases[len(a.leases)-1]
+}
+
+func (a *arena) freeLease(l *lease) {
+	*l = lease{}
+	a.freeLeases = append(a.freeLeases, l)
 }
 
 func (a *arena) newWorker() *worker {
@@ -46,36 +67,18 @@ func (a *arena) newWorker() *worker {
 	return &a.workers[len(a.workers)-1]
 }
 
-// bytes returns a copy of b that the arena owns; nil for an empty b.
-func (a *arena) bytes(b []byte) []byte {
+// idAndBytes copies id and b in one allocation; b's copy is nil if b is empty.
+func (a *arena) idAndBytes(id string, b []byte) (string, []byte) {
+	buf := make([]byte, len(id)+len(b))
+	copy(buf, id)
+	copy(buf[len(id):], b)
 	if len(b) == 0 {
-		return nil
+		return unsafeString(buf), nil
 	}
-	if len(b) > chunkSize/8 {
-		return append([]byte(nil), b...)
-	}
-	if len(a.chunk)+len(b) > cap(a.chunk) {
-		a.chunk = make([]byte, 0, chunkSize)
-	}
-	start := len(a.chunk)
-	a.chunk = append(a.chunk, b...)
-	return a.chunk[start:len(a.chunk):len(a.chunk)]
+	return unsafeString(buf[:len(id)]), buf[len(id):len(buf):len(buf)]
 }
 
-func (a *arena) str(s string) string {
-	if s == "" {
-		return ""
-	}
-	if len(s) > chunkSize/8 {
-		return string([]byte(s))
-	}
-	if len(a.chunk)+len(s) > cap(a.chunk) {
-		a.chunk = make([]byte, 0, chunkSize)
-	}
-	start := len(a.chunk)
-	a.chunk = append(a.chunk, s...)
-	return unsafeString(a.chunk[start:len(a.chunk)])
-}
+func (a *arena) str(s string) string { return strings.Clone(s) }
 
 // reason copies s, except for the reasons the daemon gives, which repeat on
 // every expiry and are kept once.

@@ -10,7 +10,7 @@ import (
 )
 
 // Dump writes the whole table as text, one line per worker, job and lease,
-// sorted, with times in UTC. It is what golden files and `leaselog replay`
+// sorted, with times in UTC; what it retired too, in RetireKeep mode. It is what golden files and `leaselog replay`
 // print, and what a failed equality check shows.
 func (t *Table) Dump(w io.Writer) {
 	fmt.Fprintf(w, "seq=%d absence=%s queued=%d live=%d\n", t.seq, time.Duration(t.absence), len(t.Queued(0)), t.nlive)
@@ -37,18 +37,21 @@ func (t *Table) Dump(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	leases := make([]*lease, 0, len(t.leases))
+	leases := make([]Lease, 0, len(t.leases)+len(t.retired.leases))
 	for _, l := range t.leases {
+		leases = append(leases, l.view())
+	}
+	for _, l := range t.retired.leases {
 		leases = append(leases, l)
 	}
-	slices.SortFunc(leases, func(a, b *lease) int { return cmp.Compare(a.id, b.id) })
+	slices.SortFunc(leases, func(a, b Lease) int { return cmp.Compare(a.ID, b.ID) })
 	for _, l := range leases {
-		fmt.Fprintf(w, "lease %d job=%s worker=%s %s heard=%s", l.id, l.job.id, l.worker.id, l.state, fmtTime(l.heard))
-		if l.mode != 0 {
-			fmt.Fprintf(w, " revoke=%s", l.mode)
+		fmt.Fprintf(w, "lease %d job=%s worker=%s %s heard=%s", l.ID, l.Job, l.Worker, l.State, fmtTime(l.Heard))
+		if l.Mode != 0 {
+			fmt.Fprintf(w, " revoke=%s", l.Mode)
 		}
-		if l.reportSeq != 0 {
-			fmt.Fprintf(w, " report=%d", l.reportSeq)
+		if l.ReportSeq != 0 {
+			fmt.Fprintf(w, " report=%d", l.ReportSeq)
 		}
 		fmt.Fprintln(w)
 	}

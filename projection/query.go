@@ -77,11 +77,13 @@ func (w *worker) view() Worker {
 	return Worker{ID: w.id, Seen: w.seen, Unreachable: w.unreachable, Live: w.live}
 }
 
-// Job returns the job with the given id.
+// Job returns the job with the given id: one the table holds, or, in
+// RetireKeep mode, one it retired.
 func (t *Table) Job(id string) (Job, bool) {
 	j := t.jobs[id]
 	if j == nil {
-		return Job{}, false
+		v, ok := t.retired.jobs[id]
+		return v, ok
 	}
 	return j.view(), true
 }
@@ -92,12 +94,23 @@ type JobFilter struct {
 	Kind  eventlog.Kind
 }
 
-// Jobs returns the jobs f selects, by id.
+// Selects reports whether f selects j.
+func (f JobFilter) Selects(j Job) bool {
+	return (f.State == fsm.None || j.State == f.State) && (f.Kind == 0 || j.Kind == f.Kind)
+}
+
+// Jobs returns the jobs f selects, by id: those the table holds and, in
+// RetireKeep mode, those it retired.
 func (t *Table) Jobs(f JobFilter) []Job {
 	var out []Job
 	for _, j := range t.jobs {
 		if (f.State == fsm.None || j.state == f.State) && (f.Kind == 0 || j.kind == f.Kind) {
 			out = append(out, j.view())
+		}
+	}
+	for _, j := range t.retired.jobs {
+		if f.Selects(j) {
+			out = append(out, j)
 		}
 	}
 	slices.SortFunc(out, func(a, b Job) int { return cmp.Compare(a.ID, b.ID) })
@@ -123,11 +136,13 @@ func (t *Table) LiveCount(s fsm.State) int {
 	return n
 }
 
-// Lease returns the lease with the given token.
+// Lease returns the lease with the given token: one the table holds, or, in
+// RetireKeep mode, one it retired.
 func (t *Table) Lease(id uint64) (Lease, bool) {
 	l := t.leases[id]
 	if l == nil {
-		return Lease{}, false
+		v, ok := t.retired.leases[id]
+		return v, ok
 	}
 	return l.view(), true
 }
@@ -140,7 +155,16 @@ type LeaseFilter struct {
 	Kind   eventlog.Kind
 }
 
-// Leases returns the leases f selects, by token.
+// Selects reports whether f selects l.
+func (f LeaseFilter) Selects(l Lease) bool {
+	if f.State == fsm.None && !l.Live() {
+		return false
+	}
+	return (f.State == fsm.None || l.State == f.State) && (f.Worker == "" || l.Worker == f.Worker) && (f.Kind == 0 || l.Kind == f.Kind)
+}
+
+// Leases returns the leases f selects, by token: of those the table holds
+// and, in RetireKeep mode, those it retired.
 func (t *Table) Leases(f LeaseFilter) []Lease {
 	var out []Lease
 	pick := func(l *lease) {
@@ -153,6 +177,11 @@ func (t *Table) Leases(f LeaseFilter) []Lease {
 	} else {
 		for _, l := range t.leases {
 			pick(l)
+		}
+		for _, l := range t.retired.leases {
+			if f.Selects(l) {
+				out = append(out, l)
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b Lease) int { return cmp.Compare(a.ID, b.ID) })
@@ -188,7 +217,8 @@ func (t *Table) Queued(n int) []Job {
 	return out
 }
 
-// StaleReport returns the seq of the stale report recorded under k, if any.
+// StaleReport returns the seq of the stale report recorded under k, if the
+// table kept it (RetireKeep).
 func (t *Table) StaleReport(k StaleKey) (uint64, bool) {
 	seq, ok := t.stale[k]
 	return seq, ok

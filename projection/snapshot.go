@@ -17,21 +17,30 @@ import (
 const snapshotVersion = SnapshotVersion
 
 // SnapshotVersion is the snapshot format this build writes and reads.
-const SnapshotVersion = 2
+//
+// Version 3: jobs that ended are retired, not snapshotted, and the counts of
+// jobs by state are stored, since the jobs listed no longer make them.
+const SnapshotVersion = 3
 
 // ErrSnapshot is returned by Restore for bytes it cannot restore.
 var ErrSnapshot = errors.New("projection: bad snapshot")
 
-// Snapshot serialises the table. The encoding is deterministic: two tables
-// that fold the same log give the same bytes, so comparing snapshots compares
-// tables. Everything is written in an order the table already keeps — jobs
+// ErrSnapshotVersion is returned by Restore, beside ErrSnapshot, for a
+// snapshot of an older version: not damaged, but not this build's to read.
+var ErrSnapshotVersion = errors.New("projection: snapshot of an older version")
+
+// Snapshot serialises what the table holds in memory: jobs that have not
+// ended, their leases, the workers, and the counters; not what it retired.
+// The encoding is deterministic: two tables that fold the same log give the
+// same bytes, so comparing snapshots compares tables (what they retired is
+// compared by Verify, against the archive). Everything is written in an order the table already keeps — jobs
 // in the order the fold made them, leases by token, and the queue and the
 // recency lists as they stand — so that neither Snapshot (which runs under
 // the service's lock) nor Restore (which a restart waits for) sorts anything
 // but the workers, and the restored table is the same structure, orders
 // included.
 //
-//	version seq lastTime absence counts[NumTypes]
+//	version seq lastTime absence counts[NumTypes] jobsIn[NumStates]
 //	nworkers { id seen seenAt unreachable }                              by id
 //	njobs    { id kind state spec result attempts leases outcome reason ref
 //	           submitted updated queuedSeq current }                     fold order
@@ -39,7 +48,6 @@ var ErrSnapshot = errors.New("projection: bad snapshot")
 //	queue    n { job# }                                                  queue order
 //	live     n { lease# }                                                recency order
 //	watched  n { worker# }                                               recency order
-//	nstale   { key(16) seq }                                             by key
 //
 // (…At: present time; job#, lease#, worker#: positions in the lists above.)
 func (t *Table) Snapshot() []byte {
@@ -51,6 +59,10 @@ func (t *Table) Snapshot() []byte {
 	w.uvarint(uint64(len(t.counts)))
 	for _, c := range t.counts {
 		w.uvarint(c)
+	}
+	w.uvarint(uint64(len(t.jobsIn)))
+	for _, c := range t.jobsIn {
+		w.uvarint(uint64(c))
 	}
 
 	workers := sortedValues(t.workers, func(a, b *worker) int { return cmp.Compare(a.id, b.id) })
@@ -64,10 +76,10 @@ func (t *Table) Snapshot() []byte {
 		w.bool(x.unreachable)
 	}
 
-	jobPos := make(map[*job]int, len(t.jobList))
-	w.uvarint(uint64(len(t.jobList)))
-	for i, j := range t.jobList {
-		jobPos[j] = i
+	jobPos := make(map[*job]int, t.jobList.len())
+	w.uvarint(uint64(t.jobList.len()))
+	t.jobList.each(func(j *job) {
+		jobPos[j] = len(jobPos)
 		w.str(j.id)
 		w.uvarint(uint64(j.kind))
 		w.uvarint(uint64(j.state))
@@ -86,12 +98,12 @@ func (t *Table) Snapshot() []byte {
 			cur = j.current.id
 		}
 		w.uvarint(cur)
-	}
+	})
 
-	leasePos := make(map[*lease]int, len(t.leaseList))
-	w.uvarint(uint64(len(t.leaseList)))
-	for i, l := range t.leaseList {
-		leasePos[l] = i
+	leasePos := make(map[*lease]int, t.leaseList.len())
+	w.uvarint(uint64(t.leaseList.len()))
+	t.leaseList.each(func(l *lease) {
+		leasePos[l] = len(leasePos)
 		w.uvarint(l.id)
 		w.uvarint(uint64(jobPos[l.job]))
 		w.uvarint(uint64(workerPos[l.worker]))
@@ -101,7 +113,7 @@ func (t *Table) Snapshot() []byte {
 		w.varint(l.heard)
 		w.varint(l.order.at)
 		w.uvarint(l.reportSeq)
-	}
+	})
 
 	var queued []int
 	t.queue.each(func(j *job) bool { queued = append(queued, jobPos[j]); return true })
@@ -112,17 +124,6 @@ func (t *Table) Snapshot() []byte {
 	var watched []int
 	t.watched.each(func(x *worker) { watched = append(watched, workerPos[x]) })
 	w.positions(watched)
-
-	keys := make([]StaleKey, 0, len(t.stale))
-	for k := range t.stale {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b StaleKey) int { return slices.Compare(a[:], b[:]) })
-	w.uvarint(uint64(len(keys)))
-	for _, k := range keys {
-		w.b = append(w.b, k[:]...)
-		w.uvarint(t.stale[k])
-	}
 	return w.b
 }
 
@@ -142,6 +143,9 @@ func Restore(b []byte) (*Table, error) {
 		if r.err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
 		}
+		if v > 0 && v < snapshotVersion {
+			return nil, fmt.Errorf("%w: %w: version %d, this build reads %d", ErrSnapshot, ErrSnapshotVersion, v, snapshotVersion)
+		}
 		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrSnapshot, v, snapshotVersion)
 	}
 	t := New()
@@ -154,6 +158,13 @@ func Restore(b []byte) (*Table, error) {
 			t.counts[i] = c
 		}
 	}
+	for i, n := 0, r.count(1); i < n; i++ {
+		c := r.uvarint()
+		if i < len(t.jobsIn) {
+			t.jobsIn[i] = int(c)
+		}
+	}
+	var listed [fsm.NumStates]int
 
 	workers := make([]*worker, r.count(4))
 	for i := range workers {
@@ -167,16 +178,16 @@ func Restore(b []byte) (*Table, error) {
 		t.workers[w.id] = w
 	}
 
-	t.jobList = make([]*job, r.count(16))
-	t.jobs = make(map[string]*job, len(t.jobList))
-	current := make([]uint64, len(t.jobList))
-	for i := range t.jobList {
+	jobs := make([]*job, r.count(16))
+	t.jobs = make(map[string]*job, len(jobs))
+	current := make([]uint64, len(jobs))
+	for i := range jobs {
 		j := t.mem.newJob()
-		j.id = t.mem.str(r.str())
+		id := r.str()
 		j.kind = eventlog.Kind(r.uvarint())
 		j.state = fsm.State(r.uvarint())
-		j.spec = t.mem.bytes(r.bytes())
-		j.result = t.mem.bytes(r.bytes())
+		j.id, j.spec = t.mem.idAndBytes(id, r.bytes())
+		j.result = clone(r.bytes())
 		j.attempts = int(r.uvarint())
 		j.leases = int(r.uvarint())
 		j.outcome = eventlog.Outcome(r.uvarint())
@@ -189,17 +200,30 @@ func Restore(b []byte) (*Table, error) {
 		if r.err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
 		}
-		if _, ok := fsm.Next(j.kind, fsm.None, eventlog.TypeQueued); !ok || !validState(j.state) || j.state == fsm.None {
+		if _, ok := fsm.Next(j.kind, fsm.None, eventlog.TypeQueued); !ok || !validState(j.state) || j.state == fsm.None || j.state.Terminal() {
 			return nil, fmt.Errorf("%w: job %q has kind %d, state %d", ErrSnapshot, j.id, j.kind, j.state)
 		}
-		t.jobList[i] = j
+		if t.jobs[j.id] != nil {
+			return nil, fmt.Errorf("%w: job %q listed twice", ErrSnapshot, j.id)
+		}
+		jobs[i] = j
+		t.jobList.add(j)
 		t.jobs[j.id] = j
-		t.jobsIn[j.state]++
+		listed[j.state]++
+	}
+	for s, n := range listed {
+		if fsm.State(s).Terminal() {
+			continue
+		}
+		if t.jobsIn[s] != n {
+			return nil, fmt.Errorf("%w: %d jobs %s counted, %d listed", ErrSnapshot, t.jobsIn[s], fsm.State(s), n)
+		}
 	}
 
-	t.leaseList = make([]*lease, r.count(10))
-	t.leases = make(map[uint64]*lease, len(t.leaseList))
-	for i := range t.leaseList {
+	leases := make([]*lease, r.count(10))
+	t.leases = make(map[uint64]*lease, len(leases))
+	latest := make(map[*job]*lease)
+	for i := range leases {
 		l := t.mem.newLease()
 		l.id = r.uvarint()
 		jp, wp := r.uvarint(), r.uvarint()
@@ -212,34 +236,43 @@ func Restore(b []byte) (*Table, error) {
 		if r.err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
 		}
-		if jp >= uint64(len(t.jobList)) || wp >= uint64(len(workers)) || !validState(l.state) {
+		if jp >= uint64(len(jobs)) || wp >= uint64(len(workers)) || !validState(l.state) {
 			return nil, fmt.Errorf("%w: lease %d: job #%d, worker #%d, state %d out of range", ErrSnapshot, l.id, jp, wp, l.state)
 		}
-		if i > 0 && l.id <= t.leaseList[i-1].id {
-			return nil, fmt.Errorf("%w: lease %d listed after lease %d", ErrSnapshot, l.id, t.leaseList[i-1].id)
+		if i > 0 && l.id <= leases[i-1].id {
+			return nil, fmt.Errorf("%w: lease %d listed after lease %d", ErrSnapshot, l.id, leases[i-1].id)
 		}
-		l.job, l.worker = t.jobList[jp], workers[wp]
-		t.leaseList[i] = l
+		l.job, l.worker = jobs[jp], workers[wp]
+		l.prev, latest[l.job] = latest[l.job], l // listed by token: the job's leases in order
+		leases[i] = l
+		t.leaseList.add(l)
 		t.leases[l.id] = l
 	}
-	for i, j := range t.jobList {
+	for i, j := range jobs {
 		if current[i] == 0 {
 			continue
 		}
-		if j.current = t.leases[current[i]]; j.current == nil || j.current.job != j {
-			return nil, fmt.Errorf("%w: job %q names lease %d, not its own", ErrSnapshot, j.id, current[i])
+		if j.current = t.leases[current[i]]; j.current == nil || j.current.job != j || latest[j] != j.current {
+			return nil, fmt.Errorf("%w: job %q names lease %d, not its latest", ErrSnapshot, j.id, current[i])
+		}
+	}
+	if len(latest) > 0 {
+		for _, j := range jobs {
+			if latest[j] != nil && j.current == nil {
+				return nil, fmt.Errorf("%w: job %q has leases but names none", ErrSnapshot, j.id)
+			}
 		}
 	}
 
-	for _, p := range r.positions(len(t.jobList)) {
-		j := t.jobList[p]
+	for _, p := range r.positions(len(jobs)) {
+		j := jobs[p]
 		if j.state != fsm.Queued {
 			return nil, fmt.Errorf("%w: job %q is in the queue but %s", ErrSnapshot, j.id, j.state)
 		}
 		t.queue.push(j)
 	}
-	for _, p := range r.positions(len(t.leaseList)) {
-		l := t.leaseList[p]
+	for _, p := range r.positions(len(leases)) {
+		l := leases[p]
 		if !l.state.Live() || l.job.current != l || l.order.in {
 			return nil, fmt.Errorf("%w: lease %d is listed live but is %s", ErrSnapshot, l.id, l.state)
 		}
@@ -254,11 +287,6 @@ func Restore(b []byte) (*Table, error) {
 		}
 		t.watched.touch(w, w.order.at)
 	}
-	for i, n := 0, r.count(17); i < n && r.err == nil; i++ {
-		var k StaleKey
-		copy(k[:], r.take(len(k)))
-		t.stale[k] = r.uvarint()
-	}
 	if r.err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
 	}
@@ -267,7 +295,7 @@ func Restore(b []byte) (*Table, error) {
 	}
 	// Every live lease and queued job must have been listed in its order.
 	live := 0
-	for _, l := range t.leaseList {
+	for _, l := range leases {
 		if l.state.Live() {
 			live++
 		}

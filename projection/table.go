@@ -8,6 +8,9 @@
 // minus all the daemon absence recorded before it (daemon.started and
 // daemon.resumed gaps), so an absence never counts against a worker.
 //
+// A job that ends leaves the table (see RetireMode), so that the table, its
+// snapshots and a restart cost what is live, not the length of the history.
+//
 // A Table is not safe for concurrent use; lease.Service guards its own.
 package projection
 
@@ -31,9 +34,13 @@ type Table struct {
 	workers map[string]*worker
 	// jobList and leaseList hold jobs and leases in the order the fold made
 	// them (leases: by token), so that a snapshot lists them without sorting.
-	jobList   []*job
-	leaseList []*lease
-	stale     map[StaleKey]uint64 // stale report fingerprint -> its event's seq
+	jobList   roster[job, *job]
+	leaseList roster[lease, *lease]
+
+	retireMode RetireMode
+	retired    retired             // RetireKeep: ended jobs and their leases
+	stale      map[StaleKey]uint64 // RetireKeep: stale report fingerprint -> its event's seq
+	outbox     outbox              // RetireRecord: archive records not yet taken
 
 	queue   queue                    // queued jobs, oldest first
 	live    recency[lease, *lease]   // live leases, least recently heard first
@@ -61,6 +68,7 @@ type job struct {
 	submitted int64
 	updated   int64
 	queuedSeq uint64 // seq of the lease.queued that put it in the queue last
+	at        int    // place in Table.jobList
 }
 
 type lease struct {
@@ -72,7 +80,9 @@ type lease struct {
 	acquired  int64
 	heard     int64 // time of the worker's latest word on this lease
 	reportSeq uint64
+	prev      *lease      // the job's lease before this one
 	order     node[lease] // place in Table.live; order.at is heard in present time
+	at        int         // place in Table.leaseList
 }
 
 type worker struct {
@@ -83,13 +93,12 @@ type worker struct {
 	order       node[worker] // place in Table.watched; order.at is seen in present time
 }
 
-// New returns an empty table.
+// New returns an empty table, in RetireKeep mode.
 func New() *Table {
 	return &Table{
 		jobs:    make(map[string]*job),
 		leases:  make(map[uint64]*lease),
 		workers: make(map[string]*worker),
-		stale:   make(map[StaleKey]uint64),
 	}
 }
 
@@ -174,25 +183,12 @@ func (t *Table) apply(e *eventlog.Event) error {
 			return err
 		}
 		t.setState(j, to)
-		j.updated, j.reason = e.Time, t.mem.reason(e.Reason)
+		j.updated, j.reason = e.Time, e.Reason
 		t.queue.forget()
+		t.retire(j)
 		return nil
 	case eventlog.TypeStaleReport:
-		l := t.leases[e.Lease]
-		switch {
-		case l == nil:
-			return fmt.Errorf("unknown lease %d", e.Lease)
-		case l.state.Live() || l.state == fsm.Reported:
-			return fmt.Errorf("lease %d is %s, not stale", l.id, l.state)
-		case l.worker.id != e.Worker:
-			return fmt.Errorf("lease %d belongs to worker %q, not %q", l.id, l.worker.id, e.Worker)
-		}
-		k := StaleKeyOf(e)
-		if _, dup := t.stale[k]; dup {
-			return fmt.Errorf("stale report on lease %d recorded twice", l.id)
-		}
-		t.stale[k] = e.Seq
-		return nil
+		return t.applyStale(e)
 	case eventlog.TypeWorkerUnreachable:
 		w := t.workers[e.Worker]
 		if w == nil || w.unreachable {
@@ -241,12 +237,11 @@ func (t *Table) applyQueued(e *eventlog.Event) error {
 			return fmt.Errorf("job %q: bad kind %d", e.Job, e.Kind)
 		}
 		j = t.mem.newJob()
-		j.id = t.mem.str(e.Job)
+		j.id, j.spec = t.mem.idAndBytes(e.Job, e.Spec)
 		j.kind = e.Kind
-		j.spec = t.mem.bytes(e.Spec)
 		j.submitted = e.Time
 		t.jobs[j.id] = j
-		t.jobList = append(t.jobList, j)
+		t.jobList.add(j)
 	} else if _, err := next(j, e.Type); err != nil {
 		return err
 	}
@@ -285,9 +280,9 @@ func (t *Table) applyAcquired(e *eventlog.Event) error {
 		w = t.newWorker(e.Worker)
 	}
 	l := t.mem.newLease()
-	*l = lease{id: e.Seq, job: j, worker: w, state: to, acquired: e.Time, heard: e.Time}
+	*l = lease{id: e.Seq, job: j, worker: w, state: to, acquired: e.Time, heard: e.Time, prev: j.current}
 	t.leases[l.id] = l
-	t.leaseList = append(t.leaseList, l)
+	t.leaseList.add(l)
 	t.setState(j, to)
 	j.updated, j.current, j.reason = e.Time, l, ""
 	j.leases++
@@ -334,9 +329,9 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 		l.state, l.reportSeq = fsm.Reported, e.Seq
 		j.attempts++
 		j.outcome = e.Outcome
-		j.ref = t.mem.str(e.Ref)
-		j.result = t.mem.bytes(e.Result)
-		j.reason = t.mem.reason(e.Reason)
+		// The job ends here and is retired below, which copies what it keeps:
+		// no copy of the event's memory is needed before.
+		j.ref, j.result, j.reason = e.Ref, e.Result, e.Reason
 		t.endLease(l)
 	case eventlog.TypeExpired:
 		l.state = fsm.Expired
@@ -354,6 +349,39 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 	}
 	t.setState(j, to)
 	j.updated = e.Time
+	if to.Terminal() {
+		t.retire(j)
+	}
+	return nil
+}
+
+// applyStale records a stale report: a report on a lease that expired. A
+// lease the table has retired into a store it cannot read (RetireRecord,
+// RetireDrop) cannot be checked here; the service checked it against the
+// archive before it appended the report, and Verify, which folds in
+// RetireKeep, checks it again.
+func (t *Table) applyStale(e *eventlog.Event) error {
+	var v Lease
+	if l := t.leases[e.Lease]; l != nil {
+		v = l.view()
+	} else if r, ok := t.retired.leases[e.Lease]; ok {
+		v = r
+	} else if t.retireMode == RetireKeep || e.Lease == 0 || e.Lease >= e.Seq {
+		return fmt.Errorf("unknown lease %d", e.Lease)
+	} else {
+		v = Lease{ID: e.Lease, State: fsm.Expired, Worker: e.Worker}
+	}
+	switch {
+	case v.State.Live() || v.State == fsm.Reported:
+		return fmt.Errorf("lease %d is %s, not stale", v.ID, v.State)
+	case v.Worker != e.Worker:
+		return fmt.Errorf("lease %d belongs to worker %q, not %q", v.ID, v.Worker, e.Worker)
+	}
+	k := StaleKeyOf(e)
+	if _, dup := t.stale[k]; dup {
+		return fmt.Errorf("stale report on lease %d recorded twice", v.ID)
+	}
+	t.retireStale(k, e.Seq)
 	return nil
 }
 

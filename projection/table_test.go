@@ -50,6 +50,8 @@ func sampleTable(t testing.TB) *projection.Table {
 		eventlog.Event{Type: eventlog.TypeStaleReport, Time: 401, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"},
 		eventlog.Event{Type: eventlog.TypeHeartbeat, Time: 402, Job: "r1", Lease: 5, Worker: "w1"},
 		eventlog.Event{Type: eventlog.TypeReported, Time: 403, Job: "r1", Lease: 5, Worker: "w1", Outcome: eventlog.OutcomeCancelled, Result: []byte(`{}`)},
+		eventlog.Event{Type: eventlog.TypeQueued, Time: 404, Job: "r2", Kind: eventlog.KindRun},
+		eventlog.Event{Type: eventlog.TypeAcquired, Time: 405, Job: "r2", Worker: "w1"}, // lease 17
 	)
 	return f.tab
 }
@@ -61,8 +63,17 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(restored.Snapshot(), snap) || restored.String() != tab.String() {
+	// A snapshot holds what the table holds in memory, not what it retired.
+	if !bytes.Equal(restored.Snapshot(), snap) {
+		t.Fatal("snapshot of the restored table differs")
+	}
+	kept := tab.String()
+	tab.SetRetire(projection.RetireDrop)
+	if restored.String() != tab.String() {
 		t.Fatalf("restored table differs:\n%s\nwant\n%s", restored, tab)
+	}
+	if !strings.Contains(kept, "job r1 run reported") || strings.Contains(tab.String(), "job r1") {
+		t.Fatalf("RetireKeep should keep job r1, RetireDrop forget it:\n%s\n%s", kept, tab)
 	}
 	// The restored table must also behave the same: queue order and deadlines
 	// are rebuilt, not stored.
@@ -148,8 +159,12 @@ func TestApplyRefusesIllegalEvents(t *testing.T) {
 		{"out of sequence", eventlog.Event{Seq: 99, Type: eventlog.TypeDaemonStopping}, "applied after"},
 		{"unknown job", eventlog.Event{Type: eventlog.TypeCancelled, Job: "nope"}, "unknown job"},
 		{"report on a stale lease", eventlog.Event{Type: eventlog.TypeReported, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeFailed}, "not live"},
-		{"lease of another worker", eventlog.Event{Type: eventlog.TypeHeartbeat, Job: "r1", Lease: 5, Worker: "w2"}, "not live"},
-		{"acquire of a job not queued", eventlog.Event{Type: eventlog.TypeAcquired, Job: "r1", Worker: "w1"}, "not allowed"},
+		{"lease of a job that ended", eventlog.Event{Type: eventlog.TypeHeartbeat, Job: "r1", Lease: 5, Worker: "w1"}, "unknown lease 5"},
+		{"lease of another worker", eventlog.Event{Type: eventlog.TypeHeartbeat, Job: "r2", Lease: 17, Worker: "w2"}, "belongs to worker"},
+		{"acquire of a job not queued", eventlog.Event{Type: eventlog.TypeAcquired, Job: "r2", Worker: "w1"}, "not allowed"},
+		{"acquire of a job that ended", eventlog.Event{Type: eventlog.TypeAcquired, Job: "r1", Worker: "w1"}, "unknown job"},
+		{"stale report on a reported lease", eventlog.Event{Type: eventlog.TypeStaleReport, Job: "r1", Lease: 5, Worker: "w1", Outcome: eventlog.OutcomeSucceeded}, "not stale"},
+		{"stale report on a lease never granted", eventlog.Event{Type: eventlog.TypeStaleReport, Job: "r1", Lease: 4, Worker: "w1", Outcome: eventlog.OutcomeSucceeded}, "unknown lease 4"},
 		{"acquire by an unreachable worker", eventlog.Event{Type: eventlog.TypeAcquired, Job: "e2", Worker: "w2"}, "unreachable"},
 		{"stale report on a live lease", eventlog.Event{Type: eventlog.TypeStaleReport, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"}, "recorded twice"},
 		{"unknown type", eventlog.Event{Type: 99}, "unknown to this build"},
@@ -192,5 +207,51 @@ func TestFoldDoesNotAllocate(t *testing.T) {
 	}
 	if l, _ := tab.Lease(lease); l.State != fsm.Acquired {
 		t.Fatalf("lease %d is %s", lease, l.State)
+	}
+}
+
+// TestRetireRecordAllocates: in the mode the daemon runs (RetireRecord), a
+// job's whole life — submitted, acquired, started, heartbeated, reported and
+// retired into archive records — costs one allocation (its id and spec)
+// once the table's buffers have grown.
+func TestRetireRecordAllocates(t *testing.T) {
+	tab := projection.New()
+	tab.SetRetire(projection.RetireRecord)
+	ids := make([]string, 3000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("job-%d", i)
+	}
+	n := 0
+	var evs [5]eventlog.Event
+	spec := []byte(`{"a":1}`)
+	life := func() {
+		id := ids[n%len(ids)]
+		n++
+		seq := tab.Seq()
+		evs = [...]eventlog.Event{
+			{Type: eventlog.TypeQueued, Job: id, Kind: eventlog.KindRun, Spec: spec},
+			{Type: eventlog.TypeAcquired, Job: id, Worker: "w1", Lease: seq + 2},
+			{Type: eventlog.TypeRunning, Job: id, Worker: "w1", Lease: seq + 2},
+			{Type: eventlog.TypeHeartbeat, Job: id, Worker: "w1", Lease: seq + 2},
+			{Type: eventlog.TypeReported, Job: id, Worker: "w1", Lease: seq + 2, Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"},
+		}
+		for i := range evs {
+			evs[i].Seq, evs[i].Time = seq+uint64(i)+1, int64(seq)
+			if err := tab.Apply(&evs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if recs := tab.TakeRetired(); len(recs) != 2 {
+			t.Fatalf("%d records retired, want the job's and its lease's", len(recs))
+		}
+	}
+	for range 500 {
+		life()
+	}
+	if allocs := testing.AllocsPerRun(2000, life); allocs > 1.05 {
+		t.Fatalf("%.2f allocations per job, want 1", allocs)
+	}
+	if tab.JobCount(fsm.Reported) != n || len(tab.Jobs(projection.JobFilter{})) != 0 {
+		t.Fatalf("%d reported, %d jobs held; want %d and none", tab.JobCount(fsm.Reported), len(tab.Jobs(projection.JobFilter{})), n)
 	}
 }

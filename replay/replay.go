@@ -19,13 +19,18 @@ import (
 	"github.com/leaselog/leaselog/projection"
 )
 
-// Log is what replay reads: the event log's iteration and snapshots.
+// Log is what replay reads: the event log's iteration, snapshots and
+// archive; and what it writes: the archive of a store of an older format.
 type Log interface {
 	Iter(from uint64) *eventlog.Iter
 	Query(q eventlog.Query) *eventlog.Iter
 	Snapshots() ([]uint64, error)
 	Snapshot(seq uint64) ([]byte, error)
 	DurableSeq() uint64
+	Format() int
+	ReadOnly() bool
+	ScanArchive(prefix []byte, fn func(key, value []byte) error) error
+	PutArchive(recs []eventlog.Record, upgrade bool) error
 }
 
 // Stats says what a rebuild did.
@@ -33,11 +38,19 @@ type Stats struct {
 	SnapshotSeq uint64   // the snapshot restored; 0 if none
 	Skipped     []uint64 // snapshots that would not restore, newest first
 	Events      int      // events folded after the snapshot
+	Upgraded    int      // archive records written to bring an older store to the current format
 }
 
 // Rebuild restores the newest snapshot that restores cleanly and folds the
 // rest of the log onto it. A snapshot that fails (corrupt, or from another
 // version) is skipped with a warning; with none left, the whole log is folded.
+//
+// The table it returns holds what is live; the jobs that ended are in the
+// log's archive, written with the events that ended them, and the table is
+// left in RetireDrop mode. A store of an older format, which has no archive,
+// gets one: the fold writes the records of every job that ended and the
+// store is upgraded (Stats.Upgraded). Opened read-only, such a store is
+// folded in RetireKeep mode instead, and nothing is written.
 func Rebuild(log Log, logger zerolog.Logger) (*projection.Table, Stats, error) {
 	var st Stats
 	seqs, err := log.Snapshots()
@@ -60,10 +73,39 @@ func Rebuild(log Log, logger zerolog.Logger) (*projection.Table, Stats, error) {
 		t, st.SnapshotSeq = restored, seq
 		break
 	}
-	n, err := fold(t, log.Query(eventlog.Query{After: t.Seq(), ReadAhead: true}))
+	var put func() error
+	switch {
+	case log.Format() >= eventlog.CurrentFormat:
+		t.SetRetire(projection.RetireDrop)
+	case log.ReadOnly():
+		t = projection.New() // a snapshot of this store would not hold what it retired
+		st.SnapshotSeq = 0
+	default:
+		logger.Warn().Int("format", log.Format()).Int("to", eventlog.CurrentFormat).
+			Msg("replay: store written by an older build: folding the whole log to write its archive")
+		t = projection.New()
+		st.SnapshotSeq = 0
+		t.SetRetire(projection.RetireRecord)
+		put = func() error {
+			recs := t.TakeRetired()
+			st.Upgraded += len(recs)
+			return log.PutArchive(recs, false)
+		}
+	}
+	n, err := fold(t, log.Query(eventlog.Query{After: t.Seq(), ReadAhead: true}), put)
 	st.Events = n
 	if err != nil {
 		return nil, st, err
+	}
+	if put != nil {
+		if err := put(); err != nil {
+			return nil, st, fmt.Errorf("replay: write archive: %w", err)
+		}
+		if err := log.PutArchive(nil, true); err != nil {
+			return nil, st, fmt.Errorf("replay: upgrade store: %w", err)
+		}
+		t.SetRetire(projection.RetireDrop)
+		logger.Info().Int("records", st.Upgraded).Msg("replay: archive written; store upgraded")
 	}
 	return t, st, nil
 }
@@ -84,8 +126,9 @@ func restore(log Log, seq uint64) (*projection.Table, error) {
 }
 
 // fold applies every event of it to t, in order. It fails on the first event
-// that cannot be decoded or applied, naming its sequence number.
-func fold(t *projection.Table, it *eventlog.Iter) (int, error) {
+// that cannot be decoded or applied, naming its sequence number. put, if not
+// nil, is called every so many events, to write what the fold retired.
+func fold(t *projection.Table, it *eventlog.Iter, put func() error) (int, error) {
 	n := 0
 	for it.Next() {
 		if err := t.Apply(it.Event()); err != nil {
@@ -93,6 +136,12 @@ func fold(t *projection.Table, it *eventlog.Iter) (int, error) {
 			return n, fmt.Errorf("replay: %w", err)
 		}
 		n++
+		if put != nil && n%65536 == 0 {
+			if err := put(); err != nil {
+				it.Close()
+				return n, fmt.Errorf("replay: write archive: %w", err)
+			}
+		}
 	}
 	if err := it.Close(); err != nil {
 		return n, fmt.Errorf("replay: after seq %d: %w", t.Seq(), err)
@@ -104,6 +153,7 @@ func fold(t *projection.Table, it *eventlog.Iter) (int, error) {
 type Report struct {
 	Events    int
 	Snapshots int               // snapshots compared with the fold
+	Older     int               // snapshots of another version, which this build does not read
 	Table     *projection.Table // the full fold
 }
 
@@ -114,7 +164,8 @@ var ErrMismatch = errors.New("replay: snapshot differs from the full fold")
 // from 1 without a gap; every event decodes and is a legal transition of the
 // lease state machine, with fencing tokens growing per job (Apply refuses
 // anything else); every type index names exactly the events of its type; and
-// every stored snapshot equals the fold at its sequence number.
+// every stored snapshot equals the fold at its sequence number; and the
+// archive holds exactly the records of what the fold retired.
 func Verify(log Log) (Report, error) {
 	var rep Report
 	snaps, err := log.Snapshots()
@@ -139,11 +190,16 @@ func Verify(log Log) (Report, error) {
 		}
 		rep.Events++
 		if at[e.Seq] {
-			if err := compareSnapshot(log, t); err != nil {
+			err := compareSnapshot(log, t)
+			switch {
+			case errors.Is(err, projection.ErrSnapshotVersion):
+				rep.Older++
+			case err != nil:
 				it.Close()
 				return rep, err
+			default:
+				rep.Snapshots++
 			}
-			rep.Snapshots++
 		}
 	}
 	if err := it.Close(); err != nil {
@@ -151,6 +207,11 @@ func Verify(log Log) (Report, error) {
 	}
 	if err := checkTypeIndexes(log, t); err != nil {
 		return rep, err
+	}
+	if log.Format() >= eventlog.CurrentFormat {
+		if err := checkArchive(log, t); err != nil {
+			return rep, err
+		}
 	}
 	rep.Table = t
 	return rep, nil
@@ -180,6 +241,35 @@ func checkTypeIndexes(log Log, t *projection.Table) error {
 		if want := t.Count(typ); n != want {
 			return fmt.Errorf("replay: type index %s names %d events, the log holds %d", typ, n, want)
 		}
+	}
+	return nil
+}
+
+// ErrArchiveMismatch is returned by Verify when the archive differs from what
+// the fold retired.
+var ErrArchiveMismatch = errors.New("replay: archive differs from the full fold")
+
+func checkArchive(log Log, t *projection.Table) error {
+	want := make(map[string][]byte)
+	for _, r := range t.RetiredRecords() {
+		want[string(r.Key)] = r.Value
+	}
+	err := log.ScanArchive(nil, func(key, value []byte) error {
+		v, ok := want[string(key)]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: archive key %q names nothing the fold retired", ErrArchiveMismatch, key)
+		case !bytes.Equal(v, value):
+			return fmt.Errorf("%w: archive key %q holds %x, the fold %x", ErrArchiveMismatch, key, value, v)
+		}
+		delete(want, string(key))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for k := range want {
+		return fmt.Errorf("%w: the fold retired %q (and %d more), the archive lacks it", ErrArchiveMismatch, k, len(want)-1)
 	}
 	return nil
 }

@@ -337,10 +337,12 @@ func (s *scenario) since(ns int64) string {
 	return time.Duration(ns - clocktest.Epoch.UnixNano()).String()
 }
 
+// dump is the full fold of the log: what the live table and the archive
+// hold together (Verify checks that they do).
 func (s *scenario) dump() string {
-	var out string
-	s.must(s.svc.View(ctx, func(t *projection.Table) { out = t.String() }))
-	return out
+	rep, err := replay.Verify(s.log)
+	s.must(err)
+	return rep.Table.String()
 }
 
 // checkFold is invariant 3 of DESIGN §7 after every command: a rebuild of the

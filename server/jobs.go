@@ -77,32 +77,12 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err := lease.CheckID("job", c.job); err != nil {
 		return err
 	}
-	var out api.Job
-	found := false
-	err := s.svc.View(r.Context(), func(t *projection.Table) {
-		var j projection.Job
-		if j, found = t.Job(c.job); found {
-			out = jobOf(t, j)
-		}
-	})
+	v, err := s.svc.JobView(r.Context(), c.job)
 	if err != nil {
 		return err
 	}
-	if !found {
-		return fmt.Errorf("%w: job %q", lease.ErrNotFound, c.job)
-	}
-	s.writeJSON(w, c, http.StatusOK, out)
+	s.writeJSON(w, c, http.StatusOK, api.JobOf(v.Job, v.Live))
 	return nil
-}
-
-// jobOf converts j, with its live lease, from inside a View.
-func jobOf(t *projection.Table, j projection.Job) api.Job {
-	if j.Lease != 0 {
-		if l, ok := t.Lease(j.Lease); ok {
-			return api.JobOf(j, &l)
-		}
-	}
-	return api.JobOf(j, nil)
 }
 
 // listJobs answers GET /v1/jobs?state=&kind=: the jobs, by id.
@@ -120,16 +100,13 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error
 	if f.Kind, err = parseKind(q["kind"]); err != nil {
 		return err
 	}
-	var out api.Jobs
-	err = s.svc.View(r.Context(), func(t *projection.Table) {
-		js := t.Jobs(f)
-		out.Jobs = make([]api.Job, 0, len(js))
-		for _, j := range js {
-			out.Jobs = append(out.Jobs, jobOf(t, j))
-		}
-	})
+	vs, err := s.svc.JobViews(r.Context(), f)
 	if err != nil {
 		return err
+	}
+	out := api.Jobs{Jobs: make([]api.Job, 0, len(vs))}
+	for _, v := range vs {
+		out.Jobs = append(out.Jobs, api.JobOf(v.Job, v.Live))
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil

@@ -18,7 +18,9 @@ func (m *Main) replayCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay --data DIR [--verify]",
 		Short: "Rebuild the lease table from a stopped daemon's log, offline, and print it",
-		Long: `Rebuild the lease table from the log in DIR (newest snapshot plus tail) and print it.
+		Long: `Rebuild the lease table from the log in DIR (newest snapshot plus tail) and print it:
+what a restart holds, the jobs that have not ended. Jobs that ended are in the
+store's archive; --verify prints them too.
 
 With --verify, fold the whole log from its first event instead and check it:
 sequence numbers without a gap, every event a legal transition, fencing tokens
@@ -51,7 +53,11 @@ the fold at its sequence number. Exit status 0 means the log is sound.`,
 					return fmt.Errorf("verify %s: %w", dir, err)
 				}
 				rep.Table.Dump(out)
-				fmt.Fprintf(out, "verified: %d events, %d snapshots equal to the fold\n", rep.Events, rep.Snapshots)
+				fmt.Fprintf(out, "verified: %d events, %d snapshots equal to the fold", rep.Events, rep.Snapshots)
+				if rep.Older > 0 {
+					fmt.Fprintf(out, " (%d of an older version not read)", rep.Older)
+				}
+				fmt.Fprintln(out)
 				return nil
 			}
 			t, st, err := replay.Rebuild(log, zerolog.New(cmd.ErrOrStderr()))

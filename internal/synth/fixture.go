@@ -32,6 +32,7 @@ func Fixture(s Shape, history int, snapshot bool) (string, error) {
 	if snapshot {
 		name += fmt.Sprintf("-v%d", projection.SnapshotVersion) // a snapshot of another format would be skipped
 	}
+	name += fmt.Sprintf("-f%d", eventlog.CurrentFormat)
 	dir := filepath.Join(Dir(), name)
 	if _, err := os.Stat(filepath.Join(dir, "complete")); err == nil {
 		return dir, nil
@@ -43,24 +44,25 @@ func Fixture(s Shape, history int, snapshot bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var table *projection.Table
-	if snapshot {
-		table = projection.New()
-	}
+	// The table folds every batch as the daemon does, so that the archive
+	// records of the jobs that end are written with their events.
+	table := projection.New()
+	table.SetRetire(projection.RetireRecord)
 	err = s.Events(1, history, func(batch []eventlog.Event) error {
-		if err := log.Append(batch); err != nil {
-			return err
-		}
-		for i := range batch {
-			if table != nil {
-				if err := table.Apply(&batch[i]); err != nil {
-					return err
+		c, err := log.Stage(batch, func(evs []eventlog.Event) ([]eventlog.Record, error) {
+			for i := range evs {
+				if err := table.Apply(&evs[i]); err != nil {
+					return nil, err
 				}
 			}
+			return table.TakeRetired(), nil
+		})
+		if err != nil {
+			return err
 		}
-		return nil
+		return c.Wait()
 	})
-	if err == nil && table != nil {
+	if err == nil && snapshot {
 		err = log.PutSnapshot(table.Seq(), table.Snapshot())
 	}
 	if cerr := log.Close(); err == nil {

@@ -1,0 +1,170 @@
+package eventlog
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The archive is state derived from the log that its reader chose to keep
+// on disk rather than in memory: the lease table's finished jobs, which no
+// event can change any more but which callers still ask about. The log does
+// not interpret records; it keeps them under their own prefix, writes them
+// in the batch of the events they are derived from (Stage), and reads them
+// back. Like a snapshot, the archive can always be derived again from the
+// events; unlike a snapshot, it is complete: a reader of a store of the
+// current format may rely on finding in it every record derived from a
+// durable event.
+
+// Record is one key and value of the archive. The key is the reader's own;
+// the log stores it under the archive's prefix.
+type Record struct {
+	Key, Value []byte
+}
+
+// MaxArchiveKeyLen bounds an archive record's key.
+const MaxArchiveKeyLen = 1024
+
+func archiveKey(dst, key []byte) []byte { return append(append(dst, prefixArchive), key...) }
+
+func (l *Log) addArchiveLocked(b *pebble.Batch, recs []Record) error {
+	for _, r := range recs {
+		if len(r.Key) == 0 || len(r.Key) > MaxArchiveKeyLen {
+			return fmt.Errorf("archive key of %d bytes (1 to %d)", len(r.Key), MaxArchiveKeyLen)
+		}
+		l.mu.scratch = archiveKey(l.mu.scratch[:0], r.Key)
+		if err := b.Set(l.mu.scratch, r.Value, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Format is the format of the store as it was opened: the current format for
+// a store this build created or upgraded. A store of an older format lacks
+// the archive records of its events; whoever derives them writes them with
+// PutArchive(recs, true).
+func (l *Log) Format() int { return int(l.format.Load()) }
+
+// CurrentFormat is the store format this build writes.
+const CurrentFormat = storeFormat
+
+// PutArchive durably writes recs, in one batch ordered after every staged
+// event, and, if upgrade is set, records that the store is of the current
+// format: every archive record of every event is in it. An upgrade is how
+// a store written by an older build gets its archive.
+func (l *Log) PutArchive(recs []Record, upgrade bool) error {
+	if l.opts.ReadOnly {
+		return errors.New("eventlog: archive write to a store opened read-only")
+	}
+	b := l.db.NewBatch()
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		b.Close()
+		return ErrClosed
+	}
+	if err := l.Err(); err != nil {
+		l.mu.Unlock()
+		b.Close()
+		return err
+	}
+	err := l.addArchiveLocked(b, recs)
+	if err == nil && upgrade {
+		err = b.Set(metaFormatKey, []byte{storeFormat}, nil)
+	}
+	if err != nil {
+		l.mu.Unlock()
+		b.Close()
+		return fmt.Errorf("eventlog: archive write: %w", err)
+	}
+	err = l.applyLocked(b, fmt.Sprintf("archive write of %d records", len(recs)))
+	if err == nil {
+		l.inflight.Add(1) // Close waits for the sync
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	defer l.inflight.Done()
+	defer b.Close()
+	if err := b.SyncWait(); err != nil {
+		return l.fail(fmt.Errorf("eventlog: sync archive write: %w", err), false)
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if upgrade {
+		l.format.Store(storeFormat)
+	}
+	return nil
+}
+
+// Archived returns a copy of the archive record under key, or ErrNotFound. A
+// record is visible once the batch that wrote it is staged; callers that
+// answer from it wait, as for the events, until what they read is durable.
+func (l *Log) Archived(key []byte) ([]byte, error) {
+	done, err := l.reading()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	k := archiveKey(nil, key)
+	v, closer, err := l.db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: read archive key %q: %w", k, err)
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), nil
+}
+
+// ScanArchive calls fn, in key order, on every archive record whose key
+// starts with prefix. key and value are valid only during the call. An error
+// from fn stops the scan and is returned.
+func (l *Log) ScanArchive(prefix []byte, fn func(key, value []byte) error) error {
+	done, err := l.reading()
+	if err != nil {
+		return err
+	}
+	defer done()
+	lower := archiveKey(nil, prefix)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	if err != nil {
+		return fmt.Errorf("eventlog: scan archive %q: %w", lower, err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			return fmt.Errorf("eventlog: read archive key %q: %w", it.Key(), err)
+		}
+		if err := fn(it.Key()[1:], v); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		it.Close()
+		return fmt.Errorf("eventlog: scan archive %q: %w", lower, err)
+	}
+	return it.Close()
+}
+
+// ReadOnly reports whether the log was opened read-only.
+func (l *Log) ReadOnly() bool { return l.opts.ReadOnly }
+
+// reading admits a read of Pebble, which panics once closed: it refuses one
+// on a closed log, and makes Close wait for one under way.
+func (l *Log) reading() (done func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.closed {
+		return nil, ErrClosed
+	}
+	l.inflight.Add(1)
+	return l.inflight.Done, nil
+}

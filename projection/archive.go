@@ -1,0 +1,212 @@
+package projection
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
+)
+
+// Archive records: what a RetireRecord table hands over for the event log's
+// archive, one record per retired job, lease and stale report. Keys (inside
+// the log's archive prefix):
+//
+//	'j' job id         -> version job record
+//	'l' token(8)       -> version lease record
+//	's' stale key(16)  -> version uvarint seq of the lease.stale_report
+//
+// Records are encoded like snapshots (uvarints, length-prefixed strings) and
+// carry their own version, so a future build can read them beside new ones.
+
+// Record is an archive record.
+type Record = eventlog.Record
+
+const archiveVersion = 1
+
+// Prefixes of archive keys, for scans.
+var (
+	ArchiveJobs   = []byte{'j'}
+	ArchiveLeases = []byte{'l'}
+)
+
+// ErrArchive is wrapped by the errors of archive records that do not decode.
+var ErrArchive = errors.New("projection: bad archive record")
+
+// ArchiveJobKey is the archive key of job id.
+func ArchiveJobKey(id string) []byte { return append([]byte{'j'}, id...) }
+
+// ArchiveLeaseKey is the archive key of lease id.
+func ArchiveLeaseKey(id uint64) []byte { return binary.BigEndian.AppendUint64([]byte{'l'}, id) }
+
+// ArchiveStaleKey is the archive key of the stale report fingerprinted k.
+func ArchiveStaleKey(k StaleKey) []byte { return append([]byte{'s'}, k[:]...) }
+
+// outbox collects the records a RetireRecord table retires, in one buffer
+// reused from one TakeRetired to the next, so that retiring allocates nothing
+// once the buffers have grown.
+type outbox struct {
+	buf  []byte
+	recs []Record
+}
+
+// reset empties o for reuse; records handed out before stay readable until
+// the next one is added.
+func (o *outbox) reset() { o.recs, o.buf = o.recs[:0], o.buf[:0] }
+
+// add appends a record whose key and value the caller appended to o.buf
+// from offset start, the value from offset mid.
+func (o *outbox) add(start, mid int) {
+	o.recs = append(o.recs, Record{Key: o.buf[start:mid:mid], Value: o.buf[mid:len(o.buf):len(o.buf)]})
+}
+
+func (o *outbox) job(j Job) {
+	start := len(o.buf)
+	o.buf = append(o.buf, 'j')
+	o.buf = append(o.buf, j.ID...)
+	mid := len(o.buf)
+	o.buf = appendJob(o.buf, j)
+	o.add(start, mid)
+}
+
+func (o *outbox) lease(l Lease) {
+	start := len(o.buf)
+	o.buf = binary.BigEndian.AppendUint64(append(o.buf, 'l'), l.ID)
+	mid := len(o.buf)
+	o.buf = appendLease(o.buf, l)
+	o.add(start, mid)
+}
+
+func (o *outbox) stale(k StaleKey, seq uint64) {
+	start := len(o.buf)
+	o.buf = append(append(o.buf, 's'), k[:]...)
+	mid := len(o.buf)
+	o.buf = binary.AppendUvarint(append(o.buf, archiveVersion), seq)
+	o.add(start, mid)
+}
+
+func appendJob(b []byte, j Job) []byte {
+	w := enc{b: append(b, archiveVersion)}
+	w.uvarint(uint64(j.Kind))
+	w.uvarint(uint64(j.State))
+	w.bytes(j.Spec)
+	w.bytes(j.Result)
+	w.uvarint(uint64(j.Attempts))
+	w.uvarint(uint64(j.Leases))
+	w.uvarint(uint64(j.Outcome))
+	w.str(j.Reason)
+	w.str(j.Ref)
+	w.uvarint(j.LastLease)
+	w.varint(j.Submitted)
+	w.varint(j.Updated)
+	return w.b
+}
+
+func appendLease(b []byte, l Lease) []byte {
+	w := enc{b: append(b, archiveVersion)}
+	w.str(l.Job)
+	w.uvarint(uint64(l.Kind))
+	w.str(l.Worker)
+	w.uvarint(uint64(l.State))
+	w.uvarint(uint64(l.Mode))
+	w.varint(l.Acquired)
+	w.varint(l.Heard)
+	w.uvarint(l.ReportSeq)
+	return w.b
+}
+
+// DecodeJob decodes the archive record of job id. The job owns its memory.
+func DecodeJob(id string, b []byte) (Job, error) {
+	r := dec{b: b}
+	if v := r.take(1); len(v) == 1 && v[0] != archiveVersion {
+		return Job{}, fmt.Errorf("%w: job %q: version %d, this build reads %d", ErrArchive, id, v[0], archiveVersion)
+	}
+	j := Job{ID: id}
+	j.Kind = eventlog.Kind(r.uvarint())
+	j.State = fsm.State(r.uvarint())
+	j.Spec = clone(r.bytes())
+	j.Result = clone(r.bytes())
+	j.Attempts = int(r.uvarint())
+	j.Leases = int(r.uvarint())
+	j.Outcome = eventlog.Outcome(r.uvarint())
+	j.Reason = string(r.bytes())
+	j.Ref = string(r.bytes())
+	j.LastLease = r.uvarint()
+	j.Submitted = r.varint()
+	j.Updated = r.varint()
+	if err := r.done(); err != nil {
+		return Job{}, fmt.Errorf("%w: job %q: %v", ErrArchive, id, err)
+	}
+	if !j.State.Terminal() {
+		return Job{}, fmt.Errorf("%w: job %q: archived as %s, which is not an end", ErrArchive, id, j.State)
+	}
+	return j, nil
+}
+
+// DecodeLease decodes the archive record of lease id.
+func DecodeLease(id uint64, b []byte) (Lease, error) {
+	r := dec{b: b}
+	if v := r.take(1); len(v) == 1 && v[0] != archiveVersion {
+		return Lease{}, fmt.Errorf("%w: lease %d: version %d, this build reads %d", ErrArchive, id, v[0], archiveVersion)
+	}
+	l := Lease{ID: id}
+	l.Job = string(r.bytes())
+	l.Kind = eventlog.Kind(r.uvarint())
+	l.Worker = string(r.bytes())
+	l.State = fsm.State(r.uvarint())
+	l.Mode = eventlog.RevokeMode(r.uvarint())
+	l.Acquired = r.varint()
+	l.Heard = r.varint()
+	l.ReportSeq = r.uvarint()
+	if err := r.done(); err != nil {
+		return Lease{}, fmt.Errorf("%w: lease %d: %v", ErrArchive, id, err)
+	}
+	if l.State != fsm.Reported && l.State != fsm.Expired {
+		return Lease{}, fmt.Errorf("%w: lease %d: archived as %s, which is not an end", ErrArchive, id, l.State)
+	}
+	return l, nil
+}
+
+// DecodeStale decodes the archive record of a stale report: its seq.
+func DecodeStale(b []byte) (uint64, error) {
+	r := dec{b: b}
+	if v := r.take(1); len(v) == 1 && v[0] != archiveVersion {
+		return 0, fmt.Errorf("%w: stale report: version %d, this build reads %d", ErrArchive, v[0], archiveVersion)
+	}
+	seq := r.uvarint()
+	if err := r.done(); err != nil {
+		return 0, fmt.Errorf("%w: stale report: %v", ErrArchive, err)
+	}
+	return seq, nil
+}
+
+// ParseArchiveKey says what an archive key names: a job id, a lease token, or
+// neither (ok false), for scans.
+func ParseArchiveKey(key []byte) (job string, lease uint64, ok bool) {
+	switch {
+	case len(key) > 1 && key[0] == 'j':
+		return string(key[1:]), 0, true
+	case len(key) == 9 && key[0] == 'l':
+		return "", binary.BigEndian.Uint64(key[1:]), true
+	}
+	return "", 0, false
+}
+
+func clone(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+// done is the error of a decode that should have read everything.
+func (d *dec) done() error {
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("%d trailing bytes", len(d.b))
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package replay_test
+
+import (
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/replay"
+)
+
+// TestUpgradeFormat1Store: a store written by the build before the archive
+// (testdata/format1-store: jobs reported, failed, cancelled, an evaluation
+// expired with a stale report and reported later, a live lease, a queued job,
+// and two snapshots of the older version) opens, rebuilds by folding the
+// whole log, writes the archive of what ended, and is upgraded; the full fold
+// is the same before and after, Verify checks the archive, and the service
+// answers for the jobs that ended from it.
+func TestUpgradeFormat1Store(t *testing.T) {
+	dir := t.TempDir()
+	files, err := os.ReadDir("testdata/format1-store")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join("testdata/format1-store", f.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func(readOnly bool) *eventlog.Log {
+		t.Helper()
+		log, err := eventlog.Open(dir, eventlog.Options{Logger: zerolog.Nop(), ReadOnly: readOnly})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return log
+	}
+
+	// Read-only, the old store folds whole, in memory, and is left as it is.
+	log := open(true)
+	before, err := replay.Verify(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, st, err := replay.Rebuild(log, zerolog.Nop())
+	if err != nil || st.Upgraded != 0 || st.SnapshotSeq != 0 || ro.String() != before.Table.String() {
+		t.Fatalf("read-only rebuild: upgraded %d, snapshot %d, %v:\n%s", st.Upgraded, st.SnapshotSeq, err, ro)
+	}
+	if log.Format() != 1 {
+		t.Fatalf("testdata store is of format %d, want 1", log.Format())
+	}
+	log.Close()
+
+	log = open(false)
+	table, st, err := replay.Rebuild(log, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// r1, r2, c1, e1 ended: 4 jobs, their 4 leases, 1 stale report.
+	if st.Upgraded != 9 || log.Format() != eventlog.CurrentFormat {
+		t.Fatalf("upgrade wrote %d records, store format %d; want 9 and %d", st.Upgraded, log.Format(), eventlog.CurrentFormat)
+	}
+	if got := table.String(); strings.Contains(got, "job r1") || !strings.Contains(got, "job l1") || !strings.Contains(got, "job q1") {
+		t.Fatalf("rebuilt table should hold only the live jobs l1 and q1:\n%s", got)
+	}
+	after, err := replay.Verify(log) // checks the archive too, now
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Table.String() != before.Table.String() {
+		t.Fatalf("full fold changed by the upgrade:\n%s\nwant\n%s", after.Table, before.Table)
+	}
+	log.Close()
+
+	log = open(false)
+	defer log.Close()
+	svc, err := lease.Open(log, lease.Options{Config: lease.DefaultConfig(), Clock: clocktest.New(clocktest.Epoch), Entropy: rand.New(rand.NewSource(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := svc.Rebuilt(); got.Upgraded != 0 {
+		t.Fatalf("second open upgraded again: %d records", got.Upgraded)
+	}
+	j, err := svc.Job(ctx, "r1")
+	if err != nil || j.State != fsm.Reported || string(j.Result) != `{"ok":true}` || j.Ref != "refs/r1" {
+		t.Fatalf("job r1 from the archive: %+v, %v", j, err)
+	}
+	// The stale report recorded by the old build is recognised again.
+	a, err := svc.Report(ctx, "w2", 9, lease.Report{Outcome: eventlog.OutcomeSucceeded, Ref: "refs/late"})
+	if a.Seq != 16 || !a.Stale {
+		t.Fatalf("repeated stale report: %+v, %v; want the answer of seq 16", a, err)
+	}
+}
