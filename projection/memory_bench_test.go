@@ -11,7 +11,8 @@ import (
 
 // BenchmarkMemory measures the heap the lease table holds: per live lease
 // (jobs acquired and running, as a busy daemon holds them), and per job of
-// history (finished jobs, which the table keeps for their stored answers).
+// history (jobs that ended), in the daemon's mode (record: ended jobs leave
+// for the archive) and in the mode of an offline fold (keep: they stay).
 // The figure is the live heap after a GC, with the events themselves freed.
 //
 //	go test -run '^$' -bench BenchmarkMemory ./projection
@@ -25,29 +26,40 @@ func BenchmarkMemory(b *testing.B) {
 		{"live=100000", 0, 100_000, 100_000, "bytes/live-lease"},
 		{"jobs=1000000", 8_000_000, 0, 1_000_000, "bytes/finished-job"},
 	} {
-		b.Run(tc.name, func(b *testing.B) {
-			shape := synth.Default
-			shape.Live = tc.live
-			for i := 0; i < b.N; i++ {
-				before := heap()
-				t := projection.New()
-				err := shape.Events(1, tc.history, func(batch []eventlog.Event) error {
-					for j := range batch {
-						if err := t.Apply(&batch[j]); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
+		for _, mode := range []struct {
+			name string
+			m    projection.RetireMode
+		}{{"record", projection.RetireRecord}, {"keep", projection.RetireKeep}} {
+			b.Run(tc.name+"/mode="+mode.name, func(b *testing.B) {
+				memory(b, tc.history, tc.live, tc.per, tc.unit, mode.m)
+			})
+		}
+	}
+}
+
+func memory(b *testing.B, history, live, per int, unit string, mode projection.RetireMode) {
+	shape := synth.Default
+	shape.Live = live
+	for i := 0; i < b.N; i++ {
+		before := heap()
+		t := projection.New()
+		t.SetRetire(mode)
+		err := shape.Events(1, history, func(batch []eventlog.Event) error {
+			for j := range batch {
+				if err := t.Apply(&batch[j]); err != nil {
+					return err
 				}
-				after := heap()
-				runtime.KeepAlive(t)
-				b.ReportMetric(float64(after-before)/float64(tc.per), tc.unit)
-				b.ReportMetric(float64(after-before)/(1<<20), "heap-MB")
 			}
+			t.TakeRetired()
+			return nil
 		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		after := heap()
+		runtime.KeepAlive(t)
+		b.ReportMetric((float64(after)-float64(before))/float64(per), unit)
+		b.ReportMetric((float64(after)-float64(before))/(1<<20), "heap-MB")
 	}
 }
 

@@ -127,17 +127,26 @@ func (r *roster[T, P]) remove(p P) {
 	r.items[*p.slot()] = nil
 	r.holes++
 	if r.holes > 256 && r.holes > len(r.items)/2 {
-		n := 0
-		for _, q := range r.items {
-			if q != nil {
-				*q.slot() = n
-				r.items[n] = q
-				n++
-			}
-		}
-		clear(r.items[n:])
-		r.items, r.holes = r.items[:n], 0
+		r.compact()
 	}
+}
+
+// compact squeezes the holes out: each record's slot is then its place
+// among the records.
+func (r *roster[T, P]) compact() {
+	if r.holes == 0 {
+		return
+	}
+	n := 0
+	for _, q := range r.items {
+		if q != nil {
+			*q.slot() = n
+			r.items[n] = q
+			n++
+		}
+	}
+	clear(r.items[n:])
+	r.items, r.holes = r.items[:n], 0
 }
 
 // len is how many records the roster holds.

@@ -76,10 +76,12 @@ func (t *Table) Snapshot() []byte {
 		w.bool(x.unreachable)
 	}
 
-	jobPos := make(map[*job]int, t.jobList.len())
+	// With the holes squeezed out, a record's place in its roster is its
+	// position in the snapshot.
+	t.jobList.compact()
+	t.leaseList.compact()
 	w.uvarint(uint64(t.jobList.len()))
 	t.jobList.each(func(j *job) {
-		jobPos[j] = len(jobPos)
 		w.str(j.id)
 		w.uvarint(uint64(j.kind))
 		w.uvarint(uint64(j.state))
@@ -100,12 +102,10 @@ func (t *Table) Snapshot() []byte {
 		w.uvarint(cur)
 	})
 
-	leasePos := make(map[*lease]int, t.leaseList.len())
 	w.uvarint(uint64(t.leaseList.len()))
 	t.leaseList.each(func(l *lease) {
-		leasePos[l] = len(leasePos)
 		w.uvarint(l.id)
-		w.uvarint(uint64(jobPos[l.job]))
+		w.uvarint(uint64(l.job.at))
 		w.uvarint(uint64(workerPos[l.worker]))
 		w.uvarint(uint64(l.state))
 		w.uvarint(uint64(l.mode))
@@ -116,10 +116,10 @@ func (t *Table) Snapshot() []byte {
 	})
 
 	var queued []int
-	t.queue.each(func(j *job) bool { queued = append(queued, jobPos[j]); return true })
+	t.queue.each(func(j *job) bool { queued = append(queued, j.at); return true })
 	w.positions(queued)
 	var live []int
-	t.live.each(func(l *lease) { live = append(live, leasePos[l]) })
+	t.live.each(func(l *lease) { live = append(live, l.at) })
 	w.positions(live)
 	var watched []int
 	t.watched.each(func(x *worker) { watched = append(watched, workerPos[x]) })
@@ -222,7 +222,6 @@ func Restore(b []byte) (*Table, error) {
 
 	leases := make([]*lease, r.count(10))
 	t.leases = make(map[uint64]*lease, len(leases))
-	latest := make(map[*job]*lease)
 	for i := range leases {
 		l := t.mem.newLease()
 		l.id = r.uvarint()
@@ -243,24 +242,20 @@ func Restore(b []byte) (*Table, error) {
 			return nil, fmt.Errorf("%w: lease %d listed after lease %d", ErrSnapshot, l.id, leases[i-1].id)
 		}
 		l.job, l.worker = jobs[jp], workers[wp]
-		l.prev, latest[l.job] = latest[l.job], l // listed by token: the job's leases in order
+		// Listed by token: a job's leases come in order, and its current
+		// lease, for now, is the last one seen (checked below).
+		l.prev, l.job.current = l.job.current, l
 		leases[i] = l
 		t.leaseList.add(l)
 		t.leases[l.id] = l
 	}
 	for i, j := range jobs {
-		if current[i] == 0 {
-			continue
+		var id uint64
+		if j.current != nil {
+			id = j.current.id
 		}
-		if j.current = t.leases[current[i]]; j.current == nil || j.current.job != j || latest[j] != j.current {
-			return nil, fmt.Errorf("%w: job %q names lease %d, not its latest", ErrSnapshot, j.id, current[i])
-		}
-	}
-	if len(latest) > 0 {
-		for _, j := range jobs {
-			if latest[j] != nil && j.current == nil {
-				return nil, fmt.Errorf("%w: job %q has leases but names none", ErrSnapshot, j.id)
-			}
+		if id != current[i] {
+			return nil, fmt.Errorf("%w: job %q names lease %d, its latest is %d", ErrSnapshot, j.id, current[i], id)
 		}
 	}
 

@@ -34,26 +34,31 @@ func (f *folder) apply(evs ...eventlog.Event) {
 // sampleTable folds a log that touches every part of the table.
 func sampleTable(t testing.TB) *projection.Table {
 	f := &folder{t: t, tab: projection.New()}
-	f.apply(
-		eventlog.Event{Type: eventlog.TypeDaemonStarted, Time: 1},
-		eventlog.Event{Type: eventlog.TypeQueued, Time: 2, Job: "r1", Kind: eventlog.KindRun, Spec: []byte(`{"run":"x"}`)},
-		eventlog.Event{Type: eventlog.TypeQueued, Time: 3, Job: "e1", Kind: eventlog.KindEvaluation},
-		eventlog.Event{Type: eventlog.TypeQueued, Time: 3, Job: "e2", Kind: eventlog.KindEvaluation},
-		eventlog.Event{Type: eventlog.TypeAcquired, Time: 4, Job: "r1", Worker: "w1"}, // lease 5
-		eventlog.Event{Type: eventlog.TypeAcquired, Time: 5, Job: "e1", Worker: "w2"}, // lease 6
-		eventlog.Event{Type: eventlog.TypeRunning, Time: 6, Job: "r1", Lease: 5, Worker: "w1"},
-		eventlog.Event{Type: eventlog.TypeRevoked, Time: 7, Job: "r1", Lease: 5, Worker: "w1", Mode: eventlog.RevokeCancel},
-		eventlog.Event{Type: eventlog.TypeDaemonResumed, Time: 100, Gap: 90},
-		eventlog.Event{Type: eventlog.TypeWorkerUnreachable, Time: 200, Worker: "w2"},
-		eventlog.Event{Type: eventlog.TypeExpired, Time: 400, Job: "e1", Lease: 6, Worker: "w2", Reason: eventlog.ReasonLeaseExpired},
-		eventlog.Event{Type: eventlog.TypeQueued, Time: 400, Job: "e1", Reason: eventlog.ReasonLeaseExpired},
-		eventlog.Event{Type: eventlog.TypeStaleReport, Time: 401, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"},
-		eventlog.Event{Type: eventlog.TypeHeartbeat, Time: 402, Job: "r1", Lease: 5, Worker: "w1"},
-		eventlog.Event{Type: eventlog.TypeReported, Time: 403, Job: "r1", Lease: 5, Worker: "w1", Outcome: eventlog.OutcomeCancelled, Result: []byte(`{}`)},
-		eventlog.Event{Type: eventlog.TypeQueued, Time: 404, Job: "r2", Kind: eventlog.KindRun},
-		eventlog.Event{Type: eventlog.TypeAcquired, Time: 405, Job: "r2", Worker: "w1"}, // lease 17
-	)
+	f.apply(sampleEvents()...)
 	return f.tab
+}
+
+// sampleEvents is that log.
+func sampleEvents() []eventlog.Event {
+	return []eventlog.Event{
+		{Type: eventlog.TypeDaemonStarted, Time: 1},
+		{Type: eventlog.TypeQueued, Time: 2, Job: "r1", Kind: eventlog.KindRun, Spec: []byte(`{"run":"x"}`)},
+		{Type: eventlog.TypeQueued, Time: 3, Job: "e1", Kind: eventlog.KindEvaluation},
+		{Type: eventlog.TypeQueued, Time: 3, Job: "e2", Kind: eventlog.KindEvaluation},
+		{Type: eventlog.TypeAcquired, Time: 4, Job: "r1", Worker: "w1"}, // lease 5
+		{Type: eventlog.TypeAcquired, Time: 5, Job: "e1", Worker: "w2"}, // lease 6
+		{Type: eventlog.TypeRunning, Time: 6, Job: "r1", Lease: 5, Worker: "w1"},
+		{Type: eventlog.TypeRevoked, Time: 7, Job: "r1", Lease: 5, Worker: "w1", Mode: eventlog.RevokeCancel},
+		{Type: eventlog.TypeDaemonResumed, Time: 100, Gap: 90},
+		{Type: eventlog.TypeWorkerUnreachable, Time: 200, Worker: "w2"},
+		{Type: eventlog.TypeExpired, Time: 400, Job: "e1", Lease: 6, Worker: "w2", Reason: eventlog.ReasonLeaseExpired},
+		{Type: eventlog.TypeQueued, Time: 400, Job: "e1", Reason: eventlog.ReasonLeaseExpired},
+		{Type: eventlog.TypeStaleReport, Time: 401, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"},
+		{Type: eventlog.TypeHeartbeat, Time: 402, Job: "r1", Lease: 5, Worker: "w1"},
+		{Type: eventlog.TypeReported, Time: 403, Job: "r1", Lease: 5, Worker: "w1", Outcome: eventlog.OutcomeCancelled, Result: []byte(`{}`)},
+		{Type: eventlog.TypeQueued, Time: 404, Job: "r2", Kind: eventlog.KindRun},
+		{Type: eventlog.TypeAcquired, Time: 405, Job: "r2", Worker: "w1"}, // lease 17
+	}
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
