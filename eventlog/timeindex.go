@@ -1,9 +1,13 @@
 package eventlog
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -238,4 +242,136 @@ func (l *Log) indexRuns(from, last uint64, run *runState, write, mark bool) (mis
 		return missing, apply(pebble.Sync)
 	}
 	return missing, nil
+}
+
+// seqRange is the sequence numbers lo..hi, both included.
+type seqRange struct{ lo, hi uint64 }
+
+// maxWindowRuns bounds the runs a query keeps apart. A window with more reads
+// one span, from the first run in it to the end of the last: what a log whose
+// clock never stepped back would read anyway.
+var maxWindowRuns = 1 << 16 // a variable for tests
+
+// windowRanges returns the seq ranges, ordered and disjoint, within
+// (after, upper] that hold every event with a time in [since, until) (a zero
+// bound is no bound). Events in them may still lie outside the window.
+func (l *Log) windowRanges(since, until int64, after, upper uint64) ([]seqRange, error) {
+	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+	if since != 0 {
+		lo = secondOf(since)
+	}
+	if until != 0 {
+		if until == math.MinInt64 {
+			return nil, nil
+		}
+		hi = secondOf(until - 1)
+	}
+	if lo > hi || after >= upper {
+		return nil, nil
+	}
+	cit, err := l.db.NewIter(&pebble.IterOptions{
+		LowerBound: clockKey(nil, lo, 0),
+		UpperBound: prefixEnd(appendSecond([]byte{prefixClock}, hi)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer cit.Close()
+	var starts []runStart
+	first, last, many := runStart{seq: math.MaxUint64}, runStart{}, false
+	for ok := cit.First(); ok; ok = cit.Next() {
+		key := cit.Key()
+		if len(key) != 17 {
+			return nil, fmt.Errorf("%w: time index key %q has the wrong length", ErrCorrupt, key)
+		}
+		r := runStart{seq: binary.BigEndian.Uint64(key[9:]), sec: int64(binary.BigEndian.Uint64(key[1:9]) ^ (1 << 63))}
+		if r.seq > upper {
+			continue // not durable when the query began
+		}
+		if r.seq < first.seq {
+			first = r
+		}
+		if r.seq > last.seq {
+			last = r
+		}
+		if !many {
+			starts = append(starts, r)
+			many = len(starts) > maxWindowRuns
+		}
+	}
+	if err := cit.Error(); err != nil {
+		return nil, err
+	}
+	if many {
+		starts = []runStart{first, last}
+	}
+	if len(starts) == 0 {
+		return nil, nil
+	}
+	// In seq order; already so unless the clock stepped back.
+	slices.SortFunc(starts, func(a, b runStart) int { return cmp.Compare(a.seq, b.seq) })
+	starts = slices.CompactFunc(starts, func(a, b runStart) bool { return a.seq == b.seq })
+	ranges, err := l.runRanges(starts)
+	if err != nil {
+		return nil, err
+	}
+	if many {
+		ranges = []seqRange{{ranges[0].lo, ranges[len(ranges)-1].hi}}
+	}
+	// Keep what lies in (after, upper].
+	out := ranges[:0]
+	for _, r := range ranges {
+		r.lo, r.hi = max(r.lo, after+1), min(r.hi, upper)
+		if r.lo <= r.hi {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// runStart is the first event of a run, as the clock keys name it.
+type runStart struct {
+	seq uint64
+	sec int64
+}
+
+// runRanges turns run starts, sorted by seq, into the seq ranges of their runs,
+// merging runs that follow each other. The last run of the log ends at
+// math.MaxUint64-1.
+func (l *Log) runRanges(starts []runStart) ([]seqRange, error) {
+	rit, err := l.db.NewIter(&pebble.IterOptions{LowerBound: runKey(nil, starts[0].seq), UpperBound: []byte{prefixRun + 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer rit.Close()
+	var ranges []seqRange
+	var key []byte
+	for i := 0; i < len(starts); {
+		lo := starts[i].seq
+		key = runKey(key[:0], lo)
+		if !rit.SeekGE(key) || !bytes.Equal(rit.Key(), key) {
+			if err := rit.Error(); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: time index key %q names seq %d, which starts no run (key %q is missing)",
+				ErrCorrupt, clockKey(nil, starts[i].sec, lo), lo, key)
+		}
+		for {
+			i++
+			next := uint64(math.MaxUint64)
+			if rit.Next() {
+				if next, err = runSeq(rit.Key()); err != nil {
+					return nil, err
+				}
+			} else if err := rit.Error(); err != nil {
+				return nil, err
+			}
+			if i < len(starts) && starts[i].seq == next {
+				continue // the next run is in the window too
+			}
+			ranges = append(ranges, seqRange{lo, next - 1})
+			break
+		}
+	}
+	return ranges, nil
 }

@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -139,6 +140,33 @@ func randomQuery(r *rand.Rand, all []Event) Query {
 	}
 	q.ReadAhead = r.IntN(4) == 0
 	return q
+}
+
+// TestTimeWindowMatchesBruteForce is the time index's main test: on random
+// logs whose clock steps back, every windowed query answers exactly what a
+// filter over the whole log answers, with cursors and limits, also when a
+// window holds more runs than a query keeps apart.
+func TestTimeWindowMatchesBruteForce(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 0))
+			l, all := randomLog(t, r, vfs.NewMem(), 50+r.IntN(600))
+			defer l.Close()
+			if !l.timeIndexed {
+				t.Fatal("a new store has no time index")
+			}
+			for i := 0; i < 300; i++ {
+				q := randomQuery(r, all)
+				if i%50 == 0 {
+					defer func(n int) { maxWindowRuns = n }(maxWindowRuns)
+					maxWindowRuns = r.IntN(4)
+				}
+				if got, want := querySeqs(t, l, q), bruteForce(all, q); !slices.Equal(got, want) {
+					t.Fatalf("query %+v (maxWindowRuns %d):\n got %v\nwant %v", q, maxWindowRuns, got, want)
+				}
+			}
+		})
+	}
 }
 
 // timeIndexKeys returns every key and value of the time index and its marker.
@@ -331,4 +359,76 @@ func beUint64(s string) uint64 {
 		v = v<<8 | uint64(s[i])
 	}
 	return v
+}
+
+// TestCorruptTimeIndexIsNamed damages the time index and checks that a
+// windowed query returns ErrCorrupt naming the key, never a panic or a
+// wrong answer.
+func TestCorruptTimeIndexIsNamed(t *testing.T) {
+	const s = int64(1e9)
+	shortClock := appendSecond([]byte{prefixClock}, 1) // a second, no seq
+	setup := func(t *testing.T) *Log {
+		l, err := Open("data", Options{FS: vfs.NewMem()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		var evs []Event
+		for i := range 6 {
+			evs = append(evs, Event{Type: TypeQueued, Job: "j", Kind: KindRun, Time: int64(i/2) * s})
+		}
+		if err := l.Append(evs); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func(l *Log) error
+		key    []byte
+	}{
+		{"short clock key", func(l *Log) error { return l.db.Set(shortClock, nil, pebble.Sync) }, shortClock},
+		{"clock key naming no run", func(l *Log) error { return l.db.Delete(runKey(nil, 3), pebble.Sync) }, clockKey(nil, 1, 3)},
+		{"short run key", func(l *Log) error { return l.db.Set([]byte{prefixRun, 0, 0, 0, 0, 0, 0, 0, 3, 0}, nil, pebble.Sync) }, []byte{prefixRun, 0, 0, 0, 0, 0, 0, 0, 3, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := setup(t)
+			if err := tc.damage(l); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []Query{{Type: TypeQueued, Since: 1, Until: 2 * s}, {Since: 1, Until: 2 * s}} {
+				it := l.Query(q)
+				for it.Next() {
+				}
+				err := it.Close()
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("%q", tc.key)) {
+					t.Fatalf("query %+v: %v; want ErrCorrupt naming key %q", q, err, tc.key)
+				}
+			}
+		})
+	}
+	t.Run("run key past the last event", func(t *testing.T) {
+		fs := vfs.NewMem()
+		l, err := Open("data", Options{FS: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Append([]Event{{Type: TypeDaemonStarted, Time: s}}); err != nil {
+			t.Fatal(err)
+		}
+		b := l.db.NewBatch()
+		if _, err := addRun(b, nil, 9, 40); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.db.Apply(b, pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Open("data", Options{FS: fs})
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("%q", runKey(nil, 40))) {
+			t.Fatalf("open: %v; want ErrCorrupt naming key %q", err, runKey(nil, 40))
+		}
+	})
 }
