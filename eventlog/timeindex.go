@@ -31,9 +31,12 @@ import (
 //
 // A window [Since, Until) is answered by the runs whose second lies in
 // [floor(Since), floor(Until-1)]: every event in the window is in one of
-// them, since an event's run has the second of its time. Their seq ranges are
-// read from the chosen index, or the log, and each event is still filtered by
-// its exact time.
+// them, since an event's run has the second of its time. They are found by
+// second (the clock keys of the window) or, for a query that follows the log
+// past a cursor, by seq (the run keys after the cursor), whichever reads
+// less. Their seq ranges are read from the type index, or the log, and each
+// event is still filtered by its exact time. A query by job or worker reads
+// its own index, which is small, without the time index.
 //
 // metaTimeIndexKey marks a store whose index is whole. A store written by an
 // older build has none, and a read-write Open backfills the index from the
@@ -252,6 +255,14 @@ type seqRange struct{ lo, hi uint64 }
 // clock never stepped back would read anyway.
 var maxWindowRuns = 1 << 16 // a variable for tests
 
+// clockBudget is how many clock keys a query reads before it gives up on them
+// and walks the runs of (after, upper] by seq instead, keeping those in the
+// window: there are no more of those than events in (after, upper]. So a
+// stream that follows the log with an old Since reads what is new, not every
+// run since Since, and a query costs at most twice the cheaper of the two. A
+// variable for tests.
+var clockBudget = func(after, upper uint64) uint64 { return upper - after }
+
 // windowRanges returns the seq ranges, ordered and disjoint, within
 // (after, upper] that hold every event with a time in [since, until) (a zero
 // bound is no bound). Events in them may still lie outside the window.
@@ -269,20 +280,63 @@ func (l *Log) windowRanges(since, until int64, after, upper uint64) ([]seqRange,
 	if lo > hi || after >= upper {
 		return nil, nil
 	}
+	starts, many, ok, err := l.clockStarts(lo, hi, upper, clockBudget(after, upper))
+	if err != nil || !ok {
+		if err == nil {
+			return l.walkRuns(lo, hi, after, upper)
+		}
+		return nil, err
+	}
+	if len(starts) == 0 {
+		return nil, nil
+	}
+	// In seq order; already so unless the clock stepped back.
+	slices.SortFunc(starts, func(a, b runStart) int { return cmp.Compare(a.seq, b.seq) })
+	starts = slices.CompactFunc(starts, func(a, b runStart) bool { return a.seq == b.seq })
+	ranges, err := l.runRanges(starts)
+	if err != nil {
+		return nil, err
+	}
+	if many {
+		ranges = []seqRange{{ranges[0].lo, ranges[len(ranges)-1].hi}}
+	}
+	return clip(ranges, after, upper), nil
+}
+
+// clip keeps what lies in (after, upper] of ranges, in place.
+func clip(ranges []seqRange, after, upper uint64) []seqRange {
+	out := ranges[:0]
+	for _, r := range ranges {
+		r.lo, r.hi = max(r.lo, after+1), min(r.hi, upper)
+		if r.lo <= r.hi {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// clockStarts reads the clock keys of the seconds lo..hi and returns the
+// runs they start up to upper. If they are more than maxWindowRuns, it
+// returns only the first and the last, and many. If there are more than
+// budget keys, it stops, and ok is false.
+func (l *Log) clockStarts(lo, hi int64, upper, budget uint64) (starts []runStart, many, ok bool, err error) {
 	cit, err := l.db.NewIter(&pebble.IterOptions{
 		LowerBound: clockKey(nil, lo, 0),
 		UpperBound: prefixEnd(appendSecond([]byte{prefixClock}, hi)),
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, false, err
 	}
 	defer cit.Close()
-	var starts []runStart
-	first, last, many := runStart{seq: math.MaxUint64}, runStart{}, false
-	for ok := cit.First(); ok; ok = cit.Next() {
+	first, last := runStart{seq: math.MaxUint64}, runStart{}
+	var read uint64
+	for valid := cit.First(); valid; valid = cit.Next() {
+		if read++; read > budget {
+			return nil, false, false, nil
+		}
 		key := cit.Key()
 		if len(key) != 17 {
-			return nil, fmt.Errorf("%w: time index key %q has the wrong length", ErrCorrupt, key)
+			return nil, false, false, fmt.Errorf("%w: time index key %q has the wrong length", ErrCorrupt, key)
 		}
 		r := runStart{seq: binary.BigEndian.Uint64(key[9:]), sec: int64(binary.BigEndian.Uint64(key[1:9]) ^ (1 << 63))}
 		if r.seq > upper {
@@ -300,33 +354,62 @@ func (l *Log) windowRanges(since, until int64, after, upper uint64) ([]seqRange,
 		}
 	}
 	if err := cit.Error(); err != nil {
-		return nil, err
+		return nil, false, false, err
 	}
 	if many {
 		starts = []runStart{first, last}
 	}
-	if len(starts) == 0 {
-		return nil, nil
-	}
-	// In seq order; already so unless the clock stepped back.
-	slices.SortFunc(starts, func(a, b runStart) int { return cmp.Compare(a.seq, b.seq) })
-	starts = slices.CompactFunc(starts, func(a, b runStart) bool { return a.seq == b.seq })
-	ranges, err := l.runRanges(starts)
+	return starts, many, true, nil
+}
+
+// walkRuns reads the run keys of (after, upper] by seq, from the run that
+// holds after+1, and returns the ranges of those whose second is in lo..hi,
+// clipped to (after, upper].
+func (l *Log) walkRuns(lo, hi int64, after, upper uint64) ([]seqRange, error) {
+	rit, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRun}, UpperBound: runKey(nil, upper+1)})
 	if err != nil {
 		return nil, err
 	}
-	if many {
-		ranges = []seqRange{{ranges[0].lo, ranges[len(ranges)-1].hi}}
+	defer rit.Close()
+	var ranges []seqRange
+	valid := rit.SeekLT(runKey(nil, after+2)) // the run that holds after+1
+	if !valid {
+		valid = rit.First()
 	}
-	// Keep what lies in (after, upper].
-	out := ranges[:0]
-	for _, r := range ranges {
-		r.lo, r.hi = max(r.lo, after+1), min(r.hi, upper)
-		if r.lo <= r.hi {
-			out = append(out, r)
+	for valid {
+		seq, err := runSeq(rit.Key())
+		if err != nil {
+			return nil, err
+		}
+		v, err := rit.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		if len(v) != 8 {
+			return nil, fmt.Errorf("%w: time index key %q holds %d bytes, want 8", ErrCorrupt, rit.Key(), len(v))
+		}
+		sec := int64(binary.BigEndian.Uint64(v) ^ (1 << 63))
+		end := uint64(math.MaxUint64 - 1)
+		if valid = rit.Next(); valid {
+			next, err := runSeq(rit.Key())
+			if err != nil {
+				return nil, err
+			}
+			end = next - 1
+		}
+		if sec < lo || sec > hi {
+			continue
+		}
+		if n := len(ranges); n > 0 && ranges[n-1].hi+1 == seq {
+			ranges[n-1].hi = end
+		} else {
+			ranges = append(ranges, seqRange{seq, end})
 		}
 	}
-	return out, nil
+	if err := rit.Error(); err != nil {
+		return nil, err
+	}
+	return clip(ranges, after, upper), nil
 }
 
 // runStart is the first event of a run, as the clock keys name it.

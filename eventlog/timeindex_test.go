@@ -3,6 +3,7 @@ package eventlog
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -144,8 +145,9 @@ func randomQuery(r *rand.Rand, all []Event) Query {
 
 // TestTimeWindowMatchesBruteForce is the time index's main test: on random
 // logs whose clock steps back, every windowed query answers exactly what a
-// filter over the whole log answers, with cursors and limits, also when a
-// window holds more runs than a query keeps apart.
+// filter over the whole log answers, with cursors and limits, whether it
+// finds its runs by second or by seq, and also when a window holds more runs
+// than a query keeps apart.
 func TestTimeWindowMatchesBruteForce(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
@@ -161,11 +163,29 @@ func TestTimeWindowMatchesBruteForce(t *testing.T) {
 					defer func(n int) { maxWindowRuns = n }(maxWindowRuns)
 					maxWindowRuns = r.IntN(4)
 				}
+				budget := r.IntN(3) // 0: as built; 1: by second only; 2: by seq only
+				setBudget(t, budget)
 				if got, want := querySeqs(t, l, q), bruteForce(all, q); !slices.Equal(got, want) {
-					t.Fatalf("query %+v (maxWindowRuns %d):\n got %v\nwant %v", q, maxWindowRuns, got, want)
+					t.Fatalf("query %+v (maxWindowRuns %d, budget %d):\n got %v\nwant %v", q, maxWindowRuns, budget, got, want)
 				}
 			}
 		})
+	}
+}
+
+// setBudget makes queries find runs as built (0), by second only (1), or by
+// seq only (2), until the test ends.
+func setBudget(t *testing.T, how int) {
+	t.Helper()
+	orig := clockBudget
+	t.Cleanup(func() { clockBudget = orig })
+	switch how {
+	case 0:
+		clockBudget = orig
+	case 1:
+		clockBudget = func(uint64, uint64) uint64 { return math.MaxUint64 }
+	case 2:
+		clockBudget = func(uint64, uint64) uint64 { return 0 }
 	}
 }
 
@@ -386,17 +406,25 @@ func TestCorruptTimeIndexIsNamed(t *testing.T) {
 		name   string
 		damage func(l *Log) error
 		key    []byte
+		qs     []Query
 	}{
-		{"short clock key", func(l *Log) error { return l.db.Set(shortClock, nil, pebble.Sync) }, shortClock},
-		{"clock key naming no run", func(l *Log) error { return l.db.Delete(runKey(nil, 3), pebble.Sync) }, clockKey(nil, 1, 3)},
-		{"short run key", func(l *Log) error { return l.db.Set([]byte{prefixRun, 0, 0, 0, 0, 0, 0, 0, 3, 0}, nil, pebble.Sync) }, []byte{prefixRun, 0, 0, 0, 0, 0, 0, 0, 3, 0}},
+		{"short clock key", func(l *Log) error { return l.db.Set(shortClock, nil, pebble.Sync) }, shortClock, nil},
+		{"clock key naming no run", func(l *Log) error { return l.db.Delete(runKey(nil, 3), pebble.Sync) }, clockKey(nil, 1, 3), nil},
+		{"short run key", func(l *Log) error { return l.db.Set([]byte{prefixRun, 0, 0, 0, 0, 0, 0, 0, 3, 0}, nil, pebble.Sync) }, []byte{prefixRun, 0, 0, 0, 0, 0, 0, 0, 3, 0}, nil},
+		// A query that follows the log (After) reads the runs by seq.
+		{"short run value", func(l *Log) error { return l.db.Set(runKey(nil, 5), []byte{1, 2, 3}, pebble.Sync) }, runKey(nil, 5),
+			[]Query{{Type: TypeQueued, Since: 1, Until: 3 * s, After: 4}, {Since: 1, After: 5}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := setup(t)
 			if err := tc.damage(l); err != nil {
 				t.Fatal(err)
 			}
-			for _, q := range []Query{{Type: TypeQueued, Since: 1, Until: 2 * s}, {Since: 1, Until: 2 * s}} {
+			qs := tc.qs
+			if qs == nil {
+				qs = []Query{{Type: TypeQueued, Since: 1, Until: 2 * s}, {Since: 1, Until: 2 * s}}
+			}
+			for _, q := range qs {
 				it := l.Query(q)
 				for it.Next() {
 				}
