@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -9,7 +10,9 @@ import (
 
 // Query selects events. Zero fields select everything; set fields combine
 // with AND. The most selective index available answers it: job, then worker,
-// then type; with none of them, the log itself is scanned.
+// then type; with none of them, the log itself is scanned. Without a job or a
+// worker, a time window (Since, Until) narrows what is read of the type index
+// or the log to the runs of the time index in the window (timeindex.go).
 type Query struct {
 	Type   Type
 	Job    string
@@ -45,6 +48,11 @@ type Iter struct {
 	primed bool
 	ahead  *readAhead
 	what   string // what it reads, for errors: "the log", "the index of job \"j1\""
+
+	// ranges, when not nil, are the seq ranges the time index found for the
+	// window, ordered, from the current one on; Next seeks over the gaps.
+	ranges  []seqRange
+	seekKey []byte // the index (or log) prefix, then scratch for seeks
 }
 
 // Iter returns an iterator over every durable event with Seq >= from.
@@ -71,19 +79,37 @@ func (l *Log) Query(q Query) *Iter {
 		prefix = typeIndexPrefix(nil, q.Type)
 		it.what = fmt.Sprintf("the index of type %s", q.Type)
 	}
+	lo, hi := q.After+1, it.upper
+	if (q.Since != 0 || q.Until != 0) && q.Job == "" && q.Worker == "" && l.timeIndexed {
+		// The job and worker indexes are small: they need no time index.
+		ranges, err := l.windowRanges(q.Since, q.Until, q.After, it.upper)
+		if err != nil {
+			it.err = fmt.Errorf("eventlog: read the time index for %s: %w", it.what, err)
+			return it
+		}
+		if len(ranges) == 0 {
+			return it // nothing in the window
+		}
+		it.ranges, lo, hi = ranges, ranges[0].lo, ranges[len(ranges)-1].hi
+	}
 	var err error
 	if prefix == nil {
+		it.seekKey = []byte{prefixEvent}
 		it.index, err = l.db.NewIter(&pebble.IterOptions{
-			LowerBound: eventKey(nil, q.After+1),
-			UpperBound: eventKey(nil, it.upper+1),
+			LowerBound: eventKey(nil, lo),
+			UpperBound: eventKey(nil, hi+1),
 		})
 		if err == nil && q.ReadAhead {
+			// The reader reads the gaps between ranges too: their events
+			// are outside the window, and matches drops them.
+			it.ranges = nil
 			it.ahead = startReadAhead(it.index)
 		}
 	} else {
 		it.prefix = len(prefix)
-		lower := append(append([]byte(nil), prefix...), eventKey(nil, q.After+1)[1:]...)
-		upper := append(append([]byte(nil), prefix...), eventKey(nil, it.upper+1)[1:]...)
+		it.seekKey = prefix
+		lower := append(append([]byte(nil), prefix...), eventKey(nil, lo)[1:]...)
+		upper := append(append([]byte(nil), prefix...), eventKey(nil, hi+1)[1:]...)
 		it.index, err = l.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err == nil {
 			it.events, err = l.db.NewIter(&pebble.IterOptions{
@@ -122,8 +148,11 @@ func (it *Iter) Next() bool {
 		} else {
 			ok = it.index.Next()
 		}
+		if ok && it.ranges != nil {
+			ok = it.skipGaps()
+		}
 		if !ok {
-			if err := it.index.Error(); err != nil {
+			if err := it.index.Error(); err != nil && it.err == nil {
 				it.err = it.readErr(err)
 			}
 			return false
@@ -136,6 +165,39 @@ func (it *Iter) Next() bool {
 			return true
 		}
 	}
+}
+
+// skipGaps moves the index iterator, which is on a key, to the first key at
+// or after it that lies in one of it.ranges, and reports whether there is one.
+func (it *Iter) skipGaps() bool {
+	for {
+		seq, err := seqSuffix(it.index.Key())
+		if err != nil {
+			it.err = err
+			return false
+		}
+		for len(it.ranges) > 0 && seq > it.ranges[0].hi {
+			it.ranges = it.ranges[1:]
+		}
+		if len(it.ranges) == 0 {
+			return false
+		}
+		if seq >= it.ranges[0].lo {
+			return true
+		}
+		it.seekKey = binary.BigEndian.AppendUint64(it.seekKey[:it.prefixLen()], it.ranges[0].lo)
+		if !it.index.SeekGE(it.seekKey) {
+			return false
+		}
+	}
+}
+
+// prefixLen is the length of what precedes the seq in the keys it.index reads.
+func (it *Iter) prefixLen() int {
+	if it.events == nil {
+		return 1 // the log: 'e' seq
+	}
+	return it.prefix
 }
 
 // load decodes the event the index iterator is on into it.ev.

@@ -15,6 +15,8 @@ const (
 	prefixWorker   = 'w'
 	prefixSnapshot = 's'
 	prefixArchive  = 'a'
+	prefixClock    = 'c' // time index: runs by second
+	prefixRun      = 'r' // time index: runs by seq
 )
 
 // sep ends the variable-length part of a job or worker index key. IDs are
@@ -22,6 +24,11 @@ const (
 const sep = 0
 
 var metaFormatKey = []byte{prefixMeta, 'f', 'o', 'r', 'm', 'a', 't'}
+
+// metaTimeIndexKey marks a store whose time index is whole: created with
+// one, or backfilled (see timeindex.go). A store written by an older build
+// has no such key.
+var metaTimeIndexKey = []byte{prefixMeta, 't', 'i', 'm', 'e', 'i', 'n', 'd', 'e', 'x'}
 
 // storeFormat is the layout version of the keyspace, kept under metaFormatKey.
 // Format 2 added the archive: a store of format 1 has events whose archive

@@ -7,12 +7,19 @@
 // Key layout (one Pebble keyspace; integers big-endian so keys sort by number):
 //
 //	'm' "format"                       -> uvarint store format   (meta)
+//	'm' "timeindex"                    -> 1                      (the time index is whole)
 //	'e' seq(8)                         -> record                 (the log)
 //	't' type(1) seq(8)                 -> empty                  (index by type)
 //	'j' job 0x00 seq(8)                -> empty                  (index by job)
 //	'w' worker 0x00 seq(8)             -> empty                  (index by worker)
 //	's' seq(8)                         -> crc32c(4) snapshot     (projection snapshots)
 //	'a' key                            -> value                  (the archive, see Record)
+//	'c' second(8) seq(8)               -> empty                  (time index: runs by second)
+//	'r' seq(8)                         -> second(8)              (time index: runs by seq)
+//
+// The time index (timeindex.go) names the first event of each run of events
+// that fall in the same second, so that a query for a time window reads only
+// the runs in it.
 //
 // An event and its index entries are written in one batch, so an index never
 // names an event that is not there, and an event is never missing from the
@@ -116,6 +123,8 @@ type Log struct {
 		next    uint64 // sequence number of the next event
 		scratch []byte // encoding buffer, reused under mu
 		closed  bool
+
+		run runState // the run of the last event, for the time index
 	}
 	format   atomic.Int32 // the store's format as opened; storeFormat once upgraded
 	inflight sync.WaitGroup
@@ -130,6 +139,10 @@ type Log struct {
 	// panicked with its commit pipeline's mutex held), so the log never calls
 	// it again, DB.Close included.
 	wedged atomic.Bool
+
+	// timeIndexed says queries may use the time index: false only for a
+	// store opened read-only that an older build wrote. Set by Open.
+	timeIndexed bool
 
 	durable atomic.Uint64 // every event with seq <= durable is synced
 	waitMu  sync.Mutex
@@ -183,6 +196,10 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.closeDB()
 		return nil, err
 	}
+	if l.mu.run, l.timeIndexed, err = l.openTimeIndex(last); err != nil {
+		l.closeDB()
+		return nil, err
+	}
 	l.mu.next = last + 1
 	l.durable.Store(last)
 	return l, nil
@@ -209,7 +226,11 @@ func (l *Log) checkFormat() error {
 		if l.opts.ReadOnly {
 			return nil // an empty store read offline
 		}
-		if err := l.db.Set(metaFormatKey, []byte{storeFormat}, pebble.Sync); err != nil {
+		// A new store starts with a time index, empty and whole.
+		b := l.db.NewBatch()
+		defer b.Close()
+		if err := errors.Join(b.Set(metaFormatKey, []byte{storeFormat}, nil), b.Set(metaTimeIndexKey, []byte{1}, nil),
+			l.db.Apply(b, pebble.Sync)); err != nil {
 			return fmt.Errorf("eventlog: write key %q: %w", metaFormatKey, err)
 		}
 		return l.Err() // a Fatalf during the write
@@ -325,14 +346,14 @@ func (l *Log) Stage(evs []Event, derive func(evs []Event) ([]Record, error)) (*C
 		b.Close()
 		return nil, err
 	}
-	first := l.mu.next
+	first, run := l.mu.next, l.mu.run
 	for i := range evs {
 		e := &evs[i]
 		e.Seq = first + uint64(i)
 		if e.Type == TypeAcquired {
 			e.Lease = e.Seq
 		}
-		if err := l.addLocked(b, e); err != nil {
+		if err := l.addLocked(b, e, &run); err != nil {
 			b.Close()
 			return nil, fmt.Errorf("eventlog: append seq %d: %w", e.Seq, err)
 		}
@@ -351,7 +372,7 @@ func (l *Log) Stage(evs []Event, derive func(evs []Event) ([]Record, error)) (*C
 	if err := l.applyLocked(b, what); err != nil {
 		return nil, err
 	}
-	l.mu.next = first + uint64(len(evs))
+	l.mu.next, l.mu.run = first+uint64(len(evs)), run
 	l.inflight.Add(1)
 	return &Commit{log: l, batch: b, first: first, last: l.mu.next - 1}, nil
 }
@@ -380,8 +401,9 @@ func (l *Log) applyLocked(b *pebble.Batch, what string) (err error) {
 	return l.Err()
 }
 
-// addLocked writes e and its index entries into b, reusing l.mu.scratch.
-func (l *Log) addLocked(b *pebble.Batch, e *Event) error {
+// addLocked writes e and its index entries into b, reusing l.mu.scratch. run
+// is the run of the event before e, and becomes e's.
+func (l *Log) addLocked(b *pebble.Batch, e *Event, run *runState) error {
 	s := l.mu.scratch[:0]
 	s = eventKey(s, e.Seq)
 	k := len(s)
@@ -402,6 +424,12 @@ func (l *Log) addLocked(b *pebble.Batch, e *Event) error {
 	if e.Worker != "" {
 		s = stringIndexKey(s[:0], prefixWorker, e.Worker, e.Seq)
 		if err := b.Set(s, nil, nil); err != nil {
+			return err
+		}
+	}
+	if run.starts(e.Time) {
+		var err error
+		if s, err = addRun(b, s, run.sec, e.Seq); err != nil {
 			return err
 		}
 	}

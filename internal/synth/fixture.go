@@ -35,7 +35,13 @@ func Fixture(s Shape, history int, snapshot bool) (string, error) {
 	name += fmt.Sprintf("-f%d", eventlog.CurrentFormat)
 	dir := filepath.Join(Dir(), name)
 	if _, err := os.Stat(filepath.Join(dir, "complete")); err == nil {
-		return dir, nil
+		// Open it once for writing, so that a fixture an older build wrote
+		// gains what Open adds to such a store (the time index).
+		log, err := eventlog.Open(dir, eventlog.Options{Logger: zerolog.Nop()})
+		if err != nil {
+			return "", fmt.Errorf("synth: open fixture %s: %w", name, err)
+		}
+		return dir, log.Close()
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return "", err
