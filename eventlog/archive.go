@@ -59,40 +59,25 @@ func (l *Log) PutArchive(recs []Record, upgrade bool) error {
 		return errors.New("eventlog: archive write to a store opened read-only")
 	}
 	b := l.db.NewBatch()
-	l.mu.Lock()
-	if l.mu.closed {
-		l.mu.Unlock()
-		b.Close()
-		return ErrClosed
+	var key []byte
+	for _, r := range recs {
+		if len(r.Key) == 0 || len(r.Key) > MaxArchiveKeyLen {
+			b.Close()
+			return fmt.Errorf("eventlog: archive write: key of %d bytes (1 to %d)", len(r.Key), MaxArchiveKeyLen)
+		}
+		key = archiveKey(key[:0], r.Key)
+		if err := b.Set(key, r.Value, nil); err != nil {
+			b.Close()
+			return fmt.Errorf("eventlog: archive write: %w", err)
+		}
 	}
-	if err := l.Err(); err != nil {
-		l.mu.Unlock()
-		b.Close()
-		return err
+	if upgrade {
+		if err := b.Set(metaFormatKey, []byte{storeFormat}, nil); err != nil {
+			b.Close()
+			return fmt.Errorf("eventlog: archive write: %w", err)
+		}
 	}
-	err := l.addArchiveLocked(b, recs)
-	if err == nil && upgrade {
-		err = b.Set(metaFormatKey, []byte{storeFormat}, nil)
-	}
-	if err != nil {
-		l.mu.Unlock()
-		b.Close()
-		return fmt.Errorf("eventlog: archive write: %w", err)
-	}
-	err = l.applyLocked(b, fmt.Sprintf("archive write of %d records", len(recs)))
-	if err == nil {
-		l.inflight.Add(1) // Close waits for the sync
-	}
-	l.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	defer l.inflight.Done()
-	defer b.Close()
-	if err := b.SyncWait(); err != nil {
-		return l.fail(fmt.Errorf("eventlog: sync archive write: %w", err), false)
-	}
-	if err := l.Err(); err != nil {
+	if err := l.writeSynced(b, fmt.Sprintf("archive write of %d records", len(recs))); err != nil {
 		return err
 	}
 	if upgrade {

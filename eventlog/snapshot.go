@@ -49,10 +49,14 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 			return err
 		}
 	}
-	// The snapshot shares the WAL with the events: it enters the pipeline
-	// under mu like a Stage, so that nothing reaches Pebble's write path once
-	// the log has failed, and a failure here fails the log.
-	what := fmt.Sprintf("snapshot at seq %d", seq)
+	return l.writeSynced(b, fmt.Sprintf("snapshot at seq %d", seq))
+}
+
+// writeSynced writes b, which is not a batch of events, and waits for its
+// sync. It shares the WAL with the events: it enters the pipeline under mu
+// like a Stage, so that nothing reaches Pebble's write path once the log has
+// failed, and a failure here fails the log. what names b in errors.
+func (l *Log) writeSynced(b *pebble.Batch, what string) error {
 	l.mu.Lock()
 	if l.mu.closed {
 		l.mu.Unlock()
@@ -64,13 +68,13 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 		b.Close()
 		return err
 	}
-	err = l.applyLocked(b, what)
+	err := l.applyLocked(b, what)
 	if err == nil {
 		l.inflight.Add(1) // Close waits for the sync
 	}
 	l.mu.Unlock()
 	if err != nil {
-		return err
+		return err // b is left to Pebble (see applyLocked)
 	}
 	defer l.inflight.Done()
 	defer b.Close()

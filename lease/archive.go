@@ -21,52 +21,36 @@ import (
 // job that ended in between; answers wait, as always, until what they read
 // is durable.
 
-// archivedJob looks job id up in the archive.
+// archived reads the archive record under key and decodes it; what names it
+// in errors.
+func archived[T any](s *Service, key []byte, what string, decode func([]byte) (T, error)) (T, bool, error) {
+	var zero T
+	b, err := s.log.Archived(key)
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return zero, false, nil
+	}
+	if err != nil {
+		return zero, false, fmt.Errorf("lease: %s: %w", what, err)
+	}
+	v, err := decode(b)
+	if err != nil {
+		return zero, false, fmt.Errorf("lease: archive key %q: %w", key, err)
+	}
+	return v, true, nil
+}
+
 func (s *Service) archivedJob(id string) (projection.Job, bool, error) {
-	b, err := s.log.Archived(projection.ArchiveJobKey(id))
-	if errors.Is(err, eventlog.ErrNotFound) {
-		return projection.Job{}, false, nil
-	}
-	if err != nil {
-		return projection.Job{}, false, fmt.Errorf("lease: job %q: %w", id, err)
-	}
-	j, err := projection.DecodeJob(id, b)
-	if err != nil {
-		return projection.Job{}, false, fmt.Errorf("lease: archive key %q: %w", projection.ArchiveJobKey(id), err)
-	}
-	return j, true, nil
+	return archived(s, projection.ArchiveJobKey(id), fmt.Sprintf("job %q", id),
+		func(b []byte) (projection.Job, error) { return projection.DecodeJob(id, b) })
 }
 
-// archivedLease looks lease id up in the archive.
 func (s *Service) archivedLease(id uint64) (projection.Lease, bool, error) {
-	b, err := s.log.Archived(projection.ArchiveLeaseKey(id))
-	if errors.Is(err, eventlog.ErrNotFound) {
-		return projection.Lease{}, false, nil
-	}
-	if err != nil {
-		return projection.Lease{}, false, fmt.Errorf("lease: lease %d: %w", id, err)
-	}
-	l, err := projection.DecodeLease(id, b)
-	if err != nil {
-		return projection.Lease{}, false, fmt.Errorf("lease: archive key %x: %w", projection.ArchiveLeaseKey(id), err)
-	}
-	return l, true, nil
+	return archived(s, projection.ArchiveLeaseKey(id), fmt.Sprintf("lease %d", id),
+		func(b []byte) (projection.Lease, error) { return projection.DecodeLease(id, b) })
 }
 
-// archivedStale looks up the stale report fingerprinted k in the archive.
 func (s *Service) archivedStale(k projection.StaleKey) (uint64, bool, error) {
-	b, err := s.log.Archived(projection.ArchiveStaleKey(k))
-	if errors.Is(err, eventlog.ErrNotFound) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("lease: stale report %x: %w", k, err)
-	}
-	seq, err := projection.DecodeStale(b)
-	if err != nil {
-		return 0, false, fmt.Errorf("lease: archive key %x: %w", projection.ArchiveStaleKey(k), err)
-	}
-	return seq, true, nil
+	return archived(s, projection.ArchiveStaleKey(k), fmt.Sprintf("stale report %x", k), projection.DecodeStale)
 }
 
 // jobLocked returns job id from the table or the archive.
