@@ -53,6 +53,9 @@ type Stats struct {
 // folded in RetireKeep mode instead, and nothing is written.
 func Rebuild(log Log, logger zerolog.Logger) (*projection.Table, Stats, error) {
 	var st Stats
+	if log.Format() < eventlog.CurrentFormat {
+		return rebuildOlder(log, logger)
+	}
 	seqs, err := log.Snapshots()
 	if err != nil {
 		return nil, st, fmt.Errorf("replay: list snapshots: %w", err)
@@ -73,18 +76,28 @@ func Rebuild(log Log, logger zerolog.Logger) (*projection.Table, Stats, error) {
 		t, st.SnapshotSeq = restored, seq
 		break
 	}
+	t.SetRetire(projection.RetireDrop) // the archive has what the tail ends
+	n, err := fold(t, log.Query(eventlog.Query{After: t.Seq(), ReadAhead: true}), nil)
+	st.Events = n
+	if err != nil {
+		return nil, st, err
+	}
+	return t, st, nil
+}
+
+// rebuildOlder rebuilds from a store of an older format, which has no
+// archive, and whose snapshots (of an older version) this build does not
+// read: it folds the whole log. Opened for writing, it writes the archive
+// records of what the fold retires as it goes, then marks the store as of
+// the current format; a crash before the mark leaves the upgrade to be done
+// again. Opened read-only, it keeps everything in memory and writes nothing.
+func rebuildOlder(log Log, logger zerolog.Logger) (*projection.Table, Stats, error) {
+	var st Stats
+	t := projection.New()
 	var put func() error
-	switch {
-	case log.Format() >= eventlog.CurrentFormat:
-		t.SetRetire(projection.RetireDrop)
-	case log.ReadOnly():
-		t = projection.New() // a snapshot of this store would not hold what it retired
-		st.SnapshotSeq = 0
-	default:
+	if !log.ReadOnly() {
 		logger.Warn().Int("format", log.Format()).Int("to", eventlog.CurrentFormat).
 			Msg("replay: store written by an older build: folding the whole log to write its archive")
-		t = projection.New()
-		st.SnapshotSeq = 0
 		t.SetRetire(projection.RetireRecord)
 		put = func() error {
 			recs := t.TakeRetired()
@@ -92,21 +105,22 @@ func Rebuild(log Log, logger zerolog.Logger) (*projection.Table, Stats, error) {
 			return log.PutArchive(recs, false)
 		}
 	}
-	n, err := fold(t, log.Query(eventlog.Query{After: t.Seq(), ReadAhead: true}), put)
+	n, err := fold(t, log.Query(eventlog.Query{ReadAhead: true}), put)
 	st.Events = n
 	if err != nil {
 		return nil, st, err
 	}
-	if put != nil {
-		if err := put(); err != nil {
-			return nil, st, fmt.Errorf("replay: write archive: %w", err)
-		}
-		if err := log.PutArchive(nil, true); err != nil {
-			return nil, st, fmt.Errorf("replay: upgrade store: %w", err)
-		}
-		t.SetRetire(projection.RetireDrop)
-		logger.Info().Int("records", st.Upgraded).Msg("replay: archive written; store upgraded")
+	if put == nil {
+		return t, st, nil
 	}
+	if err := put(); err != nil {
+		return nil, st, fmt.Errorf("replay: write archive: %w", err)
+	}
+	if err := log.PutArchive(nil, true); err != nil {
+		return nil, st, fmt.Errorf("replay: upgrade store: %w", err)
+	}
+	t.SetRetire(projection.RetireDrop)
+	logger.Info().Int("records", st.Upgraded).Msg("replay: archive written; store upgraded")
 	return t, st, nil
 }
 

@@ -1,6 +1,7 @@
 package replay_test
 
 import (
+	"errors"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -62,6 +63,15 @@ func TestUpgradeFormat1Store(t *testing.T) {
 	}
 	log.Close()
 
+	// An upgrade cut short before its mark (a crash, a full disk) leaves the
+	// store of the old format, its records written or not: the next start
+	// does it again.
+	log = open(false)
+	if _, _, err := replay.Rebuild(noMark{log}, zerolog.Nop()); err == nil || log.Format() != 1 {
+		t.Fatalf("upgrade without its mark: %v, format %d; want an error and format 1", err, log.Format())
+	}
+	log.Close()
+
 	log = open(false)
 	table, st, err := replay.Rebuild(log, zerolog.Nop())
 	if err != nil {
@@ -101,4 +111,14 @@ func TestUpgradeFormat1Store(t *testing.T) {
 	if a.Seq != 16 || !a.Stale {
 		t.Fatalf("repeated stale report: %+v, %v; want the answer of seq 16", a, err)
 	}
+}
+
+// noMark is a log whose upgrade fails at its last write, the format mark.
+type noMark struct{ *eventlog.Log }
+
+func (l noMark) PutArchive(recs []eventlog.Record, upgrade bool) error {
+	if upgrade {
+		return errors.New("disk full")
+	}
+	return l.Log.PutArchive(recs, false)
 }
