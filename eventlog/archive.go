@@ -28,17 +28,24 @@ const MaxArchiveKeyLen = 1024
 
 func archiveKey(dst, key []byte) []byte { return append(append(dst, prefixArchive), key...) }
 
-func (l *Log) addArchiveLocked(b *pebble.Batch, recs []Record) error {
+// addArchive writes recs into b, with scratch for the keys; it returns the
+// scratch, grown.
+func addArchive(b *pebble.Batch, recs []Record, scratch []byte) ([]byte, error) {
 	for _, r := range recs {
 		if len(r.Key) == 0 || len(r.Key) > MaxArchiveKeyLen {
-			return fmt.Errorf("archive key of %d bytes (1 to %d)", len(r.Key), MaxArchiveKeyLen)
+			return scratch, fmt.Errorf("archive key of %d bytes (1 to %d)", len(r.Key), MaxArchiveKeyLen)
 		}
-		l.mu.scratch = archiveKey(l.mu.scratch[:0], r.Key)
-		if err := b.Set(l.mu.scratch, r.Value, nil); err != nil {
-			return err
+		scratch = archiveKey(scratch[:0], r.Key)
+		if err := b.Set(scratch, r.Value, nil); err != nil {
+			return scratch, err
 		}
 	}
-	return nil
+	return scratch, nil
+}
+
+func (l *Log) addArchiveLocked(b *pebble.Batch, recs []Record) (err error) {
+	l.mu.scratch, err = addArchive(b, recs, l.mu.scratch)
+	return err
 }
 
 // Format is the format of the store as it was opened: the current format for
@@ -59,23 +66,13 @@ func (l *Log) PutArchive(recs []Record, upgrade bool) error {
 		return errors.New("eventlog: archive write to a store opened read-only")
 	}
 	b := l.db.NewBatch()
-	var key []byte
-	for _, r := range recs {
-		if len(r.Key) == 0 || len(r.Key) > MaxArchiveKeyLen {
-			b.Close()
-			return fmt.Errorf("eventlog: archive write: key of %d bytes (1 to %d)", len(r.Key), MaxArchiveKeyLen)
-		}
-		key = archiveKey(key[:0], r.Key)
-		if err := b.Set(key, r.Value, nil); err != nil {
-			b.Close()
-			return fmt.Errorf("eventlog: archive write: %w", err)
-		}
+	_, err := addArchive(b, recs, nil)
+	if err == nil && upgrade {
+		err = b.Set(metaFormatKey, []byte{storeFormat}, nil)
 	}
-	if upgrade {
-		if err := b.Set(metaFormatKey, []byte{storeFormat}, nil); err != nil {
-			b.Close()
-			return fmt.Errorf("eventlog: archive write: %w", err)
-		}
+	if err != nil {
+		b.Close()
+		return fmt.Errorf("eventlog: archive write: %w", err)
 	}
 	if err := l.writeSynced(b, fmt.Sprintf("archive write of %d records", len(recs))); err != nil {
 		return err
