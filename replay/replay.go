@@ -31,6 +31,7 @@ type Log interface {
 	ReadOnly() bool
 	ScanArchive(prefix []byte, fn func(key, value []byte) error) error
 	PutArchive(recs []eventlog.Record, upgrade bool) error
+	CheckTimeIndex() error
 }
 
 // Stats says what a rebuild did.
@@ -178,8 +179,9 @@ var ErrMismatch = errors.New("replay: snapshot differs from the full fold")
 // from 1 without a gap; every event decodes and is a legal transition of the
 // lease state machine, with fencing tokens growing per job (Apply refuses
 // anything else); every type index names exactly the events of its type; and
-// every stored snapshot equals the fold at its sequence number; and the
-// archive holds exactly the records of what the fold retired.
+// every stored snapshot equals the fold at its sequence number; the time
+// index names exactly the runs of the events; and the archive holds exactly
+// the records of what the fold retired.
 func Verify(log Log) (Report, error) {
 	var rep Report
 	snaps, err := log.Snapshots()
@@ -221,6 +223,9 @@ func Verify(log Log) (Report, error) {
 	}
 	if err := checkTypeIndexes(log, t); err != nil {
 		return rep, err
+	}
+	if err := log.CheckTimeIndex(); err != nil {
+		return rep, fmt.Errorf("replay: %w", err)
 	}
 	if log.Format() >= eventlog.CurrentFormat {
 		if err := checkArchive(log, t); err != nil {

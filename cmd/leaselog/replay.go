@@ -24,8 +24,10 @@ store's archive; --verify prints them too.
 
 With --verify, fold the whole log from its first event instead and check it:
 sequence numbers without a gap, every event a legal transition, fencing tokens
-growing per job, every type index complete, and every stored snapshot equal to
-the fold at its sequence number. Exit status 0 means the log is sound.`,
+growing per job, every type index complete, the time index naming exactly the
+runs of the events, every stored snapshot equal to the fold at its sequence
+number, and the archive holding exactly the jobs that ended. Exit status 0
+means the log is sound.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
