@@ -104,8 +104,8 @@ func (f JobFilter) Selects(j Job) bool {
 func (t *Table) Jobs(f JobFilter) []Job {
 	var out []Job
 	for _, j := range t.jobs {
-		if (f.State == fsm.None || j.state == f.State) && (f.Kind == 0 || j.kind == f.Kind) {
-			out = append(out, j.view())
+		if v := j.view(); f.Selects(v) {
+			out = append(out, v)
 		}
 	}
 	for _, j := range t.retired.jobs {
@@ -168,8 +168,8 @@ func (f LeaseFilter) Selects(l Lease) bool {
 func (t *Table) Leases(f LeaseFilter) []Lease {
 	var out []Lease
 	pick := func(l *lease) {
-		if (f.State == fsm.None || l.state == f.State) && (f.Worker == "" || l.worker.id == f.Worker) && (f.Kind == 0 || l.job.kind == f.Kind) {
-			out = append(out, l.view())
+		if v := l.view(); f.Selects(v) {
+			out = append(out, v)
 		}
 	}
 	if f.State == fsm.None || f.State.Live() {
@@ -215,13 +215,6 @@ func (t *Table) Queued(n int) []Job {
 		return n <= 0 || len(out) < n
 	})
 	return out
-}
-
-// StaleReport returns the seq of the stale report recorded under k, if the
-// table kept it (RetireKeep).
-func (t *Table) StaleReport(k StaleKey) (uint64, bool) {
-	seq, ok := t.stale[k]
-	return seq, ok
 }
 
 // Silent returns the live leases and the reachable workers holding live leases

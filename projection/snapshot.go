@@ -19,7 +19,8 @@ const snapshotVersion = SnapshotVersion
 // SnapshotVersion is the snapshot format this build writes and reads.
 //
 // Version 3: jobs that ended are retired, not snapshotted, and the counts of
-// jobs by state are stored, since the jobs listed no longer make them.
+// jobs by state are stored, since the jobs listed no longer make them. A job
+// that has not ended has no report: no attempts, outcome, ref or result.
 const SnapshotVersion = 3
 
 // ErrSnapshot is returned by Restore for bytes it cannot restore.
@@ -42,8 +43,8 @@ var ErrSnapshotVersion = errors.New("projection: snapshot of an older version")
 //
 //	version seq lastTime absence counts[NumTypes] jobsIn[NumStates]
 //	nworkers { id seen seenAt unreachable }                              by id
-//	njobs    { id kind state spec result attempts leases outcome reason ref
-//	           submitted updated queuedSeq current }                     fold order
+//	njobs    { id kind state spec leases reason submitted updated
+//	           queuedSeq current }                                       fold order
 //	nleases  { id job# worker# state mode acquired heard heardAt reportSeq } by id
 //	queue    n { job# }                                                  queue order
 //	live     n { lease# }                                                recency order
@@ -86,12 +87,8 @@ func (t *Table) Snapshot() []byte {
 		w.uvarint(uint64(j.kind))
 		w.uvarint(uint64(j.state))
 		w.bytes(j.spec)
-		w.bytes(j.result)
-		w.uvarint(uint64(j.attempts))
 		w.uvarint(uint64(j.leases))
-		w.uvarint(uint64(j.outcome))
 		w.str(j.reason)
-		w.str(j.ref)
 		w.varint(j.submitted)
 		w.varint(j.updated)
 		w.uvarint(j.queuedSeq)
@@ -187,12 +184,8 @@ func Restore(b []byte) (*Table, error) {
 		j.kind = eventlog.Kind(r.uvarint())
 		j.state = fsm.State(r.uvarint())
 		j.id, j.spec = t.mem.idAndBytes(id, r.bytes())
-		j.result = clone(r.bytes())
-		j.attempts = int(r.uvarint())
 		j.leases = int(r.uvarint())
-		j.outcome = eventlog.Outcome(r.uvarint())
 		j.reason = t.mem.reason(r.str())
-		j.ref = t.mem.str(r.str())
 		j.submitted = r.varint()
 		j.updated = r.varint()
 		j.queuedSeq = r.uvarint()
@@ -282,11 +275,8 @@ func Restore(b []byte) (*Table, error) {
 		}
 		t.watched.touch(w, w.order.at)
 	}
-	if r.err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
-	}
-	if len(r.b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrSnapshot, len(r.b))
+	if err := r.done(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSnapshot, err)
 	}
 	// Every live lease and queued job must have been listed in its order.
 	live := 0
