@@ -98,6 +98,11 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 type Grant struct {
 	Lease uint64 `json:"lease"`
 	Job   Job    `json:"job"`
+	// HeldSeconds is how long the daemon held the acquire before it granted
+	// this lease (a long poll waits for a job): the worker's first fence
+	// deadline counts from its send time plus this, never from the send time
+	// alone. 0 in the answer to GET /v1/workers/{worker}/leases.
+	HeldSeconds float64 `json:"held_seconds,omitempty"`
 	Timing
 }
 
@@ -209,6 +214,9 @@ type Jobs struct {
 type Health struct {
 	Status string `json:"status"`
 	Seq    uint64 `json:"seq"`
+	// BootID is the daemon host's boot id: a worker whose host has the same
+	// fences on CLOCK_MONOTONIC, any other on CLOCK_BOOTTIME (hostclock.For).
+	BootID string `json:"boot_id,omitempty"`
 }
 
 func unixTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }

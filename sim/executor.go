@@ -147,3 +147,6 @@ func (r *simRun) onDone(f func()) {
 	}
 	r.waiters = append(r.waiters, f)
 }
+
+// Fence is to move the simulated supervisor's deadline.
+func (r *simRun) Fence(at time.Time) {}

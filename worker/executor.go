@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/leaselog/leaselog/api"
 )
@@ -32,6 +33,13 @@ type Run interface {
 	// (kill, gone, or self-fencing). It returns without waiting; Done says
 	// when the job is over. Stopping an ended run does nothing.
 	Stop(kill bool)
+	// Fence moves the run's fence deadline to at, a reading of the fence
+	// clock the worker and its executor share (hostclock): past it, the
+	// run's supervisor kills the job's whole process tree on its own,
+	// whether or not the worker is alive. The worker calls it after every
+	// acknowledged heartbeat that renewed the lease, and once when the job
+	// starts. A deadline earlier than the one set is taken too.
+	Fence(at time.Time)
 }
 
 // Outcome is what a worker reports about a run.

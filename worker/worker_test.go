@@ -363,3 +363,5 @@ func TestReportRetriesUntilAnswered(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 }
+
+func (r *fakeRun) Fence(at time.Time) {}
