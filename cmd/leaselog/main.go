@@ -12,9 +12,14 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leaselog/leaselog/worker/local/supervise"
 )
 
 func main() {
+	// A job's supervisor is this binary run again: it must become one
+	// before anything else happens (see package supervise).
+	supervise.Init()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := (&Main{Stdout: os.Stdout, Stderr: os.Stderr}).Run(ctx, os.Args[1:])
 	stop()

@@ -21,6 +21,7 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/internal/testutil"
 	"github.com/leaselog/leaselog/worker"
+	"github.com/leaselog/leaselog/worker/local/supervise"
 )
 
 // waitBound bounds every wait of these tests: a test that waits longer
@@ -35,6 +36,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	supervise.Init() // this binary is the jobs' supervisor too
 	if os.Getenv(daemonDirEnv) != "" {
 		os.Exit(fakeDaemon())
 	}

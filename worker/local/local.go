@@ -5,12 +5,17 @@
 // Options.Dir, the process group running the job's command in it, and what is
 // brought back from it when the job ends (a git ref, a JSON result).
 //
-// A job's command runs as `/bin/sh -c RUN` under a small sh wrapper, in a
-// session of its own: nothing aimed at the daemon — a SIGTERM or SIGKILL to
-// its process group, a ^C in its terminal — reaches the job, so an agent
-// outlives a daemon restart. Everything a restarted daemon needs to find the
-// job again is on disk, and the wrapper records the command's exit status
-// there even when no worker is left to see it end.
+// A job's command runs as `/bin/sh -c RUN` under a supervisor (package
+// supervise: this binary re-executed, in a session of its own): nothing
+// aimed at the worker — a SIGTERM or SIGKILL to its process group, a ^C in
+// its terminal — reaches the job, so an agent outlives a daemon restart. The
+// supervisor is a subreaper, so whatever the job starts, in new sessions
+// too, stays below it and dies with it: when the command ends, when the
+// worker kills it, and when the fence deadline the worker renews (Fence)
+// passes, whether or not a worker is still alive. Everything a restarted
+// worker needs to find the job again is on disk, and the supervisor
+// records the command's exit status there even when no worker is left to
+// see it end.
 //
 // A run directory, one per lease:
 //
@@ -23,27 +28,38 @@
 //	        │                   them out of the job's commits
 //	        ├── .gitignore
 //	        ├── spec.json       the job's spec, as the daemon gave it
-//	        ├── pid             the wrapper's pid = process group id = session id
+//	        ├── pid             the supervisor's pid = process group id =
+//	        │                   session id; its cwd is the run directory
 //	        ├── stdout          the command's standard output
 //	        ├── stderr          the command's standard error
+//	        ├── supervisor.log  the supervisor's own lines (stops, the fence)
 //	        ├── result.json     $LEASELOG_RESULT: JSON the job may leave behind
+//	        ├── fence           "<clock> <unix-ns>": the fence deadline, a
+//	        │                   reading of hostclock's clock of that name;
+//	        │                   written at the start (the grant's toleration −
+//	        │                   2×renew from then) and by every Fence
 //	        ├── stop            "cancel" or "kill", once this worker stopped it
-//	        └── exit            the command's exit status ("3\n"), written by
-//	                            the wrapper when the command ends (exit.tmp,
-//	                            then mv, so a reader never sees half of it)
+//	        ├── fenced          once the supervisor stopped the job at the fence
+//	        └── exit            the command's exit status ("3\n"; 128+N for
+//	                            signal N), written by the supervisor once the
+//	                            job's whole tree is gone (exit.tmp, then
+//	                            rename, so a reader never sees half of it)
 //
 // Run directories are never removed, worktrees included: they hold the whole
 // state an agent left, which auditors may want, and removing a worktree is an
 // operator's decision (`git worktree remove`). What a job made is reachable
 // from the main repository anyway, through refs/leaselog/<job>/<lease>.
 //
-// The outcome of a run: exit status 0 is "succeeded"; any other status is
-// "failed", reason "exit status N"; a run this executor stopped is
-// "cancelled" (Stop(false)) or "killed" (Stop(true)), whatever its status;
-// a run whose process group is gone without an exit status is "failed",
-// reason "agent vanished".
+// The outcome of a run: a run its supervisor stopped at the fence is
+// "lost", reason "fence deadline passed; job stopped by its supervisor"
+// (its lease may be another's by now: a loss, never an attempt); otherwise
+// a run this executor stopped is "cancelled" (Stop(false)) or "killed"
+// (Stop(true)), whatever its status; exit status 0 is "succeeded"; any
+// other status is "failed", reason "exit status N"; a run whose supervisor
+// is gone without an exit status is "failed", reason "agent vanished".
 //
-// This package is Linux-only: it reads /proc and calls waitid.
+// This package is Linux-only: it reads /proc, calls waitid, and its
+// supervisor needs PR_SET_CHILD_SUBREAPER.
 package local
 
 import (
@@ -60,7 +76,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/hostclock"
 	"github.com/leaselog/leaselog/worker"
+	"github.com/leaselog/leaselog/worker/local/supervise"
 )
 
 // Names inside a run directory.
@@ -71,8 +89,10 @@ const (
 	stdoutFile = "stdout"
 	stderrFile = "stderr"
 	resultFile = "result.json"
-	stopFile   = "stop"
-	exitFile   = "exit"
+	exitFile   = supervise.ExitFile
+	stopFile   = supervise.StopFile
+	fenceFile  = supervise.FenceFile
+	fencedFile = supervise.FencedFile
 )
 
 // Options configures an Executor.
@@ -88,6 +108,10 @@ type Options struct {
 	// Poll is how often a re-attached run, which is not this process's
 	// child, looks at its process; 0 means 500ms.
 	Poll time.Duration
+	// Clock is the fence clock: Run.Fence's deadlines are readings of it,
+	// and so is the first deadline a run gets at its start. It must be the
+	// worker's (worker.Options). 0 means hostclock.Boottime.
+	Clock hostclock.Clock
 }
 
 // Executor runs jobs as local processes. It implements worker.Executor; its
@@ -97,6 +121,7 @@ type Executor struct {
 	log   zerolog.Logger
 	grace time.Duration
 	poll  time.Duration
+	clock hostclock.Clock
 }
 
 var _ worker.Executor = (*Executor)(nil)
@@ -105,6 +130,11 @@ var _ worker.Executor = (*Executor)(nil)
 func New(opts Options) (*Executor, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("local: Options.Dir is required")
+	}
+	if !supervise.Hooked() {
+		// Without the hook the re-executed binary would run its own main
+		// (or all its tests) instead of supervising.
+		return nil, errors.New("local: this binary cannot supervise jobs: call supervise.Init first thing in main (or TestMain)")
 	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("local: create %s: %w", opts.Dir, err)
@@ -122,7 +152,10 @@ func New(opts Options) (*Executor, error) {
 	if opts.Poll <= 0 {
 		opts.Poll = 500 * time.Millisecond
 	}
-	return &Executor{dir: dir, log: opts.Logger, grace: opts.StopGrace, poll: opts.Poll}, nil
+	if opts.Clock == 0 {
+		opts.Clock = hostclock.Boottime
+	}
+	return &Executor{dir: dir, log: opts.Logger, grace: opts.StopGrace, poll: opts.Poll, clock: opts.Clock}, nil
 }
 
 // Start checks out and starts the job of grant g. It returns once the
@@ -195,6 +228,9 @@ func (e *Executor) newRun(g api.Grant) (*run, error) {
 		dir:   filepath.Join(e.dir, g.Job.ID+"-"+strconv.FormatUint(g.Lease, 10)),
 		spec:  spec,
 		done:  make(chan struct{}),
+	}
+	if g.TolerationSeconds > 0 {
+		r.firstFence = g.Timing.Config().SelfFence()
 	}
 	r.log = e.log.With().Str("job", r.job).Uint64("lease", r.lease).Logger()
 	return r, nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/worker/local/supervise"
 )
 
 func TestSucceeds(t *testing.T) {
@@ -182,8 +183,8 @@ func TestCancelOfJobThatIgnoresTerm(t *testing.T) {
 		t.Fatalf("the job ended %v after the cancel; want after the %v grace, soon", d, grace)
 	}
 	wantOutcome(t, out, "cancelled", "cancelled by the worker")
-	if !strings.Contains(logs.String(), "stop grace over") {
-		t.Fatalf("no escalation logged:\n%s", logs)
+	if got := readState(t, e, g, supervise.LogFile); !strings.Contains(got, "stop grace of 200ms over") {
+		t.Fatalf("no escalation logged by the supervisor:\n%s\nexecutor:\n%s", got, logs)
 	}
 }
 

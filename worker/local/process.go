@@ -10,51 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"unsafe"
-)
 
-// wrapperScript runs a job's command and records how it ended. $1 is the
-// command, $2 the .leaselog folder. The wrapper leads the run's session and
-// process group; a recorder subshell is the command's parent and writes down
-// its exit status, whether or not a worker is still watching.
-//
-//   - The recorder runs the command in the foreground: a shell that waits for
-//     a foreground command always gets its real status, and runs its own
-//     traps only afterwards. Its trap (":") keeps it alive through a stop
-//     signal to the group; exec resets a caught signal, so the command still
-//     sees the signal with its default action.
-//   - The status goes to exit.tmp, then is renamed to exit: a reader sees all
-//     or nothing. The recorder ignores TERM and HUP from then on, so that a
-//     late stop cannot kill mv half way.
-//   - The wrapper waits for the recorder in the background, so that it can
-//     take signals meanwhile: a stop signal sent to the wrapper alone (kill
-//     $(cat pid)) is forwarded to the whole group, as TERM, once. (A
-//     background command of a non-interactive shell ignores INT, so INT is
-//     forwarded as TERM.) It is not forwarded once .leaselog/stop exists:
-//     then the signal is this executor's, sent to the group, and a command
-//     must see one TERM, not two — a second TERM means "die now" to many
-//     programs. A group signal from anyone else does reach the command
-//     twice. A trapped signal cuts wait short with a status above 128; the
-//     wrapper waits again for as long as the recorder's pid answers (a
-//     zombie does, until this shell reaps it).
-//   - Then the wrapper kills its own group, itself included: nothing the
-//     command left running in the background outlives the job, or changes
-//     the worktree while it is being brought back.
-const wrapperScript = `cmd=$1 state=$2 fwd=
-trap '[ -n "$fwd" ] || [ -e "$state/stop" ] || { fwd=1; kill -TERM 0; }' TERM INT HUP
-(
-	trap : TERM HUP
-	/bin/sh -c "$cmd"
-	status=$?
-	trap '' TERM HUP
-	printf '%s\n' "$status" >"$state/exit.tmp" && mv -f "$state/exit.tmp" "$state/exit"
-) &
-recorder=$!
-while :; do
-	wait "$recorder"
-	[ $? -ne 127 ] && kill -0 "$recorder" 2>/dev/null || break
-done
-kill -KILL 0
-`
+	"github.com/leaselog/leaselog/worker/local/supervise"
+)
 
 // jobEnv is the environment of a job: the daemon's, without what must not
 // leak into a job, plus the LEASELOG_ variables that tell the job where it is.
@@ -90,8 +48,8 @@ func isGitLocationVar(name string) bool {
 	return false
 }
 
-// spawn starts the wrapper of a prepared run, writes its pid file and hands
-// the child to a reaping goroutine.
+// spawn starts the supervisor of a prepared run, writes its pid file and
+// hands the child to a reaping goroutine.
 func (e *Executor) spawn(r *run) error {
 	stdout, err := os.OpenFile(r.path(stdoutFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
@@ -103,23 +61,31 @@ func (e *Executor) spawn(r *run) error {
 		return err
 	}
 	defer stderr.Close()
+	if r.firstFence > 0 {
+		// Until the worker's own first Fence (right after Start returns):
+		// a worker that dies in between must not leave the job unfenced.
+		if err := supervise.WriteFence(r.path(""), e.clock, e.clock.Now().Add(r.firstFence)); err != nil {
+			return fmt.Errorf("write fence: %w", err)
+		}
+	}
 
-	cmd := exec.Command("/bin/sh", "-c", wrapperScript, "leaselog-run", r.spec.Run, r.path(""))
+	// Files, not pipes: the job writes to them directly, so neither its
+	// output nor its supervisor depends on this process being alive.
+	cmd, logFile, err := supervise.Command(r.path(""), e.grace, r.spec.Run, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
 	cmd.Dir = r.dir
 	cmd.Env = jobEnv(r)
-	cmd.Stdin = nil // /dev/null
-	// Files, not pipes: the child writes to them directly, so neither its
-	// output nor Wait depends on this process being alive.
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// A session of its own: signals to the daemon's process group or
-	// terminal do not reach the job, and its group id is its pid.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("run %s: %w", r.dir, err)
 	}
 	r.pid, r.owned = cmd.Process.Pid, true
 	if err := writeFileAtomic(r.path(pidFile), []byte(strconv.Itoa(r.pid)+"\n")); err != nil {
-		// A run no restart could find must not run on.
+		// A run no restart could find must not run on. The job is not
+		// started before the supervisor has set itself up, so killing the
+		// group kills everything.
 		_ = syscall.Kill(-r.pid, syscall.SIGKILL)
 		go func() { _ = cmd.Wait() }() // reap it; the start has failed
 		return fmt.Errorf("write pid file: %w", err)
@@ -129,9 +95,9 @@ func (e *Executor) spawn(r *run) error {
 	return nil
 }
 
-// reap waits for an owned wrapper to end, then finishes the run. It marks
-// the run gone while the wrapper is still an unreaped zombie, and only then
-// reaps it: until then its pid, the group id Stop signals, cannot be
+// reap waits for an owned supervisor to end, then finishes the run. It
+// marks the run gone while the supervisor is still an unreaped zombie, and
+// only then reaps it: until then its pid, which Stop signals, cannot be
 // recycled.
 func (r *run) reap(cmd *exec.Cmd) {
 	if err := waitExited(r.pid); err != nil {
@@ -140,7 +106,7 @@ func (r *run) reap(cmd *exec.Cmd) {
 	r.markGone()
 	detail := ""
 	if err := cmd.Wait(); err != nil {
-		detail = "wrapper: " + err.Error()
+		detail = "supervisor: " + err.Error()
 	}
 	r.finish(detail)
 }
@@ -188,7 +154,7 @@ func procStat(pid int) (state byte, pgrp, session int, err error) {
 	return f[0][0], pgrp, session, nil
 }
 
-// groupAlive reports whether pid is still the live wrapper of the run in
+// groupAlive reports whether pid is still the live supervisor of the run in
 // dir: a running process that leads its own process group and works in dir.
 // A recycled pid may lead a group of its own too, but it will not be working
 // in this run's directory. A zombie counts as gone: it has ended, and its

@@ -21,15 +21,19 @@ import (
 //   - no run directory: found is false (the worker reports the lease lost);
 //   - .leaselog/exit: the job ended while nobody watched; the run is Done at
 //     once, with its outcome and what it brought back;
-//   - a live wrapper (the pid file's process still leads its group and works
-//     in the run directory): a run that watches it every Options.Poll, Done
-//     once the exit file appears or the process is gone;
-//   - no live wrapper and no exit status: Done at once, "failed", reason
+//   - a live supervisor (the pid file's process still leads its group and
+//     works in the run directory): a run that watches it every Options.Poll,
+//     Done once the exit file appears or the process is gone; the worker
+//     renews its fence with Fence;
+//   - no live supervisor and no exit status: Done at once, "failed", reason
 //     "agent vanished".
 //
-// A stop recorded before the restart still counts: the outcome is cancelled
-// or killed, a kill is sent again, and a cancel gets a fresh StopGrace before
-// its SIGKILL (the old daemon's timer died with it).
+// A run its supervisor stopped at the fence (.leaselog/fenced) is "lost",
+// whatever else is on disk. A stop recorded before the restart still
+// counts: the outcome is cancelled or killed, and the supervisor is
+// signalled again (the old worker may have died between writing the stop
+// and signalling; the supervisor acts on a mode once, and its cancel's
+// grace runs from the first).
 func (e *Executor) Reattach(ctx context.Context, g api.Grant) (worker.Run, bool, error) {
 	r, err := e.newRun(g)
 	if err != nil {
@@ -73,11 +77,8 @@ func (e *Executor) Reattach(ctx context.Context, g api.Grant) (worker.Run, bool,
 
 	r.log.Info().Str("state", "running").Int("pid", pid).Str("stop", r.mu.mode.String()).Msg("local: re-attached")
 	r.mu.Lock()
-	switch r.mu.mode {
-	case stopKill:
-		r.signalLocked(syscall.SIGKILL)
-	case stopCancel:
-		r.mu.grace = time.AfterFunc(e.grace, r.graceOver)
+	if r.mu.mode != stopNone {
+		r.signalLocked(syscall.SIGTERM)
 	}
 	r.mu.Unlock()
 	go r.watch()

@@ -147,18 +147,19 @@ func TestReattachVanished(t *testing.T) {
 }
 
 // The old daemon cancelled a job that ignores SIGTERM, then died: the new
-// one still reports it cancelled, and kills it after its own grace.
+// one still reports it cancelled, and the supervisor kills it after the
+// grace it was started with (the new executor's is an hour).
 func TestReattachAfterCancel(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	a, _ := newExecutor(t, dir, time.Hour)
+	a, _ := newExecutor(t, dir, 200*time.Millisecond)
 	ready := fifo(t, "ready")
 	g := grant(t, "stubborn", 5, api.Spec{Run: "trap '' TERM; echo up > " + q(ready) + "; exec sleep 60"})
 	ra := start(t, a, g)
 	readFIFO(t, ready)
 	ra.Stop(false)
 
-	b, _ := newExecutor(t, dir, 200*time.Millisecond)
+	b, _ := newExecutor(t, dir, time.Hour)
 	r := reattach(t, b, g)
 	wantOutcome(t, await(t, r), "cancelled", "cancelled by the worker")
 	wantOutcome(t, await(t, ra), "cancelled", "cancelled by the worker")

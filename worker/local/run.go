@@ -19,6 +19,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/worker"
+	"github.com/leaselog/leaselog/worker/local/supervise"
 )
 
 // Outcomes, as the report API spells them.
@@ -27,6 +28,7 @@ const (
 	outcomeFailed    = "failed"
 	outcomeCancelled = "cancelled"
 	outcomeKilled    = "killed"
+	outcomeLost      = "lost"
 )
 
 // reasonVanished is the reason of a run whose processes are gone without an
@@ -76,8 +78,11 @@ type run struct {
 	dir   string // the run directory
 	spec  api.Spec
 	log   zerolog.Logger
-	pid   int  // the wrapper: leader of the run's session and process group
+	pid   int  // the supervisor: leader of the run's session and process group
 	owned bool // this process is its parent and reaps it
+	// firstFence is how long after its spawn the job is fenced if the
+	// worker never calls Fence (0: not fenced until it does).
+	firstFence time.Duration
 
 	done    chan struct{}
 	outcome worker.Outcome // written once, before done is closed
@@ -85,10 +90,9 @@ type run struct {
 	mu struct {
 		sync.Mutex
 		mode stopMode
-		// gone is set once the wrapper is known to have ended. From then on
-		// its pid, and so the group id, may be recycled: no more signals.
-		gone  bool
-		grace *time.Timer // the SIGKILL that follows a cancel's SIGTERM
+		// gone is set once the supervisor is known to have ended. From
+		// then on its pid may be recycled: no more signals, no more fences.
+		gone bool
 	}
 }
 
@@ -111,12 +115,14 @@ func (r *run) Outcome() worker.Outcome {
 	}
 }
 
-// Stop signals the run's whole process group and returns: a kill sends
-// SIGKILL; a cancel sends SIGTERM, then SIGKILL after Options.StopGrace if
-// the group is still there. The mode is written to .leaselog/stop first, so
-// that a daemon restarted before the job ends still reports it cancelled or
-// killed. Stopping a run that has ended, or again with the same or a weaker
-// mode, does nothing.
+// Stop asks the run's supervisor to stop the job: a kill kills the job's
+// whole process tree, setsid'd descendants included; a cancel sends SIGTERM
+// to the job's process group, and the supervisor kills the whole tree after
+// Options.StopGrace if the job is still there. The mode is written to
+// .leaselog/stop, then the supervisor gets a SIGTERM and reads it; the
+// mode on disk also tells a restarted worker how the job was stopped.
+// Stopping a run that has ended, or again with the same or a weaker mode,
+// does nothing.
 func (r *run) Stop(kill bool) {
 	want := stopCancel
 	if kill {
@@ -134,34 +140,17 @@ func (r *run) Stop(kill bool) {
 	}
 	r.mu.mode = want
 	if err := writeFileAtomic(r.path(stopFile), []byte(want.String()+"\n")); err != nil {
-		r.log.Warn().Err(err).Msg("local: cannot record the stop; a restart would report the exit status instead")
+		// Without the file the supervisor takes the signal for someone
+		// else's and forwards one SIGTERM: a cancel, at least.
+		r.log.Warn().Err(err).Msg("local: cannot record the stop; the supervisor will only forward a SIGTERM")
 	}
 	r.log.Info().Str("mode", want.String()).Int("pid", r.pid).Msg("local: stop")
-	if want == stopKill {
-		if r.mu.grace != nil {
-			r.mu.grace.Stop()
-		}
-		r.signalLocked(syscall.SIGKILL)
-		return
-	}
 	r.signalLocked(syscall.SIGTERM)
-	r.mu.grace = time.AfterFunc(r.e.grace, r.graceOver)
 }
 
-// graceOver kills a cancelled run that outlived its grace.
-func (r *run) graceOver() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mu.gone || r.mu.mode != stopCancel {
-		return
-	}
-	r.log.Info().Dur("grace", r.e.grace).Int("pid", r.pid).Msg("local: stop grace over, killing")
-	r.signalLocked(syscall.SIGKILL)
-}
-
-// signalLocked sends sig to the run's process group, if it is still the
-// run's. An owned wrapper is not reaped before gone is set (see reap), so
-// its pid cannot have been recycled; a re-attached one is checked first.
+// signalLocked sends sig to the run's supervisor, if it is still the run's.
+// An owned supervisor is not reaped before gone is set (see reap), so its
+// pid cannot have been recycled; a re-attached one is checked first.
 func (r *run) signalLocked(sig syscall.Signal) {
 	if r.mu.gone || r.pid <= 0 {
 		return
@@ -169,23 +158,21 @@ func (r *run) signalLocked(sig syscall.Signal) {
 	if !r.owned && !groupAlive(r.pid, r.dir) {
 		return
 	}
-	if err := syscall.Kill(-r.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		r.log.Warn().Err(err).Int("pgid", r.pid).Str("signal", sig.String()).Msg("local: signal failed")
+	if err := syscall.Kill(r.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		r.log.Warn().Err(err).Int("pid", r.pid).Str("signal", sig.String()).Msg("local: signal failed")
 	}
 }
 
-// markGone records that the wrapper has ended: no signal may follow.
+// markGone records that the supervisor has ended: no signal may follow.
 func (r *run) markGone() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mu.gone = true
-	if r.mu.grace != nil {
-		r.mu.grace.Stop()
-	}
 }
 
 // finish works out the outcome of an ended run, publishes it and closes
-// Done. detail says more about a run that vanished (how its wrapper ended).
+// Done. detail says more about a run that vanished (how its supervisor
+// ended).
 func (r *run) finish(detail string) {
 	r.outcome = r.collect(detail)
 	// Logged before Done closes: whoever waits on Done sees the line.
@@ -215,6 +202,10 @@ func (r *run) collect(detail string) worker.Outcome {
 		exited = "exit status " + strconv.Itoa(status)
 	}
 	switch {
+	case fileExists(r.path(fencedFile)):
+		// Whatever else happened, the job was stopped because its lease
+		// may be gone: a loss, not an attempt.
+		out.Outcome, out.Reason = outcomeLost, supervise.FencedReason
 	case mode == stopKill:
 		out.Outcome, out.Reason = outcomeKilled, "killed by the worker"
 	case mode == stopCancel:
@@ -231,7 +222,10 @@ func (r *run) collect(detail string) worker.Outcome {
 	default:
 		out.Outcome, out.Reason = outcomeFailed, exitErr.Error()
 	}
-	if mode != stopNone && exited != "" {
+	// After a stop, the status says how the job took it; 128+SIGKILL is
+	// the supervisor's own kill of the tree, and no news.
+	stopped := mode != stopNone || out.Outcome == outcomeLost
+	if stopped && exited != "" && status != 128+int(syscall.SIGKILL) {
 		notes = append(notes, exited)
 	}
 
@@ -268,7 +262,7 @@ func nonEmpty(s string) []string {
 	return []string{s}
 }
 
-// readExit reads the status the wrapper wrote.
+// readExit reads the status the supervisor wrote.
 func readExit(path string) (int, error) {
 	b, err := readSmall(path, 64)
 	if err != nil {
@@ -329,6 +323,17 @@ func readSmall(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// Fence is to move the supervisor's fence deadline (not yet held by the
-// supervisor: the worker's own fence stops the job).
-func (r *run) Fence(at time.Time) {}
+// Fence moves the fence deadline the run's supervisor holds to at, a
+// reading of Options.Clock: past it, the supervisor kills the job's whole
+// tree on its own. The last call wins, earlier or later. A run that has
+// ended, or whose directory is gone, has nothing to fence.
+func (r *run) Fence(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.gone {
+		return
+	}
+	if err := supervise.WriteFence(r.path(""), r.e.clock, at); err != nil {
+		r.log.Warn().Err(err).Msg("local: cannot move the fence deadline; the supervisor keeps the last one")
+	}
+}

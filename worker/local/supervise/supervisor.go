@@ -1,0 +1,285 @@
+package supervise
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exit codes of the supervisor itself (its job's status goes to the exit file).
+const (
+	exitOK      = 0
+	exitUsage   = 2
+	exitFailure = 70 // could not start the job, or could not record its end
+)
+
+// supervisor is the state of one supervisor process.
+type supervisor struct {
+	state string // the .leaselog folder
+	grace time.Duration
+	log   *log.Logger
+	self  int // our pid = the job's process group id
+
+	job    int  // the pid of /bin/sh -c RUN
+	ended  bool // the job has been reaped
+	status int  // its exit status, 128+N for signal N
+
+	killed    bool // the whole tree was killed (a kill, a fence or a grace)
+	cancelled bool // the job's group got a cancel's SIGTERM
+	forwarded bool // someone else's stop signal was forwarded
+	fenced    bool // the fence passed: fenced file written
+}
+
+// Main is the supervisor: args are the .leaselog folder, the stop grace and
+// the command. It returns the supervisor's exit code.
+func Main(args []string) int {
+	logger := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds|log.LUTC)
+	if len(args) != 3 {
+		logger.Printf("usage: %s STATE GRACE RUN", Marker)
+		return exitUsage
+	}
+	grace, err := time.ParseDuration(args[1])
+	if err != nil {
+		logger.Printf("bad grace: %v", err)
+		return exitUsage
+	}
+	s := &supervisor{state: args[0], grace: grace, log: logger, self: os.Getpid()}
+	logger.SetPrefix("supervisor " + strconv.Itoa(s.self) + ": ")
+	if err := s.run(args[2]); err != nil {
+		logger.Print(err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+func (s *supervisor) run(cmd string) error {
+	// Orphans of the job come back to us, not to init: the whole tree stays
+	// below us, to be found and killed.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("PR_SET_CHILD_SUBREAPER: %w", err)
+	}
+	// Started with Setsid by Command; make sure of it when started by hand.
+	if pgrp := syscall.Getpgrp(); pgrp != s.self {
+		if _, err := syscall.Setsid(); err != nil {
+			return fmt.Errorf("setsid: %w", err)
+		}
+	}
+	stops := make(chan os.Signal, 4)
+	signal.Notify(stops, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	children := make(chan os.Signal, 1)
+	signal.Notify(children, syscall.SIGCHLD)
+
+	// fds 3 and 4 are the job's stdout and stderr (Command's ExtraFiles):
+	// the job gets them as 1 and 2 and nothing else of ours.
+	syscall.CloseOnExec(3)
+	syscall.CloseOnExec(4)
+	pid, err := syscall.ForkExec("/bin/sh", []string{"sh", "-c", cmd}, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: []uintptr{0, 3, 4},
+	})
+	if err != nil {
+		return fmt.Errorf("start /bin/sh: %w", err)
+	}
+	s.job = pid
+	s.log.Printf("started job %d", pid)
+
+	poll := time.NewTicker(FencePoll)
+	defer poll.Stop()
+	var graceOver <-chan time.Time
+	for !s.ended {
+		select {
+		case <-children:
+			s.reap(false)
+		case sig := <-stops:
+			if s.onStop(sig) {
+				graceOver = time.After(s.grace)
+			}
+		case <-graceOver:
+			s.log.Printf("stop grace of %v over: killing the job's tree", s.grace)
+			s.killTree()
+		case <-poll.C:
+			s.reap(false) // a SIGCHLD may have been merged with one already handled
+			s.checkFence()
+		}
+	}
+	// What the command left behind does not outlive it.
+	s.killTree()
+	s.log.Printf("job ended, status %d", s.status)
+	if err := writeFileAtomic(filepath.Join(s.state, ExitFile), []byte(strconv.Itoa(s.status)+"\n")); err != nil {
+		return fmt.Errorf("record exit status: %w", err)
+	}
+	return nil
+}
+
+// onStop handles a stop signal; it reports whether a cancel's grace starts.
+func (s *supervisor) onStop(sig os.Signal) (startGrace bool) {
+	if s.killed {
+		return false
+	}
+	b, err := readSmall(filepath.Join(s.state, StopFile), 64)
+	mode := strings.TrimSpace(string(b))
+	switch {
+	case err == nil && mode == "kill":
+		s.log.Printf("%v: stop %q: killing the job's tree", sig, mode)
+		s.killTree()
+	case err == nil && mode == "cancel":
+		if s.cancelled {
+			return false // our own SIGTERM to the group, or a repeat
+		}
+		s.cancelled = true
+		s.log.Printf("%v: stop %q: SIGTERM to the job, its tree killed in %v", sig, mode, s.grace)
+		s.signalGroup(syscall.SIGTERM)
+		return true
+	case s.forwarded || s.cancelled || (err == nil && mode != ""):
+		// Forwarded once already (our own forward comes back to us too), or
+		// a stop file we cannot read: a job must see one TERM, not two.
+	default:
+		s.forwarded = true
+		s.log.Printf("%v from outside: SIGTERM forwarded to the job", sig)
+		s.signalGroup(syscall.SIGTERM)
+	}
+	return false
+}
+
+// signalGroup signals our process group: the job and the descendants that
+// stayed in it (we get it too, and ignore it: see onStop).
+func (s *supervisor) signalGroup(sig syscall.Signal) {
+	if err := syscall.Kill(-s.self, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		s.log.Printf("signal group: %v", err)
+	}
+}
+
+// checkFence stops the job once its fence clock reaches the deadline.
+func (s *supervisor) checkFence() {
+	if s.killed {
+		return
+	}
+	c, at, err := ReadFence(s.state)
+	if errors.Is(err, ErrNoFence) {
+		return
+	}
+	if err != nil {
+		// Half a rename cannot be seen; this is a job writing garbage.
+		// Keep watching: the worker's next renewal rewrites the file.
+		return
+	}
+	now := c.Now()
+	if now.Before(at) {
+		return
+	}
+	s.fenced = true
+	note := fmt.Sprintf("%s deadline %d passed at %d\n", c, at.UnixNano(), now.UnixNano())
+	if err := writeFileAtomic(filepath.Join(s.state, FencedFile), []byte(note)); err != nil {
+		s.log.Printf("record the fence: %v", err)
+	}
+	s.log.Printf("fence: %s", strings.TrimSpace(note))
+	s.killTree()
+}
+
+// killTree SIGKILLs all our descendants and reaps them, until none is left.
+func (s *supervisor) killTree() {
+	s.killed = true
+	for {
+		pids, err := descendants(s.self)
+		if err != nil {
+			s.log.Printf("list descendants: %v", err)
+		}
+		if len(pids) == 0 {
+			s.reap(false) // direct children /proc missed, if any
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		// Block until one of our children dies, then reap the rest that
+		// have: orphans of the dead are ours now, found by the next pass.
+		s.reap(true)
+	}
+}
+
+// reap reaps ended children, recording the job's status; block waits for
+// at least one.
+func (s *supervisor) reap(block bool) {
+	opts := syscall.WNOHANG
+	if block {
+		opts = 0
+	}
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, opts, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return // ECHILD: none left; 0: none ended
+		}
+		opts = syscall.WNOHANG
+		if pid == s.job {
+			s.ended = true
+			switch {
+			case ws.Exited():
+				s.status = ws.ExitStatus()
+			case ws.Signaled():
+				s.status = 128 + int(ws.Signal())
+			}
+		}
+	}
+}
+
+// descendants lists the processes below pid, from the ppid links of /proc.
+func descendants(pid int) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, ok := parentOf(p)
+		if ok {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out, nil
+}
+
+// parentOf reads the ppid of a process: "pid (comm) state ppid …".
+func parentOf(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false // gone meanwhile
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return ppid, err == nil
+}
