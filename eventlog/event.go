@@ -12,7 +12,8 @@ import (
 // format and never change; new types take new numbers.
 type Type uint8
 
-// The event types of DESIGN §3.
+// The event types of DESIGN §3. TypeLost (lease.lost) is a worker's word that
+// it lost a live lease's job; it came after the others, hence its number.
 const (
 	TypeQueued Type = iota + 1
 	TypeAcquired
@@ -28,6 +29,7 @@ const (
 	TypeDaemonStarted
 	TypeDaemonStopping
 	TypeDaemonResumed
+	TypeLost
 
 	typeEnd // one past the last known type
 )
@@ -51,6 +53,7 @@ var typeNames = [...]string{
 	TypeDaemonStarted:     "daemon.started",
 	TypeDaemonStopping:    "daemon.stopping",
 	TypeDaemonResumed:     "daemon.resumed",
+	TypeLost:              "lease.lost",
 }
 
 // Types lists every known type in numeric order.
@@ -124,6 +127,11 @@ const (
 	OutcomeFailed
 	OutcomeCancelled
 	OutcomeKilled
+	// OutcomeLost is a worker's word that it lost the job (it fenced itself,
+	// the run directory is gone, the job was killed under it). It is not an
+	// outcome of the job: the daemon records lease.lost and folds it like an
+	// expiry, never as an attempt.
+	OutcomeLost
 )
 
 func (o Outcome) String() string {
@@ -136,6 +144,8 @@ func (o Outcome) String() string {
 		return "cancelled"
 	case OutcomeKilled:
 		return "killed"
+	case OutcomeLost:
+		return "lost"
 	case 0:
 		return ""
 	}
@@ -144,12 +154,12 @@ func (o Outcome) String() string {
 
 // ParseOutcome is the inverse of Outcome.String.
 func ParseOutcome(s string) (Outcome, error) {
-	for o := OutcomeSucceeded; o <= OutcomeKilled; o++ {
+	for o := OutcomeSucceeded; o <= OutcomeLost; o++ {
 		if o.String() == s {
 			return o, nil
 		}
 	}
-	return 0, fmt.Errorf("eventlog: unknown outcome %q (want succeeded, failed, cancelled or killed)", s)
+	return 0, fmt.Errorf("eventlog: unknown outcome %q (want succeeded, failed, cancelled, killed or lost)", s)
 }
 
 // RevokeMode says how a leased job is to be stopped.
@@ -258,9 +268,9 @@ func fmtDuration(ns int64) string { return time.Duration(ns).String() }
 
 // Reasons the daemon itself gives. Clients may give others.
 const (
-	ReasonWorkerLost    = "worker lost"          // a run's lease expired
+	ReasonWorkerLost    = "worker lost"          // a run's lease expired or was lost; an evaluation lost, queued again
 	ReasonLeaseExpired  = "lease expired"        // an evaluation's lease expired: queued again
-	ReasonRevokedLost   = "revoked; worker lost" // a revoked evaluation's lease expired: not queued again
+	ReasonRevokedLost   = "revoked; worker lost" // a revoked evaluation's lease expired or was lost: not queued again
 	ReasonDaemonStopped = "daemon stopped"       // queued when the daemon stopped
 	ReasonCancelled     = "cancelled"            // a client cancelled it while queued
 	ReasonKilled        = "killed"               // a client killed it while queued

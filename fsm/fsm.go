@@ -8,7 +8,9 @@
 // object is kept per job: the table is the machine.
 //
 // The machine is per kind, because an expiry ends a run (failed, "worker
-// lost") but sends an evaluation back to the queue (expired, then queued).
+// lost") but sends an evaluation back to the queue (expired, then queued). A
+// loss the worker reports itself (lease.lost) moves a job exactly as an
+// expiry does.
 package fsm
 
 import (
@@ -110,13 +112,16 @@ func Declaration(k eventlog.Kind) lfsm.Events {
 		events = append(events,
 			ev(eventlog.TypeCancelled, Cancelled, Queued),
 			// A run whose worker is lost fails: its agent's session cannot be resumed elsewhere.
+			// Lost is the same loss said by the worker itself rather than found by the sweeper.
 			ev(eventlog.TypeExpired, Failed, Acquired, Running),
+			ev(eventlog.TypeLost, Failed, Acquired, Running),
 		)
 	case eventlog.KindEvaluation:
 		events = append(events,
 			// An evaluation whose worker is lost goes back to the queue; if it had been
 			// revoked, it is cancelled instead of queued.
 			ev(eventlog.TypeExpired, Expired, Acquired, Running),
+			ev(eventlog.TypeLost, Expired, Acquired, Running),
 			ev(eventlog.TypeQueued, Queued, Expired),
 			ev(eventlog.TypeCancelled, Cancelled, Queued, Expired),
 		)

@@ -55,6 +55,13 @@ func TestLeasesPageEdges(t *testing.T) {
 		{eventlog.KindEvaluation, Acquired, eventlog.TypeExpired, Expired, true},
 		{eventlog.KindEvaluation, Running, eventlog.TypeExpired, Expired, true},
 		{eventlog.KindEvaluation, Expired, eventlog.TypeQueued, Queued, true},
+		// A loss the worker reports is an expiry: a run fails, an evaluation is queued again.
+		{eventlog.KindRun, Acquired, eventlog.TypeLost, Failed, true},
+		{eventlog.KindRun, Running, eventlog.TypeLost, Failed, true},
+		{eventlog.KindEvaluation, Acquired, eventlog.TypeLost, Expired, true},
+		{eventlog.KindEvaluation, Running, eventlog.TypeLost, Expired, true},
+		{eventlog.KindEvaluation, Queued, eventlog.TypeLost, None, false},
+		{eventlog.KindRun, Reported, eventlog.TypeLost, None, false},
 		{eventlog.KindRun, Expired, eventlog.TypeQueued, None, false},
 		{eventlog.KindRun, Reported, eventlog.TypeReported, None, false},
 		{eventlog.KindRun, Queued, eventlog.TypeRunning, None, false},

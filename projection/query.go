@@ -33,11 +33,11 @@ type Lease struct {
 	Job       string
 	Kind      eventlog.Kind
 	Worker    string
-	State     fsm.State // acquired, running, reported or expired
+	State     fsm.State // acquired, running, reported or expired (lost too)
 	Mode      eventlog.RevokeMode
 	Acquired  int64
 	Heard     int64  // when its holder last spoke of it (Unix ns)
-	ReportSeq uint64 // the accepted report's seq: the stored answer
+	ReportSeq uint64 // the accepted report's seq (lease.reported, or lease.lost): the stored answer
 }
 
 // Live reports whether the lease still holds its job.

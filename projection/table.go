@@ -171,7 +171,7 @@ func (t *Table) apply(e *eventlog.Event) error {
 		return t.applyQueued(e)
 	case eventlog.TypeAcquired:
 		return t.applyAcquired(e)
-	case eventlog.TypeRunning, eventlog.TypeHeartbeat, eventlog.TypeRevoked, eventlog.TypeReported, eventlog.TypeExpired:
+	case eventlog.TypeRunning, eventlog.TypeHeartbeat, eventlog.TypeRevoked, eventlog.TypeReported, eventlog.TypeExpired, eventlog.TypeLost:
 		return t.applyOnLease(e)
 	case eventlog.TypeCancelled:
 		j := t.jobs[e.Job]
@@ -295,7 +295,7 @@ func (t *Table) applyAcquired(e *eventlog.Event) error {
 }
 
 // applyOnLease folds the events a live lease's holder (or the sweeper) sends
-// about it: running, heartbeat, revoked, reported, expired.
+// about it: running, heartbeat, revoked, reported, expired, lost.
 func (t *Table) applyOnLease(e *eventlog.Event) error {
 	l := t.leases[e.Lease]
 	if l == nil {
@@ -308,7 +308,7 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 	if j.current != l || !l.state.Live() {
 		return fmt.Errorf("lease %d is %s, not live", l.id, l.state)
 	}
-	from := e.Type == eventlog.TypeRunning || e.Type == eventlog.TypeHeartbeat || e.Type == eventlog.TypeReported
+	from := e.Type == eventlog.TypeRunning || e.Type == eventlog.TypeHeartbeat || e.Type == eventlog.TypeReported || e.Type == eventlog.TypeLost
 	if from && e.Worker != l.worker.id {
 		return fmt.Errorf("lease %d belongs to worker %q, not %q", l.id, l.worker.id, e.Worker)
 	}
@@ -323,7 +323,7 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 		}
 		l.mode = e.Mode
 	case eventlog.TypeReported:
-		if e.Outcome < eventlog.OutcomeSucceeded || e.Outcome > eventlog.OutcomeKilled {
+		if e.Outcome < eventlog.OutcomeSucceeded || e.Outcome > eventlog.OutcomeKilled { // lost is lease.lost, never a report
 			return fmt.Errorf("bad outcome %d", e.Outcome)
 		}
 		l.state, l.reportSeq = fsm.Reported, e.Seq
@@ -336,6 +336,13 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 	case eventlog.TypeExpired:
 		l.state = fsm.Expired
 		j.reason = t.mem.reason(e.Reason)
+		t.endLease(l)
+	case eventlog.TypeLost:
+		// Folded as an expiry, never an attempt; the worker's own reason and
+		// ref stay in the event. The lease keeps the event as its answer, so
+		// that the same report again is answered the same.
+		l.state, l.reportSeq = fsm.Expired, e.Seq
+		j.reason = eventlog.ReasonWorkerLost
 		t.endLease(l)
 	default:
 		l.state = to
@@ -374,6 +381,8 @@ func (t *Table) applyStale(e *eventlog.Event) error {
 	switch {
 	case v.State.Live() || v.State == fsm.Reported:
 		return fmt.Errorf("lease %d is %s, not stale", v.ID, v.State)
+	case v.ReportSeq != 0:
+		return fmt.Errorf("lease %d was reported lost at seq %d, not stale", v.ID, v.ReportSeq)
 	case v.Worker != e.Worker:
 		return fmt.Errorf("lease %d belongs to worker %q, not %q", v.ID, v.Worker, e.Worker)
 	}

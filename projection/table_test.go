@@ -139,10 +139,10 @@ func FuzzApply(f *testing.F) {
 		tab := projection.New()
 		for i := 0; i+1 < len(script); i += 2 {
 			e := eventlog.Event{
-				Seq: tab.Seq() + 1, Type: eventlog.Type(script[i] % 16), Time: int64(i),
+				Seq: tab.Seq() + 1, Type: eventlog.Type(script[i] % byte(eventlog.NumTypes+1)), Time: int64(i),
 				Job: fmt.Sprint("j", script[i+1]%3), Worker: fmt.Sprint("w", script[i+1]%2),
 				Lease: uint64(script[i+1] % 8), Kind: eventlog.Kind(script[i+1]%3 + 0), Mode: eventlog.RevokeMode(script[i+1] % 3),
-				Outcome: eventlog.Outcome(script[i+1] % 5), Gap: int64(script[i+1]),
+				Outcome: eventlog.Outcome(script[i+1] % 6), Gap: int64(script[i+1]),
 			}
 			if e.Type == eventlog.TypeAcquired {
 				e.Lease = e.Seq
@@ -173,6 +173,9 @@ func TestApplyRefusesIllegalEvents(t *testing.T) {
 		{"acquire by an unreachable worker", eventlog.Event{Type: eventlog.TypeAcquired, Job: "e2", Worker: "w2"}, "unreachable"},
 		{"stale report on a live lease", eventlog.Event{Type: eventlog.TypeStaleReport, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"}, "recorded twice"},
 		{"unknown type", eventlog.Event{Type: 99}, "unknown to this build"},
+		{"lost as a report's outcome", eventlog.Event{Type: eventlog.TypeReported, Job: "r2", Lease: 17, Worker: "w1", Outcome: eventlog.OutcomeLost}, "bad outcome"},
+		{"lost by another worker", eventlog.Event{Type: eventlog.TypeLost, Job: "r2", Lease: 17, Worker: "w2"}, "belongs to worker"},
+		{"lost on an expired lease", eventlog.Event{Type: eventlog.TypeLost, Job: "e1", Lease: 6, Worker: "w2"}, "not live"},
 		{"submission without kind", eventlog.Event{Type: eventlog.TypeQueued, Job: "new"}, "bad kind"},
 	} {
 		tab := sampleTable(t)
@@ -191,6 +194,52 @@ func TestApplyRefusesIllegalEvents(t *testing.T) {
 		if !bytes.Equal(before, tab.Snapshot()) {
 			t.Errorf("%s: the refused event changed the table", tc.name)
 		}
+	}
+}
+
+// TestLostFoldsLikeExpiry: a lease its worker reports lost ends as an
+// expiry would end it — a run fails ("worker lost"), an evaluation is
+// expired and may be queued again — with no attempt counted, and the
+// lease.lost is the lease's answer, so a stale report on it is refused.
+func TestLostFoldsLikeExpiry(t *testing.T) {
+	f := &folder{t: t, tab: projection.New()}
+	f.apply(
+		eventlog.Event{Type: eventlog.TypeQueued, Time: 1, Job: "r", Kind: eventlog.KindRun},
+		eventlog.Event{Type: eventlog.TypeQueued, Time: 1, Job: "e", Kind: eventlog.KindEvaluation},
+		eventlog.Event{Type: eventlog.TypeAcquired, Time: 2, Job: "r", Worker: "w"}, // lease 3
+		eventlog.Event{Type: eventlog.TypeAcquired, Time: 2, Job: "e", Worker: "w"}, // lease 4
+		eventlog.Event{Type: eventlog.TypeRunning, Time: 3, Job: "r", Lease: 3, Worker: "w"},
+		eventlog.Event{Type: eventlog.TypeLost, Time: 4, Job: "r", Lease: 3, Worker: "w", Reason: "self-fenced", Ref: "refs/r/3"},
+		eventlog.Event{Type: eventlog.TypeLost, Time: 5, Job: "e", Lease: 4, Worker: "w", Reason: "worktree gone"},
+	)
+	tab := f.tab
+	r, _ := tab.Job("r")
+	if r.State != fsm.Failed || r.Reason != eventlog.ReasonWorkerLost || r.Attempts != 0 || r.Outcome != 0 || r.Ref != "" {
+		t.Errorf("lost run: %+v, want failed, %q, no attempt, no outcome", r, eventlog.ReasonWorkerLost)
+	}
+	e, _ := tab.Job("e")
+	if e.State != fsm.Expired || e.Attempts != 0 || e.Lease != 0 {
+		t.Errorf("lost evaluation: %+v, want expired with no attempt and no live lease", e)
+	}
+	for id, seq := range map[uint64]uint64{3: 6, 4: 7} {
+		if l, _ := tab.Lease(id); l.State != fsm.Expired || l.ReportSeq != seq {
+			t.Errorf("lease %d: %+v, want expired with report %d", id, l, seq)
+		}
+	}
+	if n := tab.LiveCount(fsm.Acquired) + tab.LiveCount(fsm.Running); n != 0 {
+		t.Errorf("%d live leases after both were lost", n)
+	}
+	f.apply(eventlog.Event{Type: eventlog.TypeQueued, Time: 5, Job: "e", Reason: eventlog.ReasonWorkerLost})
+	if q := tab.Queued(0); len(q) != 1 || q[0].ID != "e" {
+		t.Errorf("queue after the lost evaluation was queued again: %v", q)
+	}
+	before := tab.Snapshot()
+	stale := eventlog.Event{Seq: tab.Seq() + 1, Type: eventlog.TypeStaleReport, Job: "e", Lease: 4, Worker: "w", Outcome: eventlog.OutcomeSucceeded}
+	if err := tab.Apply(&stale); err == nil || !strings.Contains(err.Error(), "reported lost") {
+		t.Errorf("stale report on a lost lease: %v", err)
+	}
+	if !bytes.Equal(before, tab.Snapshot()) {
+		t.Error("the refused stale report changed the table")
 	}
 }
 
