@@ -51,7 +51,7 @@ func (s *Service) Submit(ctx context.Context, id string, kind eventlog.Kind, spe
 		s.mu.Unlock()
 		return projection.Job{}, false, ErrStopping
 	}
-	c, err := s.commitLocked(s.now(), []eventlog.Event{{Type: eventlog.TypeQueued, Job: id, Kind: kind, Spec: spec}})
+	_, c, err := s.commitLocked(s.now(), []eventlog.Event{{Type: eventlog.TypeQueued, Job: id, Kind: kind, Spec: spec}})
 	if err == nil {
 		j, _ = s.mu.table.Job(id)
 	}
@@ -137,7 +137,7 @@ func (s *Service) revoke(ctx context.Context, id string, mode eventlog.RevokeMod
 		s.mu.Unlock()
 		return j, s.log.WaitDurable(seq, ctx.Done())
 	}
-	c, err := s.commitLocked(s.now(), evs)
+	_, c, err := s.commitLocked(s.now(), evs)
 	if err == nil {
 		j, _, err = s.jobLocked(id) // a cancelled job is in the archive now
 	}
@@ -170,7 +170,7 @@ func (s *Service) Stop(ctx context.Context) error {
 		evs = append(evs, eventlog.Event{Type: eventlog.TypeCancelled, Job: j.ID, Reason: eventlog.ReasonDaemonStopped})
 	}
 	evs = append(evs, eventlog.Event{Type: eventlog.TypeDaemonStopping})
-	c, err := s.commitLocked(s.now(), evs)
+	_, c, err := s.commitLocked(s.now(), evs)
 	close(s.mu.queued) // wake every waiting acquire: it will find the daemon stopping
 	s.mu.queued = make(chan struct{})
 	s.mu.Unlock()

@@ -100,7 +100,7 @@ var (
 	jobIDs    = rapid.SampledFrom([]string{"j0", "j1", "j2", "j3", "j4"})
 	workerIDs = rapid.SampledFrom([]string{"w0", "w1", "w2"})
 	kinds     = rapid.SampledFrom([]eventlog.Kind{eventlog.KindRun, eventlog.KindEvaluation})
-	outcomes  = rapid.SampledFrom([]eventlog.Outcome{eventlog.OutcomeSucceeded, eventlog.OutcomeFailed, eventlog.OutcomeCancelled, eventlog.OutcomeKilled})
+	outcomes  = rapid.SampledFrom([]eventlog.Outcome{eventlog.OutcomeSucceeded, eventlog.OutcomeFailed, eventlog.OutcomeCancelled, eventlog.OutcomeKilled, eventlog.OutcomeLost})
 )
 
 func (h *harness) someLease(t *rapid.T) uint64 {
@@ -125,7 +125,7 @@ func (h *harness) call(t *rapid.T) (string, uint64) {
 // several names is drawn that much more often.
 func (h *harness) actions() map[string]func(*rapid.T) {
 	a := h.baseActions()
-	for _, name := range []string{"tick", "acquire", "heartbeat", "report", "start", "submit"} {
+	for _, name := range []string{"tick", "acquire", "heartbeat", "report", "start", "submit", "nap"} {
 		a[name+"-again"] = a[name]
 	}
 	a["tick-more"] = a["tick"]
@@ -210,6 +210,31 @@ func (h *harness) baseActions() map[string]func(*rapid.T) {
 			evs := h.eventsAfter(before)
 			if len(evs) != 1 || evs[0].Type != eventlog.TypeDaemonResumed || evs[0].Gap < d {
 				t.Fatalf("sweep after an absence of %v appended %v", time.Duration(d), evs)
+			}
+		},
+		"nap": func(t *rapid.T) {
+			// The daemon is absent past grace and a command comes before any
+			// sweep: the command records the absence before anything else, and
+			// nothing expires; one that records nothing leaves the absence for
+			// the next sweep.
+			d := rapid.Int64Range(int64(testConfig.Grace)+1, 3*int64(testConfig.Toleration)).Draw(t, "d")
+			before := h.log.LastSeq()
+			h.clock.Advance(time.Duration(d))
+			w, id := h.call(t)
+			if _, err := h.svc.Heartbeat(ctx, w, []uint64{id}); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.svc.Sweep(); err != nil {
+				t.Fatal(err)
+			}
+			evs := h.eventsAfter(before)
+			if len(evs) == 0 || evs[0].Type != eventlog.TypeDaemonResumed || evs[0].Gap < d {
+				t.Fatalf("a heartbeat and a sweep after an absence of %v appended %v", time.Duration(d), evs)
+			}
+			for _, e := range evs[1:] {
+				if e.Type != eventlog.TypeHeartbeat && e.Type != eventlog.TypeWorkerReachable {
+					t.Fatalf("after an absence of %v: %s", time.Duration(d), e.String())
+				}
 			}
 		},
 		"crash": func(t *rapid.T) {

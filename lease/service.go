@@ -41,21 +41,18 @@ var (
 	ErrFailed      = errors.New("lease service failed; restart the daemon") // storage failed: 503
 )
 
-// Clock tells the time. The service reads it once per decision.
-type Clock interface{ Now() time.Time }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
-// SystemClock is the wall clock.
-func SystemClock() Clock { return systemClock{} }
-
 // Options configures a Service.
 type Options struct {
 	Config
-	// Clock defaults to the wall clock.
+	// Clock is the time the service decides by and stamps events with. nil
+	// means the daemon's clock of DESIGN §4: Wall read once at Open, then
+	// Boot's count since, so that within one life a wall-clock step moves
+	// nothing and a suspend of the host counts as the daemon's absence.
+	// Tests and the simulation inject a Clock, or set Wall and Boot.
 	Clock Clock
+	// Wall and Boot feed the default clock; nil means the host's wall clock
+	// and CLOCK_BOOTTIME.
+	Wall, Boot Clock
 	// Entropy feeds event ULIDs; nil means crypto/rand. Tests pass a seeded source.
 	Entropy io.Reader
 	Logger  zerolog.Logger
@@ -81,7 +78,7 @@ type Service struct {
 		sync.Mutex
 		table    *projection.Table
 		entropy  *ulid.MonotonicEntropy
-		lastTick int64  // wall time of the last sweep, ns
+		lastSeen int64  // when (Clock, ns) the daemon last swept or committed: the gap to it is absence past grace
 		lastSnap uint64 // seq of the last snapshot written
 		snapAt   int64  // when (Clock, ns) it was written, or the service opened
 		err      error  // sticky: the service failed
@@ -97,9 +94,6 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.Clock == nil {
-		opts.Clock = SystemClock()
-	}
 	if opts.Entropy == nil {
 		opts.Entropy = rand.Reader
 	}
@@ -109,6 +103,15 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 	table, st, err := replay.Rebuild(log, opts.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("lease: open: %w", err)
+	}
+	if opts.Clock == nil {
+		if opts.Wall == nil {
+			opts.Wall = SystemClock()
+		}
+		if opts.Boot == nil {
+			opts.Boot = BoottimeClock()
+		}
+		opts.Clock = newLifeClock(opts.Wall, opts.Boot, table.LastTime())
 	}
 	s := &Service{log: log, cfg: opts.Config, clock: opts.Clock, logger: opts.Logger,
 		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st}
@@ -126,8 +129,8 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 	if table.Seq() > 0 {
 		gap = max(0, now-table.LastTime())
 	}
-	s.mu.lastTick, s.mu.snapAt = now, now
-	c, err := s.commitLocked(now, []eventlog.Event{{Type: eventlog.TypeDaemonStarted, Gap: gap}})
+	s.mu.lastSeen, s.mu.snapAt = now, now
+	_, c, err := s.commitLocked(now, []eventlog.Event{{Type: eventlog.TypeDaemonStarted, Gap: gap}})
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -148,17 +151,42 @@ func (s *Service) Config() Config { return s.cfg }
 // Log returns the event log the service writes, for readers of history.
 func (s *Service) Log() *eventlog.Log { return s.log }
 
+// awakeLocked is the rule every command and every sweep follows before it
+// touches a deadline (DESIGN §4): if the daemon's last sweep or commit is
+// more than grace ago on its clock, the daemon itself was absent — asleep,
+// stopped, starved — and the whole gap is recorded first, as daemon.resumed,
+// which takes it out of every deadline. It returns that event, or nil when
+// the daemon was present (and then counts it as seen now: moving lastSeen on
+// hides no gap, since none was pending). commitLocked applies it to every
+// command's events; Sweep, which judges deadlines, calls it through
+// commitLocked before it judges.
+func (s *Service) awakeLocked(now int64) []eventlog.Event {
+	if gap := now - s.mu.lastSeen; gap > int64(s.cfg.Grace) {
+		return []eventlog.Event{{Type: eventlog.TypeDaemonResumed, Gap: gap}}
+	}
+	s.mu.lastSeen = max(s.mu.lastSeen, now)
+	return nil
+}
+
 // commitLocked stamps evs (time, ULID), stages them into the log and folds
-// them into the table. The caller must Wait on the commit, outside the lock,
-// before telling anyone about the events.
-func (s *Service) commitLocked(now int64, evs []eventlog.Event) (*eventlog.Commit, error) {
+// them into the table, after the daemon.resumed that awakeLocked asks for, if
+// any. It returns the events as staged (numbered; a resume first), and nil
+// with no commit when there is nothing to stage. The caller must Wait on the
+// commit, outside the lock, before telling anyone about the events.
+func (s *Service) commitLocked(now int64, evs []eventlog.Event) ([]eventlog.Event, *eventlog.Commit, error) {
 	if s.mu.err != nil {
-		return nil, s.mu.err
+		return nil, nil, s.mu.err
+	}
+	if resume := s.awakeLocked(now); resume != nil {
+		evs = append(resume, evs...)
+	}
+	if len(evs) == 0 {
+		return nil, nil, nil
 	}
 	for i := range evs {
 		id, err := ulid.New(ulid.Timestamp(time.Unix(0, now)), s.mu.entropy)
 		if err != nil {
-			return nil, fmt.Errorf("lease: mint event id: %w", err)
+			return nil, nil, fmt.Errorf("lease: mint event id: %w", err)
 		}
 		evs[i].ID, evs[i].Time = id, now
 	}
@@ -180,10 +208,11 @@ func (s *Service) commitLocked(now int64, evs []eventlog.Event) (*eventlog.Commi
 		// before the two drift apart any further.
 		if folded || errors.Is(err, eventlog.ErrFailed) || errors.Is(err, eventlog.ErrClosed) {
 			s.failLocked(err)
-			return nil, s.mu.err
+			return nil, nil, s.mu.err
 		}
-		return nil, err
+		return nil, nil, err
 	}
+	s.mu.lastSeen = max(s.mu.lastSeen, now)
 	queued := false
 	for i := range evs {
 		queued = queued || evs[i].Type == eventlog.TypeQueued
@@ -193,7 +222,7 @@ func (s *Service) commitLocked(now int64, evs []eventlog.Event) (*eventlog.Commi
 		close(s.mu.queued)
 		s.mu.queued = make(chan struct{})
 	}
-	return c, nil
+	return evs, c, nil
 }
 
 // lock takes the service's mutex for a command, unless the service failed:

@@ -5,61 +5,83 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/projection"
 )
 
 func (s *Service) now() int64 { return s.clock.Now().UnixNano() }
 
-// Sweep is one tick of the sweeper. It first looks at its own life: if the
-// last tick is further in the past than grace_seconds, the daemon was absent
-// (asleep, stopped, starved) and the whole gap is recorded as daemon.resumed,
-// which takes it out of every deadline before anything is judged. Then every
-// reachable worker silent past grace_seconds becomes worker.unreachable, and
-// every lease silent past toleration_seconds expires: a run fails ("worker
-// lost", not an attempt); an evaluation goes back to the queue with a new
-// token to come, or is cancelled if it had been revoked.
+// Sweep is one tick of the sweeper. It first looks at its own life, as every
+// command does (awakeLocked): if the last tick or command is further in the
+// past than grace_seconds, the daemon was absent (asleep, stopped, starved)
+// and the whole gap is recorded as daemon.resumed, which takes it out of
+// every deadline before anything is judged. Then every reachable worker
+// silent past grace_seconds becomes worker.unreachable, and every lease
+// silent past toleration_seconds expires: a run fails ("worker lost", not an
+// attempt); an evaluation goes back to the queue with a new token to come, or
+// is cancelled if it had been revoked.
 func (s *Service) Sweep() error {
 	if err := s.lock(); err != nil {
 		return err
 	}
 	now := s.now()
-	var evs []eventlog.Event
-	var gap int64
-	if d := now - s.mu.lastTick; d > int64(s.cfg.Grace) {
-		gap = d
-		evs = append(evs, eventlog.Event{Type: eventlog.TypeDaemonResumed, Gap: gap})
+	// The resume, if any, is its own batch, folded before the table judges
+	// silence: deadlines are then in present time, the gap taken out.
+	_, resumed, err := s.commitLocked(now, nil)
+	if err != nil {
+		s.mu.Unlock()
+		return err
 	}
-	s.mu.lastTick = now
-	leases, workers := s.mu.table.Silent(now-gap, int64(s.cfg.Grace), int64(s.cfg.Toleration))
+	var evs []eventlog.Event
+	leases, workers := s.mu.table.Silent(now, int64(s.cfg.Grace), int64(s.cfg.Toleration))
 	for _, w := range workers {
 		evs = append(evs, eventlog.Event{Type: eventlog.TypeWorkerUnreachable, Worker: w.ID})
 	}
 	for _, l := range leases {
-		evs = append(evs, eventlog.Event{Type: eventlog.TypeExpired, Job: l.Job, Lease: l.ID, Worker: l.Worker})
-		e := &evs[len(evs)-1]
+		reason := eventlog.ReasonLeaseExpired
 		switch {
 		case l.Kind == eventlog.KindRun:
-			e.Reason = eventlog.ReasonWorkerLost
+			reason = eventlog.ReasonWorkerLost
 		case l.Mode != 0:
-			e.Reason = eventlog.ReasonRevokedLost
-			evs = append(evs, eventlog.Event{Type: eventlog.TypeCancelled, Job: l.Job, Reason: eventlog.ReasonRevokedLost})
-		default:
-			e.Reason = eventlog.ReasonLeaseExpired
-			evs = append(evs, eventlog.Event{Type: eventlog.TypeQueued, Job: l.Job, Reason: eventlog.ReasonLeaseExpired})
+			reason = eventlog.ReasonRevokedLost
 		}
+		evs = lost(evs, l, eventlog.Event{Type: eventlog.TypeExpired, Reason: reason}, eventlog.ReasonLeaseExpired)
 	}
-	if len(evs) == 0 {
-		s.mu.Unlock()
-		return s.snapshot(false)
-	}
-	c, err := s.commitLocked(now, evs)
+	_, c, err := s.commitLocked(now, evs)
 	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if err := s.wait(c); err != nil {
-		return err
+	// A sync that covers a batch covers every batch before it.
+	if c == nil {
+		c = resumed
+	}
+	if c != nil {
+		if err := s.wait(c); err != nil {
+			return err
+		}
 	}
 	return s.snapshot(false)
+}
+
+// lost appends the events that end live lease l whose worker is lost: loss
+// itself (lease.expired, found by the sweeper, or lease.lost, said by the
+// worker), with l's job, lease and worker filled in; then, for an
+// evaluation, lease.queued (with reason requeue) to run it again under a new
+// token, or lease.cancelled if it had been revoked — an executor that asked
+// for a job to stop does not want it to run again. A run fails with the loss
+// itself: its agent's session cannot be resumed elsewhere. Either way the
+// loss is never an attempt.
+func lost(evs []eventlog.Event, l projection.Lease, loss eventlog.Event, requeue string) []eventlog.Event {
+	loss.Job, loss.Lease, loss.Worker = l.Job, l.ID, l.Worker
+	evs = append(evs, loss)
+	switch {
+	case l.Kind == eventlog.KindRun:
+	case l.Mode != 0:
+		evs = append(evs, eventlog.Event{Type: eventlog.TypeCancelled, Job: l.Job, Reason: eventlog.ReasonRevokedLost})
+	default:
+		evs = append(evs, eventlog.Event{Type: eventlog.TypeQueued, Job: l.Job, Reason: requeue})
+	}
+	return evs
 }
 
 // Run sweeps every Config.SweepEvery until ctx is done. The ticker only

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
@@ -69,7 +70,7 @@ func (s *Service) acquire(worker string, n int) ([]Grant, <-chan struct{}, error
 		s.mu.Unlock()
 		return nil, wake, nil
 	}
-	c, err := s.commitLocked(s.now(), evs)
+	evs, c, err := s.commitLocked(s.now(), evs)
 	var grants []Grant
 	if err == nil {
 		for _, e := range evs {
@@ -137,7 +138,7 @@ func (s *Service) Start(ctx context.Context, worker string, id uint64) (projecti
 	}
 	evs := s.reachableLocked(worker, nil)
 	evs = append(evs, eventlog.Event{Type: eventlog.TypeRunning, Job: l.Job, Lease: id, Worker: worker})
-	c, err := s.commitLocked(s.now(), evs)
+	_, c, err := s.commitLocked(s.now(), evs)
 	if err == nil {
 		l, _ = s.mu.table.Lease(id)
 	}
@@ -201,7 +202,7 @@ func (s *Service) Heartbeat(ctx context.Context, worker string, ids []uint64) ([
 		s.mu.Unlock()
 		return out, s.log.WaitDurable(seq, ctx.Done())
 	}
-	c, err := s.commitLocked(s.now(), evs)
+	_, c, err := s.commitLocked(s.now(), evs)
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -221,10 +222,10 @@ func directiveOf(m eventlog.RevokeMode) Directive {
 
 // Report is what a worker says a job came to.
 type Report struct {
-	Outcome eventlog.Outcome
-	Ref     string          // the ref of the commits it brings back
-	Reason  string          // optional, free text
-	Result  json.RawMessage // optional JSON
+	Outcome eventlog.Outcome // OutcomeLost: the worker lost the job (see Service.Report)
+	Ref     string           // the ref of the commits it brings back
+	Reason  string           // optional, free text
+	Result  json.RawMessage  // optional JSON
 }
 
 // Answer is the reply to a report: the same answer for the same report, for
@@ -232,22 +233,29 @@ type Report struct {
 type Answer struct {
 	Job   string
 	Lease uint64
-	Seq   uint64 // the lease.reported event; for a stale report, its lease.stale_report
+	Seq   uint64 // the lease.reported (or lease.lost) event; for a stale report, its lease.stale_report
 	Stale bool
 }
 
-// Report limits.
+// Report limits. A report is never refused for its size: nothing a worker
+// says is lost for being long. A ref or reason past its limit is kept cut (on
+// a UTF-8 boundary) with a note of how much was cut; a result past its limit
+// is dropped, and the reason says so. Invalid JSON in a result is refused
+// (ErrInvalid): that is malformed input, not a long one.
 const (
 	MaxRefLen    = 1024
 	MaxReasonLen = 4096
 	MaxResultLen = 256 << 10
 )
 
-// Report records worker's report on lease id. On the live lease it is accepted
-// (lease.reported, an attempt). On a lease already reported it returns the
-// first answer and records nothing. On an expired lease it is refused with
-// ErrStaleLease, recorded once as lease.stale_report, and the returned Answer
-// (Stale set) names that record; the same stale report again gets the same.
+// Report records worker's report on lease id. On the live lease it is accepted:
+// as lease.reported, an attempt; or, with OutcomeLost, as lease.lost, which
+// ends the lease exactly as an expiry does — a run fails ("worker lost"), an
+// evaluation is queued again (or cancelled, if revoked) — and is never an
+// attempt. On a lease already reported (or lost) it returns the first answer
+// and records nothing. On an expired lease it is refused with ErrStaleLease,
+// recorded once as lease.stale_report, and the returned Answer (Stale set)
+// names that record; the same stale report again gets the same.
 func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report) (Answer, error) {
 	if err := CheckID("worker", worker); err != nil {
 		return Answer{}, err
@@ -265,14 +273,20 @@ func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report
 	}
 	a := Answer{Job: l.Job, Lease: id, Seq: l.ReportSeq}
 	var evs []eventlog.Event
+	answer := eventlog.TypeReported // the type of the event that answers
 	switch {
 	case l.Live():
 		evs = s.reachableLocked(worker, nil)
-		evs = append(evs, eventlog.Event{Type: eventlog.TypeReported, Job: l.Job, Lease: id, Worker: worker,
-			Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
-	case l.ReportSeq != 0: // reported already: the first answer, byte for byte
+		if r.Outcome == eventlog.OutcomeLost {
+			answer = eventlog.TypeLost
+			evs = lost(evs, l, eventlog.Event{Type: eventlog.TypeLost, Ref: r.Ref, Reason: r.Reason, Result: r.Result}, eventlog.ReasonWorkerLost)
+		} else {
+			evs = append(evs, eventlog.Event{Type: eventlog.TypeReported, Job: l.Job, Lease: id, Worker: worker,
+				Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
+		}
+	case l.ReportSeq != 0: // reported (or lost) already: the first answer, byte for byte
 	default:
-		a.Stale = true
+		a.Stale, answer = true, eventlog.TypeStaleReport
 		e := eventlog.Event{Type: eventlog.TypeStaleReport, Job: l.Job, Lease: id, Worker: worker,
 			Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result}
 		seq, ok, err := s.staleLocked(projection.StaleKeyOf(&e))
@@ -287,12 +301,16 @@ func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report
 		}
 	}
 	var c *eventlog.Commit
-	if len(evs) > 0 {
-		if c, err = s.commitLocked(s.now(), evs); err != nil {
+	if len(evs) > 0 { // an answer given before records nothing
+		if evs, c, err = s.commitLocked(s.now(), evs); err != nil {
 			s.mu.Unlock()
 			return Answer{}, err
 		}
-		a.Seq = evs[len(evs)-1].Seq
+		for _, e := range evs {
+			if e.Type == answer {
+				a.Seq = e.Seq
+			}
+		}
 	}
 	seq := s.mu.table.Seq()
 	s.mu.Unlock()
@@ -310,17 +328,22 @@ func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report
 	return a, nil
 }
 
+// check refuses what is malformed and keeps what is only long (see the
+// limits above), normalising r in place.
 func (r *Report) check() error {
-	switch {
-	case r.Outcome < eventlog.OutcomeSucceeded || r.Outcome > eventlog.OutcomeKilled:
-		return fmt.Errorf("%w: outcome must be succeeded, failed, cancelled or killed", ErrInvalid)
-	case len(r.Ref) > MaxRefLen:
-		return fmt.Errorf("%w: ref of %d bytes exceeds %d", ErrInvalid, len(r.Ref), MaxRefLen)
-	case len(r.Reason) > MaxReasonLen:
-		return fmt.Errorf("%w: reason of %d bytes exceeds %d", ErrInvalid, len(r.Reason), MaxReasonLen)
-	case len(r.Result) > MaxResultLen:
-		return fmt.Errorf("%w: result of %d bytes exceeds %d", ErrInvalid, len(r.Result), MaxResultLen)
+	if r.Outcome < eventlog.OutcomeSucceeded || r.Outcome > eventlog.OutcomeLost {
+		return fmt.Errorf("%w: outcome must be succeeded, failed, cancelled, killed or lost", ErrInvalid)
 	}
+	if len(r.Result) > MaxResultLen {
+		note := fmt.Sprintf("[result of %d bytes dropped: over the %d-byte limit]", len(r.Result), MaxResultLen)
+		r.Result = nil
+		if r.Reason != "" {
+			note = " " + note
+		}
+		r.Reason = clip(r.Reason, MaxReasonLen-len(note)) + note
+	}
+	r.Ref = clip(r.Ref, MaxRefLen)
+	r.Reason = clip(r.Reason, MaxReasonLen)
 	if len(r.Result) > 0 {
 		compact, err := compactJSON(r.Result)
 		if err != nil {
@@ -330,3 +353,20 @@ func (r *Report) check() error {
 	}
 	return nil
 }
+
+// clip returns s if it fits in limit bytes, and otherwise as much of its start
+// as fits beside a note of how much was cut ("…[cut 1234 bytes]"), cut on a
+// UTF-8 boundary; the whole is at most limit bytes.
+func clip(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	// The note is longest when the most is cut: size it for that, then cut.
+	keep := max(0, limit-len(cutNote(len(s))))
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + cutNote(len(s)-keep)
+}
+
+func cutNote(n int) string { return fmt.Sprintf("…[cut %d bytes]", n) }

@@ -1,0 +1,214 @@
+package lease_test
+
+import (
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/lease"
+)
+
+// The leases of fixture.busy: r1's is running, e1's acquired and killed.
+const (
+	busyRun  = 6
+	busyEval = 7
+)
+
+// TestEveryCommandRecordsAbsenceFirst: the daemon is absent far past
+// toleration and a command arrives before any sweep. Whatever the command,
+// the first thing it records is daemon.resumed with the whole gap, and
+// nothing expires, then or at the next sweep. A command that records nothing
+// leaves the gap for the next sweep to record.
+func TestEveryCommandRecordsAbsenceFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(s *lease.Service) error
+	}{
+		{"acquire", func(s *lease.Service) error { _, err := s.Acquire(ctx, "w2", 1); return err }},
+		{"start", func(s *lease.Service) error { _, err := s.Start(ctx, "w1", busyEval); return err }},
+		{"heartbeat", func(s *lease.Service) error { _, err := s.Heartbeat(ctx, "w1", []uint64{busyRun}); return err }},
+		{"report", func(s *lease.Service) error {
+			_, err := s.Report(ctx, "w1", busyRun, lease.Report{Outcome: eventlog.OutcomeSucceeded})
+			return err
+		}},
+		{"report lost", func(s *lease.Service) error {
+			_, err := s.Report(ctx, "w1", busyEval, lease.Report{Outcome: eventlog.OutcomeLost})
+			return err
+		}},
+		{"submit", func(s *lease.Service) error { _, _, err := s.Submit(ctx, "new", eventlog.KindRun, nil); return err }},
+		{"cancel", func(s *lease.Service) error { _, err := s.Cancel(ctx, "q1"); return err }},
+		{"kill", func(s *lease.Service) error { _, err := s.Kill(ctx, "r1"); return err }},
+		{"stop", func(s *lease.Service) error { return s.Stop(ctx) }},
+		{"sweep", func(s *lease.Service) error { return s.Sweep() }},
+		{"nothing to record", func(s *lease.Service) error { _, err := s.Heartbeat(ctx, "w1", []uint64{999}); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.busy()
+			last := f.log.LastSeq()
+			jump := 10 * testConfig.Toleration
+			f.clock.Advance(jump)
+			f.must(tc.call(f.svc))
+			f.must(f.svc.Sweep()) // records the gap if the command did not
+			evs := eventsAfter(t, f.log, last)
+			if len(evs) == 0 || evs[0].Type != eventlog.TypeDaemonResumed || evs[0].Gap < int64(jump) {
+				t.Fatalf("after a gap of %v, %s appended %v; want daemon.resumed first", jump, tc.name, evs)
+			}
+			for _, e := range evs {
+				if e.Type == eventlog.TypeExpired || e.Type == eventlog.TypeWorkerUnreachable || (e.Type == eventlog.TypeDaemonResumed && e.Seq != evs[0].Seq) {
+					t.Errorf("%s after the gap: %s", tc.name, e.String())
+				}
+			}
+		})
+	}
+}
+
+// TestWallClockStepsExpireNothing: within one life the daemon's clock is the
+// wall clock read at Open plus CLOCK_BOOTTIME's count since, so no step of the
+// wall clock — between 2×renew and grace, where a wall-clock daemon would
+// expire a silent worker's lease before the worker fenced itself, far beyond,
+// or backwards — moves a deadline: a lease whose worker goes silent right
+// after its heartbeat still has all of toleration, counted as the boot clock
+// counts, and expires once that has passed.
+func TestWallClockStepsExpireNothing(t *testing.T) {
+	wall, boot := clocktest.New(clocktest.Epoch), clocktest.New(time.Unix(5000, 0))
+	f := newLifeFixture(t, wall, boot)
+	_, _, err := f.svc.Submit(ctx, "r1", eventlog.KindRun, nil)
+	f.must(err)
+	gs, err := f.svc.Acquire(ctx, "w1", 1)
+	f.must(err)
+	last := f.log.LastSeq()
+	var elapsed time.Duration
+	sweep := func(d time.Duration) { // a living daemon, for d
+		for i := time.Duration(0); i < d; i += testConfig.SweepEvery() {
+			boot.Advance(testConfig.SweepEvery())
+			elapsed += testConfig.SweepEvery()
+			f.must(f.svc.Sweep())
+		}
+	}
+	for _, step := range []time.Duration{2*testConfig.Renew + testConfig.Renew/2, testConfig.Grace - time.Millisecond, 100 * testConfig.Toleration, -time.Hour} {
+		_, err := f.svc.Heartbeat(ctx, "w1", []uint64{gs[0].Lease})
+		f.must(err)
+		wall.Advance(step)
+		sweep(testConfig.Toleration - testConfig.SweepEvery())
+	}
+	evs := eventsAfter(t, f.log, last)
+	for _, e := range evs {
+		if e.Type == eventlog.TypeExpired || e.Type == eventlog.TypeDaemonResumed {
+			t.Fatalf("after wall-clock steps: %s", e.String())
+		}
+	}
+	if got, want := time.Unix(0, evs[len(evs)-1].Time), clocktest.Epoch.Add(elapsed); !got.After(clocktest.Epoch) || got.After(want) {
+		t.Fatalf("last event at %v, want by %v: the boot clock's count since Open", got, want)
+	}
+	// Real silence still counts.
+	sweep(2 * testConfig.SweepEvery())
+	if l, err := f.svc.Lease(ctx, gs[0].Lease); err != nil || l.Live() {
+		t.Fatalf("lease %d after toleration of silence: %+v, %v", gs[0].Lease, l, err)
+	}
+}
+
+// TestSuspendIsAbsence: the host suspends (CLOCK_BOOTTIME jumps, and the wall
+// clock with it) past toleration. The first command after it records the gap
+// as daemon.resumed, and nothing expires.
+func TestSuspendIsAbsence(t *testing.T) {
+	wall, boot := clocktest.New(clocktest.Epoch), clocktest.New(time.Unix(5000, 0))
+	f := newLifeFixture(t, wall, boot)
+	_, _, err := f.svc.Submit(ctx, "r1", eventlog.KindRun, nil)
+	f.must(err)
+	gs, err := f.svc.Acquire(ctx, "w1", 1)
+	f.must(err)
+	last := f.log.LastSeq()
+	boot.Advance(time.Hour)
+	wall.Advance(time.Hour)
+	_, err = f.svc.Heartbeat(ctx, "w1", []uint64{gs[0].Lease})
+	f.must(err)
+	f.must(f.svc.Sweep())
+	evs := eventsAfter(t, f.log, last)
+	if len(evs) != 2 || evs[0].Type != eventlog.TypeDaemonResumed || evs[0].Gap != int64(time.Hour) || evs[1].Type != eventlog.TypeHeartbeat {
+		t.Fatalf("after a suspend of 1h: %v; want daemon.resumed{1h}, then the heartbeat", evs)
+	}
+}
+
+// TestWallClockBridgesRestarts: across a restart the wall clock dates the
+// new life, so the downtime is recorded (daemon.started{gap}); a wall clock
+// that stepped back meanwhile starts the life at the last event's time, so
+// that event times never go back and the downtime reads as none.
+func TestWallClockBridgesRestarts(t *testing.T) {
+	wall, boot := clocktest.New(clocktest.Epoch), clocktest.New(time.Unix(5000, 0))
+	f := newLifeFixture(t, wall, boot)
+	boot.Advance(30 * time.Second)
+	_, _, err := f.svc.Submit(ctx, "r1", eventlog.KindRun, nil)
+	f.must(err)
+	f.must(f.log.Close())
+	for _, tc := range []struct {
+		name    string
+		wall    time.Time
+		gap     time.Duration
+		started time.Time
+	}{
+		{"ten minutes down", clocktest.Epoch.Add(30*time.Second + 10*time.Minute), 10 * time.Minute, clocktest.Epoch.Add(30*time.Second + 10*time.Minute)},
+		{"wall stepped back", clocktest.Epoch.Add(-time.Hour), 0, clocktest.Epoch.Add(30*time.Second + 10*time.Minute)},
+	} {
+		wall.Set(tc.wall)
+		f.boot = clocktest.New(time.Unix(1, 0)) // a new boot: its clock starts over
+		f.open()
+		e, err := f.log.Get(f.log.LastSeq())
+		f.must(err)
+		if e.Type != eventlog.TypeDaemonStarted || e.Gap != int64(tc.gap) || !time.Unix(0, e.Time).Equal(tc.started) {
+			t.Errorf("%s: %s at %v, want daemon.started gap=%v at %v", tc.name, e.String(), time.Unix(0, e.Time).UTC(), tc.gap, tc.started)
+		}
+		f.must(f.log.Close())
+	}
+	f.open() // for the cleanup
+}
+
+type lifeFixture struct {
+	t          *testing.T
+	fs         vfs.FS
+	wall, boot *clocktest.Clock
+	log        *eventlog.Log
+	svc        *lease.Service
+}
+
+// newLifeFixture opens a service on its default clock, fed by wall and boot.
+func newLifeFixture(t *testing.T, wall, boot *clocktest.Clock) *lifeFixture {
+	f := &lifeFixture{t: t, fs: vfs.NewMem(), wall: wall, boot: boot}
+	f.open()
+	t.Cleanup(func() { _ = f.log.Close() })
+	return f
+}
+
+func (f *lifeFixture) open() {
+	f.t.Helper()
+	log, err := eventlog.Open("data", eventlog.Options{FS: f.fs, Logger: zerolog.Nop()})
+	f.must(err)
+	svc, err := lease.Open(log, lease.Options{Config: testConfig, Wall: f.wall, Boot: f.boot, Entropy: rand.New(rand.NewSource(1))})
+	f.must(err)
+	f.log, f.svc = log, svc
+}
+
+func (f *lifeFixture) must(err error) {
+	f.t.Helper()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func eventsAfter(t *testing.T, log *eventlog.Log, seq uint64) []eventlog.Event {
+	t.Helper()
+	it := log.Iter(seq + 1)
+	var out []eventlog.Event
+	for it.Next() {
+		out = append(out, it.Event().Clone())
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
