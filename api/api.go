@@ -42,6 +42,7 @@ const (
 	CodeStopping     = "stopping"
 	CodeUnavailable  = "unavailable"
 	CodeTooLarge     = "body_too_large"
+	CodeBodyTimeout  = "body_timeout" // 408: the body did not arrive in time
 	CodeInternal     = "internal"
 )
 

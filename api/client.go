@@ -31,6 +31,13 @@ func NewClient(server, token string) (*Client, error) {
 	if server == "" {
 		server = DefaultServer
 	}
+	// A token read from a file comes with its newline; one that is only
+	// spaces is a mistake the daemon would answer with 401 anyway.
+	if t := strings.TrimSpace(token); t == "" && token != "" {
+		return nil, errors.New("api: the token is blank (only spaces): set it, or leave it empty")
+	} else if token = t; strings.ContainsAny(token, "\r\n") {
+		return nil, errors.New("api: the token has a line break in it")
+	}
 	c := &Client{token: token, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}}
 	if path, ok := strings.CutPrefix(server, "unix://"); ok {
 		c.http.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/lease"
@@ -34,6 +35,11 @@ func (a *Auth) Validate() error {
 	add := func(key, token string) error {
 		if len(token) < MinTokenLen {
 			return &AuthError{key, fmt.Sprintf("a token must be at least %d characters", MinTokenLen)}
+		}
+		// A header carries a token trimmed and on one line: a token with
+		// spaces or controls in it could never be sent as configured.
+		if i := strings.IndexFunc(token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
+			return &AuthError{key, fmt.Sprintf("a token must not contain spaces or control characters (byte %d)", i)}
 		}
 		if prev, ok := seen[token]; ok {
 			return &AuthError{key, "the same token is given to " + prev}
@@ -175,10 +181,9 @@ func (s *Server) authorize(r *http.Request, rt *route, c *call) error {
 	if s.auth == nil || rt.access == open {
 		return nil
 	}
-	token, ok := bearer(r.Header.Get("Authorization"))
-	if !ok {
-		return &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized,
-			Message: "missing bearer token: send Authorization: Bearer TOKEN"}
+	token, err := bearer(r.Header.Values("Authorization"))
+	if err != nil {
+		return err
 	}
 	p := s.auth.lookup(token)
 	if p == nil {
@@ -231,12 +236,27 @@ func forbidden(format string, args ...any) *api.Error {
 }
 
 // bearer extracts the token of an "Authorization: Bearer TOKEN" header. The
-// scheme is case-insensitive (RFC 9110, section 11.1).
-func bearer(h string) (string, bool) {
-	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
+// scheme is case-insensitive (RFC 9110, section 11.1). A blank token, or a
+// header given twice, is refused by name rather than taken as no token: the
+// caller meant to send one, and should hear what went wrong.
+func bearer(values []string) (string, error) {
+	unauthorized := func(msg string) (string, error) {
+		return "", &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: msg}
 	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
+	switch len(values) {
+	case 0:
+		return unauthorized("missing bearer token: send Authorization: Bearer TOKEN")
+	case 1:
+	default:
+		return unauthorized(fmt.Sprintf("Authorization given %d times: send one bearer token", len(values)))
+	}
+	h := strings.TrimSpace(values[0])
+	scheme, token, _ := strings.Cut(h, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return unauthorized("Authorization is not a bearer token: send Authorization: Bearer TOKEN")
+	}
+	if token = strings.TrimSpace(token); token == "" {
+		return unauthorized("blank bearer token: send Authorization: Bearer TOKEN")
+	}
+	return token, nil
 }

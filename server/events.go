@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -109,10 +111,15 @@ func parseTime(name, v string) (int64, error) {
 }
 
 // query runs q against the log and converts what it finds, returning the seq
-// of the last event (0 if none). Only durable events are ever seen.
+// of the last event (0 if none). Only durable events are ever seen. A cursor
+// at or past the last durable event finds nothing without asking the log, so
+// no cursor, up to 2^64−1, can wrap around to the start.
 func (s *Server) query(q eventlog.Query) ([]api.Event, uint64, error) {
-	it := s.svc.Log().Query(q)
 	out := []api.Event{}
+	if q.After >= s.svc.Log().DurableSeq() {
+		return out, 0, nil
+	}
+	it := s.svc.Log().Query(q)
 	var last uint64
 	for it.Next() {
 		e := it.Event() // aliases the iterator: converted (copied) before Next
@@ -130,7 +137,13 @@ func (s *Server) query(q eventlog.Query) ([]api.Event, uint64, error) {
 // with id = seq and event = type, the event's JSON as data. A client resumes
 // with Last-Event-ID, which wins over after=. Only durable events are sent:
 // the stream reads the log, and waits on the log's durable mark for more.
+// Idle, it sleeps on that mark and wakes only for a keepalive comment every
+// Options.StreamKeepalive; it ends when its client hangs up (net/http cancels
+// the request's context), when a write fails, or when the server closes.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
+	if s.streamHook != nil {
+		defer s.streamHook("end")
+	}
 	p, err := params(r, "type", "job", "worker", "since", "until", "after")
 	if err != nil {
 		return err
@@ -162,37 +175,77 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	for {
 		// Every event up to upper is durable and so visible to the iterator
 		// made after it; those it skips did not match the filters. Resuming
-		// past upper never misses one.
+		// past upper never misses one. A cursor at or past upper reads
+		// nothing: there is nothing after it yet.
 		upper := log.DurableSeq()
-		it := log.Query(q)
-		n := 0
-		var werr error
-		for werr == nil && it.Next() {
-			if n%streamFlushEvery == 0 {
-				_ = rc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout)) // not every writer has one
+		if q.After < upper {
+			it := log.Query(q)
+			n := 0
+			var werr error
+			for werr == nil && it.Next() {
+				if n%streamFlushEvery == 0 {
+					_ = rc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout)) // not every writer has one
+				}
+				e := it.Event()
+				werr = writeEvent(w, api.EventOf(e))
+				q.After = e.Seq
+				if n++; n%streamFlushEvery == 0 && werr == nil {
+					werr = rc.Flush()
+				}
 			}
-			e := it.Event()
-			werr = writeEvent(w, api.EventOf(e))
-			q.After = e.Seq
-			if n++; n%streamFlushEvery == 0 && werr == nil {
-				werr = rc.Flush()
+			if err := it.Close(); err != nil {
+				s.log.Error().Err(err).Str("route", c.route).Msg("event stream: read the log")
+				return nil // the status line is out: ending the stream is all that is left
 			}
-		}
-		if err := it.Close(); err != nil {
-			s.log.Error().Err(err).Str("route", c.route).Msg("event stream: read the log")
-			return nil // the status line is out: ending the stream is all that is left
-		}
-		if werr != nil {
-			return nil // the client went away
-		}
-		if n > 0 {
-			if err := rc.Flush(); err != nil {
-				return nil
+			if werr != nil {
+				return nil // the client went away
 			}
+			if n > 0 {
+				if err := rc.Flush(); err != nil {
+					return nil
+				}
+			}
+			q.After = max(q.After, upper)
 		}
-		q.After = max(q.After, upper)
-		if err := log.WaitDurable(q.After+1, ctx.Done()); err != nil {
+		if err := s.waitEvents(ctx, w, rc, q.After); err != nil {
 			return nil // the client left, the server closed, or the log failed
+		}
+	}
+}
+
+// waitEvents returns once an event after seq is durable, writing a keepalive
+// comment each time Options.StreamKeepalive passes without one. It returns an
+// error when ctx ends, the log fails, or a keepalive cannot be written. After
+// seq 2^64−1 no event can come: it waits for ctx alone.
+func (s *Server) waitEvents(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, seq uint64) error {
+	log := s.svc.Log()
+	for {
+		if s.streamHook != nil {
+			s.streamHook("wait")
+		}
+		tick, stop := context.WithTimeout(ctx, s.opts.StreamKeepalive)
+		var err error
+		if seq == math.MaxUint64 {
+			<-tick.Done()
+		} else {
+			err = log.WaitDurable(seq+1, tick.Done())
+		}
+		quiet := tick.Err() != nil
+		stop()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err == nil && seq != math.MaxUint64:
+			return nil // an event came
+		case !quiet:
+			return err // the log failed
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
+		if _, err := io.WriteString(w, ": keepalive\n\n"); err != nil {
+			return err
+		}
+		if err := rc.Flush(); err != nil {
+			return err
 		}
 	}
 }

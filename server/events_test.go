@@ -22,10 +22,10 @@ import (
 func TestEventsQuery(t *testing.T) {
 	f := newFixture(t, server.Options{})
 	f.submit("j1", eventlog.KindRun) // 2 (1 is daemon.started)
-	f.clock.Advance(time.Minute)
+	f.clock.Advance(2 * time.Second) // less than grace: no daemon.resumed
 	f.grant("w1")                           // 3
 	f.submit("j2", eventlog.KindEvaluation) // 4
-	f.clock.Advance(time.Minute)
+	f.clock.Advance(2 * time.Second)
 	f.grant("w2") // 5
 
 	all := decode[api.Events](t, f.do("GET", "/v1/events", "", nil), http.StatusOK)
@@ -63,8 +63,8 @@ func TestEventsQuery(t *testing.T) {
 		t.Fatalf("paged seqs %v", seqs)
 	}
 
-	t1 := clocktest.Epoch.Add(time.Minute).Format(time.RFC3339)
-	t2 := clocktest.Epoch.Add(2 * time.Minute).Format(time.RFC3339)
+	t1 := clocktest.Epoch.Add(2 * time.Second).Format(time.RFC3339)
+	t2 := clocktest.Epoch.Add(4 * time.Second).Format(time.RFC3339)
 	for _, tc := range []struct{ query, want string }{
 		{"type=lease.queued", "[2 4]"},
 		{"job=j1", "[2 3]"},

@@ -7,7 +7,7 @@
 //
 // Every request goes through one wrapper:
 //
-//	ServeHTTP ─► route? ──no──► 404 / 405 as JSON
+//	ServeHTTP ─► body deadline ─► route? ──no──► 404 / 405 as JSON
 //	               │yes
 //	               ▼
 //	           authorise (401 / 403) ─► deadline (not for long-polls and streams)
@@ -15,24 +15,22 @@
 //	               ─► metrics (route pattern, status) and, for status >= 400, a log line
 //
 // Bad input is refused before the service is called, so a 400 never writes an
-// event.
+// event. The handler runs as soon as a request's headers are read: a caller
+// without a valid token gets its 401 then, with Connection: close, and its
+// body is never read; any other refusal given before the body was read closes
+// the connection too. A body must arrive within Options.BodyTimeout (408).
+// LimitListener caps the connections a daemon holds open.
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"path"
-	"reflect"
 	"runtime/debug"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -45,9 +43,11 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultMaxBody        = 1 << 20
-	DefaultRequestTimeout = 30 * time.Second
-	DefaultMaxWait        = 60 * time.Second
+	DefaultMaxBody         = 1 << 20
+	DefaultRequestTimeout  = 30 * time.Second
+	DefaultBodyTimeout     = 10 * time.Second
+	DefaultMaxWait         = 60 * time.Second
+	DefaultStreamKeepalive = 30 * time.Second
 )
 
 // Options configures a Server. The zero value serves openly with the defaults.
@@ -70,8 +70,24 @@ type Options struct {
 	// RequestTimeout bounds every request but long-polls and event streams;
 	// 0 means DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, from when its headers
+	// were read: a body slower than that is cut (408) and the connection
+	// closed. 0 means DefaultBodyTimeout (1 MiB in 10 s is 100 KiB/s).
+	BodyTimeout time.Duration
 	// MaxWait caps the wait_seconds of an acquire; 0 means DefaultMaxWait.
 	MaxWait time.Duration
+	// StreamKeepalive is how long an event stream may stay silent: it then
+	// writes an SSE comment, so that a client gone without a word (a cut
+	// network) is noticed by a failed write. 0 means DefaultStreamKeepalive.
+	StreamKeepalive time.Duration
+	// Clock times how long an acquire was held (api.Grant.HeldSeconds); nil
+	// is the wall clock (with its monotonic reading). The daemon passes the
+	// service's clock.
+	Clock lease.Clock
+	// BootID is the daemon host's boot id, announced by GET /healthz so that
+	// a worker can tell whether it shares the daemon's host
+	// (hostclock.BootID; empty: not announced).
+	BootID string
 }
 
 // Server is the HTTP API. It is an http.Handler, safe for concurrent use.
@@ -91,6 +107,9 @@ type Server struct {
 
 	// waitHook, set only by tests, wraps the context of an acquire's wait.
 	waitHook func(context.Context) context.Context
+	// streamHook, set only by tests, is told when an event stream starts to
+	// wait for events ("wait") and when its handler returns ("end").
+	streamHook func(stage string)
 }
 
 // New returns the API over svc. It registers the server's metrics and panics
@@ -105,6 +124,15 @@ func New(svc *lease.Service, opts Options) *Server {
 	}
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = DefaultMaxWait
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	if opts.StreamKeepalive <= 0 {
+		opts.StreamKeepalive = DefaultStreamKeepalive
+	}
+	if opts.Clock == nil {
+		opts.Clock = lease.SystemClock()
 	}
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), routes: map[string]*route{}}
 	if opts.Auth != nil {
@@ -178,6 +206,9 @@ type call struct {
 	lease   uint64
 	who     *principal // nil when the server is open
 	started bool       // the status line is written
+	// received is when the request's headers were read, on Options.Clock.
+	received time.Time
+	body     *body // the request's body under its deadline; nil: none
 }
 
 type callKey struct{}
@@ -187,8 +218,9 @@ type callKey struct{}
 // logged.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	c := &call{route: "unmatched"}
+	c := &call{route: "unmatched", received: s.opts.Clock.Now()}
 	rec := &recorder{ResponseWriter: w, c: c}
+	s.watchBody(w, r, c)
 	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
 	defer func() { s.finish(rec, r, c, start, recover()) }()
 
@@ -328,6 +360,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, c *call, err
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leaselog"`)
 	}
+	// A caller without a token gets nothing more from this connection, and
+	// no refusal waits for a body nobody will read: a slow or endless body
+	// must not hold the connection.
+	if !c.started && (e.Status == http.StatusUnauthorized || c.pending()) {
+		hangUp(w)
+	}
 	s.writeJSON(w, c, e.Status, api.ErrorBody{Error: e, StaleReportSeq: e.StaleReportSeq})
 }
 
@@ -354,104 +392,6 @@ func (s *Server) writeJSON(w http.ResponseWriter, c *call, status int, v any) {
 // badRequest is a 400 with a message saying what is wrong.
 func badRequest(format string, args ...any) *api.Error {
 	return &api.Error{Status: http.StatusBadRequest, Code: api.CodeBadRequest, Message: fmt.Sprintf(format, args...)}
-}
-
-// decodeBody reads the request body into v, strictly: one JSON object, no
-// field v does not have, nothing after it. An empty body is the empty object
-// when emptyOK, else an error. The Content-Type is not checked: curl -d sends
-// a form type, and the body says what it is.
-func decodeBody(r *http.Request, v any, emptyOK bool) error {
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return &api.Error{Status: http.StatusBadRequest, Code: api.CodeTooLarge,
-				Message: fmt.Sprintf("body exceeds %d bytes", tooLarge.Limit)}
-		}
-		return badRequest("read body: %v", err)
-	}
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
-		if emptyOK {
-			return nil
-		}
-		return badRequest("missing body: want a JSON object")
-	}
-	if b[0] != '{' {
-		return badRequest("body must be a JSON object")
-	}
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return badRequest("body: field %q: want %s, got JSON %s", typeErr.Field, jsonType(typeErr.Type), typeErr.Value)
-		}
-		return badRequest("body: %s", trimJSONPrefix(err.Error()))
-	}
-	if d.InputOffset() < int64(len(b)) {
-		return badRequest("body: trailing data after the JSON object")
-	}
-	return nil
-}
-
-// params returns the query parameters of r. A parameter not in allowed, or
-// given twice, is refused rather than ignored: a typo like ?status= must not
-// quietly list everything.
-func params(r *http.Request, allowed ...string) (map[string]string, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return nil, badRequest("query: %v", err)
-	}
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys) // the same query always names the same problem
-	out := make(map[string]string, len(q))
-	for _, k := range keys {
-		switch {
-		case !slices.Contains(allowed, k):
-			if len(allowed) == 0 {
-				return nil, badRequest("unknown query parameter %q: this call takes none", k)
-			}
-			return nil, badRequest("unknown query parameter %q (want %s)", k, strings.Join(allowed, ", "))
-		case len(q[k]) > 1:
-			return nil, badRequest("query parameter %q given %d times", k, len(q[k]))
-		}
-		out[k] = q[k][0]
-	}
-	return out, nil
-}
-
-// jsonType names what a Go type takes, in JSON's words.
-func jsonType(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return "an integer"
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "a non-negative integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Slice, reflect.Array:
-		return "an array of " + strings.TrimPrefix(strings.TrimPrefix(jsonType(t.Elem()), "a "), "an ") + "s"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	}
-	return "a JSON value"
-}
-
-// trimJSONPrefix drops encoding/json's "json: " from a message meant for a
-// client that never heard of Go.
-func trimJSONPrefix(msg string) string {
-	if len(msg) > 6 && msg[:6] == "json: " {
-		return msg[6:]
-	}
-	return msg
 }
 
 // recorder remembers the status a handler wrote. Unwrap lets
@@ -514,6 +454,6 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, c, http.StatusOK, api.Health{Status: "ok", Seq: seq})
+	s.writeJSON(w, c, http.StatusOK, api.Health{Status: "ok", Seq: seq, BootID: s.opts.BootID})
 	return nil
 }

@@ -65,6 +65,9 @@ func newFixtureHooked(t *testing.T, opts server.Options, hook func(*server.Serve
 		opts.Registerer = f.reg
 	}
 	opts.Logger = zerolog.New(f.logs)
+	if opts.Clock == nil {
+		opts.Clock = f.clock
+	}
 	f.srv = server.New(svc, opts)
 	if hook != nil {
 		hook(f.srv)

@@ -54,6 +54,12 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, c *call) error 
 	if err != nil {
 		return err
 	}
+	// How long the daemon held the request, from its headers to the grant:
+	// the worker adds it to its send time to base its first fence deadline,
+	// so that a grant at the end of a long poll is not past its fence. It
+	// includes the grant's commit, a few milliseconds the worker's 2×renew
+	// margin absorbs; it never includes the network's time.
+	held := max(s.opts.Clock.Now().Sub(c.received), 0).Seconds()
 	// The wait's deadline may be spent; what remains is an ordinary read.
 	rctx, rcancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 	defer rcancel()
@@ -65,7 +71,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, c *call) error 
 			if l, ok := t.Lease(g.Lease); ok {
 				live = &l
 			}
-			out.Leases = append(out.Leases, api.Grant{Lease: g.Lease, Job: api.JobOf(g.Job, live), Timing: timing})
+			out.Leases = append(out.Leases, api.Grant{Lease: g.Lease, Job: api.JobOf(g.Job, live), HeldSeconds: held, Timing: timing})
 		}
 	})
 	if err != nil {
@@ -147,6 +153,11 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, c *call) error {
 	return nil
 }
 
+// outcomes are the outcomes a report may give. lost is a worker's word that
+// it lost the job (it fenced itself, its run directory is gone): the daemon
+// records lease.lost and folds it like an expiry, never as an attempt.
+const outcomes = "succeeded, failed, cancelled, killed or lost"
+
 // report answers POST /v1/leases/{lease}/report. The live lease's first
 // report is accepted; the same lease reported again gets the first answer. A
 // report on an expired lease is a 409 stale_lease that names, in
@@ -166,11 +177,11 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request, c *call) error {
 		return err
 	}
 	if in.Outcome == "" {
-		return badRequest("missing outcome: want succeeded, failed, cancelled or killed")
+		return badRequest("missing outcome: want %s", outcomes)
 	}
 	outcome, err := eventlog.ParseOutcome(in.Outcome)
 	if err != nil {
-		return badRequest("outcome %q: want succeeded, failed, cancelled or killed", in.Outcome)
+		return badRequest("outcome %q: want %s", in.Outcome, outcomes)
 	}
 	if err := s.checkWorker(c, in.Worker); err != nil {
 		return err

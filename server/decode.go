@@ -1,0 +1,253 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/leaselog/leaselog/api"
+)
+
+// errBodyTimeout is a body that did not arrive within Options.BodyTimeout.
+var errBodyTimeout = errors.New("server: request body not received in time")
+
+// body is a request body read under a deadline. The deadline is the
+// connection's read deadline, set when the headers were read and lifted once
+// the body has been read to its end: net/http's background read, which
+// notices a client that hangs up during a long-poll or a stream, must not run
+// into it. Only the request's goroutine reads it.
+type body struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+	ended   bool // read to its end; the deadline is lifted
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF && !b.ended:
+		b.ended = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+		err = fmt.Errorf("%w (%v)", errBodyTimeout, b.timeout)
+	}
+	return n, err
+}
+
+// pending reports whether the request has a body not read to its end: an
+// answer given now must close the connection rather than wait for the rest.
+func (c *call) pending() bool { return c.body != nil && !c.body.ended }
+
+// watchBody puts r's body, if it has one, under the body deadline. A writer
+// that has no connection (a test's recorder) has no deadline either.
+func (s *Server) watchBody(w http.ResponseWriter, r *http.Request, c *call) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) // a socket deadline: real time, not the injected clock
+	c.body = &body{ReadCloser: r.Body, rc: rc, timeout: s.opts.BodyTimeout}
+	r.Body = c.body
+}
+
+// hangUp makes the answer being written the connection's last, without
+// reading what is left of the request: Connection: close, and a read
+// deadline in the past so that net/http, which would read up to 256 KiB of an
+// unread body before closing, gives up at once. Called before the status line
+// is written.
+func hangUp(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+}
+
+// decodeBody reads the request body into v, strictly: one JSON object, no
+// field v does not have, nothing after it, valid UTF-8, no key twice in an
+// object. An empty body is the empty object when emptyOK, else an error. The
+// Content-Type is not checked: curl -d sends a form type, and the body says
+// what it is.
+func decodeBody(r *http.Request, v any, emptyOK bool) error {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			return &api.Error{Status: http.StatusBadRequest, Code: api.CodeTooLarge,
+				Message: fmt.Sprintf("body exceeds %d bytes", tooLarge.Limit)}
+		case errors.Is(err, errBodyTimeout):
+			return &api.Error{Status: http.StatusRequestTimeout, Code: api.CodeBodyTimeout,
+				Message: "the body did not arrive in time: " + err.Error()}
+		}
+		return badRequest("read body: %v", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		if emptyOK {
+			return nil
+		}
+		return badRequest("missing body: want a JSON object")
+	}
+	if b[0] != '{' {
+		return badRequest("body must be a JSON object")
+	}
+	if err := checkJSON(b); err != nil {
+		return err
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return badRequest("body: field %q: want %s, got JSON %s", typeErr.Field, jsonType(typeErr.Type), typeErr.Value)
+		}
+		return badRequest("body: %s", trimJSONPrefix(err.Error()))
+	}
+	if d.InputOffset() < int64(len(b)) {
+		return badRequest("body: trailing data after the JSON object")
+	}
+	return nil
+}
+
+// checkJSON refuses what encoding/json would take quietly and get wrong:
+// invalid UTF-8, which it turns into U+FFFD, and a key given twice in one
+// object, of which it keeps the last — in a spec, stored canonical, the other
+// would be lost without a word. A syntax error is left to the decoder, which
+// says it better.
+func checkJSON(b []byte) error {
+	if !utf8.Valid(b) {
+		off := 0
+		for off < len(b) {
+			r, n := utf8.DecodeRune(b[off:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			off += n
+		}
+		return badRequest("body: invalid UTF-8 at byte %d", off)
+	}
+	// One frame per open object or array: the keys an object has had, and
+	// its path for the message.
+	type frame struct {
+		keys map[string]bool // nil for an array
+		path string
+		key  bool // the next string of this object is a key
+	}
+	var stack []frame
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber() // a number too big for a float64 is still JSON
+	var last string
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return nil // the decoder will name the syntax error
+		}
+		top := len(stack) - 1
+		if k, ok := tok.(string); ok && top >= 0 && stack[top].keys != nil && stack[top].key {
+			if stack[top].keys[k] {
+				where := "the body"
+				if stack[top].path != "" {
+					where = stack[top].path
+				}
+				return badRequest("body: key %q given twice in %s", k, where)
+			}
+			stack[top].keys[k], stack[top].key, last = true, false, k
+			continue
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			path := ""
+			if top >= 0 {
+				path = stack[top].path
+				if stack[top].keys != nil {
+					path = strings.TrimPrefix(path+"."+last, ".")
+				} else {
+					path += "[]"
+				}
+			}
+			f := frame{path: path}
+			if tok == json.Delim('{') {
+				f.keys, f.key = map[string]bool{}, true
+			}
+			stack = append(stack, f)
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:top]
+			top--
+		}
+		if top >= 0 && stack[top].keys != nil {
+			stack[top].key = true // a value ended: a key comes next
+		}
+	}
+}
+
+// params returns the query parameters of r. A parameter not in allowed, or
+// given twice, is refused rather than ignored: a typo like ?status= must not
+// quietly list everything.
+func params(r *http.Request, allowed ...string) (map[string]string, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("query: %v", err)
+	}
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the same query always names the same problem
+	out := make(map[string]string, len(q))
+	for _, k := range keys {
+		switch {
+		case !slices.Contains(allowed, k):
+			if len(allowed) == 0 {
+				return nil, badRequest("unknown query parameter %q: this call takes none", k)
+			}
+			return nil, badRequest("unknown query parameter %q (want %s)", k, strings.Join(allowed, ", "))
+		case len(q[k]) > 1:
+			return nil, badRequest("query parameter %q given %d times", k, len(q[k]))
+		}
+		out[k] = q[k][0]
+	}
+	return out, nil
+}
+
+// jsonType names what a Go type takes, in JSON's words.
+func jsonType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array of " + strings.TrimPrefix(strings.TrimPrefix(jsonType(t.Elem()), "a "), "an ") + "s"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a JSON value"
+}
+
+// trimJSONPrefix drops encoding/json's "json: " from a message meant for a
+// client that never heard of Go.
+func trimJSONPrefix(msg string) string {
+	if len(msg) > 6 && msg[:6] == "json: " {
+		return msg[6:]
+	}
+	return msg
+}
