@@ -30,12 +30,15 @@ var ctx = context.Background()
 
 var testConfig = lease.Config{Renew: time.Second, Grace: 5 * time.Second, Toleration: 15 * time.Second}
 
-// harness runs a lease.Service on a crashable in-memory store with a manual
-// clock, and keeps what the property test must remember about its answers.
+// harness runs a lease.Service on a crashable in-memory store with the
+// daemon's own clock fed by two manual ones — the wall clock, and the boot
+// clock that the service counts by within a life — and keeps what the
+// property test must remember about its answers.
 type harness struct {
 	t     *rapid.T
 	fs    *vfs.MemFS
-	clock *clocktest.Clock
+	clock *clocktest.Clock // CLOCK_BOOTTIME: time as the daemon counts it within a life
+	wall  *clocktest.Clock // the wall clock: read at each start
 	log   *eventlog.Log
 	svc   *lease.Service
 
@@ -49,7 +52,7 @@ type harness struct {
 
 func newHarness(t *rapid.T) *harness {
 	h := &harness{
-		t: t, fs: vfs.NewCrashableMem(), clock: clocktest.New(clocktest.Epoch),
+		t: t, fs: vfs.NewCrashableMem(), clock: clocktest.New(clocktest.Epoch), wall: clocktest.New(clocktest.Epoch),
 		tokens: map[string][]uint64{}, accepted: map[uint64]lease.Answer{}, stale: map[string]lease.Answer{},
 		reports: map[uint64]bool{}, holder: map[uint64]string{},
 	}
@@ -62,7 +65,7 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	svc, err := lease.Open(log, lease.Options{Config: testConfig, Clock: h.clock, Entropy: rand.New(rand.NewSource(7)), SnapshotEvery: 25})
+	svc, err := lease.Open(log, lease.Options{Config: testConfig, Wall: h.wall, Boot: h.clock, Entropy: rand.New(rand.NewSource(7)), SnapshotEvery: 25})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -70,6 +73,12 @@ func (h *harness) open() {
 }
 
 func (h *harness) close() { _ = h.log.Close() }
+
+// pass lets d of time pass: both clocks count it.
+func (h *harness) pass(d time.Duration) {
+	h.clock.Advance(d)
+	h.wall.Advance(d)
+}
 
 func (h *harness) table() (snap []byte, jobs []projection.Job, leases []projection.Lease, workers []projection.Worker) {
 	// The table holds what is live; jobs and leases that ended are in the
@@ -193,7 +202,7 @@ func (h *harness) baseActions() map[string]func(*rapid.T) {
 			}
 		},
 		"tick": func(t *rapid.T) {
-			h.clock.Advance(rapid.SampledFrom([]time.Duration{100 * time.Millisecond, time.Second, 3 * time.Second, testConfig.Grace, testConfig.Grace}).Draw(t, "d"))
+			h.pass(rapid.SampledFrom([]time.Duration{100 * time.Millisecond, time.Second, 3 * time.Second, testConfig.Grace, testConfig.Grace}).Draw(t, "d"))
 			if err := h.svc.Sweep(); err != nil {
 				t.Fatal(err)
 			}
@@ -203,7 +212,7 @@ func (h *harness) baseActions() map[string]func(*rapid.T) {
 			// sweep must record the absence and expire nothing.
 			d := rapid.Int64Range(int64(testConfig.Grace)+1, 3*int64(testConfig.Toleration)).Draw(t, "d")
 			before := h.log.LastSeq()
-			h.clock.Advance(time.Duration(d))
+			h.pass(time.Duration(d))
 			if err := h.svc.Sweep(); err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +228,7 @@ func (h *harness) baseActions() map[string]func(*rapid.T) {
 			// the next sweep.
 			d := rapid.Int64Range(int64(testConfig.Grace)+1, 3*int64(testConfig.Toleration)).Draw(t, "d")
 			before := h.log.LastSeq()
-			h.clock.Advance(time.Duration(d))
+			h.pass(time.Duration(d))
 			w, id := h.call(t)
 			if _, err := h.svc.Heartbeat(ctx, w, []uint64{id}); err != nil {
 				t.Fatal(err)
@@ -237,12 +246,27 @@ func (h *harness) baseActions() map[string]func(*rapid.T) {
 				}
 			}
 		},
+		"wall-step": func(t *rapid.T) {
+			// Someone sets the wall clock, by any amount, either way: within
+			// the life nothing moves, so the next sweep finds nothing due that
+			// the last did not decide (every step that lets time pass sweeps). (At the next start the step is part of
+			// the downtime: counted as absence, or, backwards, as none.)
+			d := rapid.Int64Range(-3*int64(testConfig.Toleration), 3*int64(testConfig.Toleration)).Draw(t, "step")
+			before := h.log.LastSeq()
+			h.wall.Advance(time.Duration(d))
+			if err := h.svc.Sweep(); err != nil {
+				t.Fatal(err)
+			}
+			if evs := h.eventsAfter(before); len(evs) != 0 {
+				t.Fatalf("a wall-clock step of %v: the sweep appended %v", time.Duration(d), evs)
+			}
+		},
 		"crash": func(t *rapid.T) {
 			snap, jobs, leases, _ := h.table()
 			clone := h.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: randv2.New(randv2.NewPCG(1, 2))})
 			h.close()
 			h.fs = clone
-			h.clock.Advance(time.Duration(rapid.Int64Range(0, 3*int64(testConfig.Toleration)).Draw(t, "downtime")))
+			h.pass(time.Duration(rapid.Int64Range(0, 3*int64(testConfig.Toleration)).Draw(t, "downtime")))
 			log, err := eventlog.Open("data", eventlog.Options{FS: h.fs, Logger: zerolog.Nop()})
 			if err != nil {
 				t.Fatal(err)
