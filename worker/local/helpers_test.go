@@ -33,6 +33,9 @@ const waitBound = 10 * time.Second
 const (
 	daemonDirEnv   = "LOCALTEST_DAEMON_DIR"
 	daemonGrantEnv = "LOCALTEST_DAEMON_GRANT"
+	// daemonFenceEnv, if set, is the fence deadline the fake daemon sets
+	// after the start: Unix ns of hostclock.Boottime.
+	daemonFenceEnv = "LOCALTEST_DAEMON_FENCE"
 )
 
 func TestMain(m *testing.M) {
@@ -60,6 +63,14 @@ func fakeDaemon() int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
+	}
+	if v := os.Getenv(daemonFenceEnv); v != "" {
+		ns, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		r.Fence(time.Unix(0, ns))
 	}
 	fmt.Println("started")
 	<-r.Done()
@@ -286,5 +297,52 @@ func readLine(t *testing.T, r *bufio.Reader) string {
 	case <-time.After(waitBound):
 		t.Fatalf("no line after %v", waitBound)
 		return ""
+	}
+}
+
+// startFakeDaemon starts g's job under dir from another process (this test
+// binary run again, see fakeDaemon), with the fence deadline fence (a
+// Boottime reading) unless it is zero, and returns once the job is started.
+func startFakeDaemon(t *testing.T, dir string, g api.Grant, fence time.Time) *exec.Cmd {
+	t.Helper()
+	gj, err := json.Marshal(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemon := exec.Command(os.Args[0], "-test.run=^$")
+	daemon.Env = append(os.Environ(), daemonDirEnv+"="+dir, daemonGrantEnv+"="+string(gj))
+	if !fence.IsZero() {
+		daemon.Env = append(daemon.Env, daemonFenceEnv+"="+strconv.FormatInt(fence.UnixNano(), 10))
+	}
+	daemon.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	daemon.Stderr = os.Stderr
+	stdout, err := daemon.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if daemon.ProcessState == nil {
+			_ = syscall.Kill(-daemon.Process.Pid, syscall.SIGKILL)
+			_ = daemon.Wait()
+		}
+	})
+	if line := readLine(t, bufio.NewReader(stdout)); line != "started" {
+		t.Fatalf("fake daemon said %q", line)
+	}
+	return daemon
+}
+
+// killFakeDaemon kills the fake daemon with its whole process group —
+// SIGTERM, then SIGKILL, as a service manager or a ^C would.
+func killFakeDaemon(t *testing.T, daemon *exec.Cmd) {
+	t.Helper()
+	// Not yet reaped, so its group id is still its own.
+	_ = syscall.Kill(-daemon.Process.Pid, syscall.SIGTERM)
+	_ = syscall.Kill(-daemon.Process.Pid, syscall.SIGKILL)
+	if err := daemon.Wait(); err == nil {
+		t.Fatal("the fake daemon was not killed")
 	}
 }

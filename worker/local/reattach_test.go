@@ -1,11 +1,8 @@
 package local
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -185,32 +182,9 @@ func TestJobSurvivesItsDaemon(t *testing.T) {
 	dir := t.TempDir()
 	ready, release := fifo(t, "ready"), fifo(t, "release")
 	g := grant(t, "survivor", 6, api.Spec{Run: "echo up > " + q(ready) + "; read x < " + q(release)})
-	gj, err := json.Marshal(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	daemon := exec.Command(os.Args[0], "-test.run=^$")
-	daemon.Env = append(os.Environ(), daemonDirEnv+"="+dir, daemonGrantEnv+"="+string(gj))
-	daemon.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	daemon.Stderr = os.Stderr
-	stdout, err := daemon.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line := readLine(t, bufio.NewReader(stdout)); line != "started" {
-		t.Fatalf("fake daemon said %q", line)
-	}
+	daemon := startFakeDaemon(t, dir, g, time.Time{})
 	readFIFO(t, ready)
-
-	// Not yet reaped, so its group id is still its own.
-	_ = syscall.Kill(-daemon.Process.Pid, syscall.SIGTERM)
-	_ = syscall.Kill(-daemon.Process.Pid, syscall.SIGKILL)
-	if err := daemon.Wait(); err == nil {
-		t.Fatal("the fake daemon was not killed")
-	}
+	killFakeDaemon(t, daemon)
 
 	b, _ := newExecutor(t, dir, time.Second)
 	runDir := runDirOf(b, g)

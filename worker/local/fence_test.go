@@ -1,0 +1,245 @@
+package local
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/worker"
+	"github.com/leaselog/leaselog/worker/local/supervise"
+)
+
+// The fence clock of these tests: the executors' default.
+var fenceClock = hostclock.Boottime
+
+// treeJob is a job that leaves a grandchild in a session of its own (setsid),
+// which no signal to the job's group or session reaches, and then waits for
+// it. Both write their pids to files of the run directory (job, gc) before
+// the job says "up" on ready; exit (if not "") ends the job right after.
+func treeJob(ready, exit string) string {
+	s := `setsid sh -c 'echo $$ > gc.tmp && mv gc.tmp gc; exec sleep 60' &
+while [ ! -e gc ]; do sleep 0.01; done
+echo $$ > job
+echo up > ` + q(ready) + "\n"
+	if exit != "" {
+		return s + "exit " + exit
+	}
+	return s + "wait"
+}
+
+// treePids reads the pids treeJob wrote, once it said "up".
+func treePids(t *testing.T, e *Executor, g api.Grant) (job, gc int) {
+	t.Helper()
+	read := func(name string) int {
+		pid, err := strconv.Atoi(strings.TrimSpace(readRunFile(t, e, g, name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	job, gc = read("job"), read("gc")
+	if getsid(gc) == getsid(job) {
+		t.Fatalf("grandchild %d in the job's session %d: setsid did not take", gc, getsid(job))
+	}
+	return job, gc
+}
+
+func readRunFile(t *testing.T, e *Executor, g api.Grant, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(runDirOf(e, g), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// processAlive reports whether pid is a live process (a zombie has ended).
+func processAlive(pid int) bool {
+	state, _, _, err := procStat(pid)
+	return err == nil && state != 'Z' && state != 'X' && state != 'x'
+}
+
+// A job's setsid'd grandchild is part of its tree: however the job ends —
+// killed, cancelled, fenced, or on its own — it is gone by the time the run
+// is Done (the supervisor reaps the whole tree before it records the end).
+func TestSetsidDescendantIsStopped(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name            string
+		exit            string // the job's own end
+		stop            func(worker.Run)
+		outcome, reason string
+	}{
+		{"kill", "", func(r worker.Run) { r.Stop(true) }, "killed", "killed by the worker"},
+		// The job dies of its SIGTERM; the grandchild, which got none, is
+		// killed with the tree when the job ends (the grace is a minute).
+		{"cancel", "", func(r worker.Run) { r.Stop(false) }, "cancelled", "cancelled by the worker; exit status 143"},
+		{"fence", "", func(r worker.Run) { r.Fence(fenceClock.Now()) }, "lost", supervise.FencedReason},
+		{"end", "0", func(worker.Run) {}, "succeeded", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := newExecutor(t, t.TempDir(), time.Minute)
+			ready := fifo(t, "ready")
+			g := grant(t, "tree-"+tc.name, 1, api.Spec{Run: treeJob(ready, tc.exit)})
+			r := start(t, e, g)
+			readFIFO(t, ready)
+			job, gc := treePids(t, e, g)
+			tc.stop(r)
+			wantOutcome(t, await(t, r), tc.outcome, tc.reason)
+			for name, pid := range map[string]int{"job": job, "setsid'd grandchild": gc} {
+				if processAlive(pid) {
+					t.Errorf("%s %d outlived the run", name, pid)
+				}
+			}
+		})
+	}
+}
+
+// The worker is gone (a separate process, killed with its group after it
+// set the fence): the supervisor kills the job's tree when the deadline
+// passes, not before; a restarted worker finds the run lost.
+func TestFenceWithoutWorker(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ready := fifo(t, "ready")
+	g := grant(t, "orphan", 1, api.Spec{Run: treeJob(ready, "")})
+	deadline := fenceClock.Now().Add(time.Second)
+	daemon := startFakeDaemon(t, dir, g, deadline)
+	readFIFO(t, ready)
+	killFakeDaemon(t, daemon)
+
+	b, _ := newExecutor(t, dir, time.Minute)
+	job, gc := treePids(t, b, g)
+	for processAlive(job) || processAlive(gc) {
+		if now := fenceClock.Now(); now.After(deadline.Add(waitBound)) {
+			t.Fatalf("job %d or grandchild %d alive %v after the deadline", job, gc, now.Sub(deadline))
+		}
+		time.Sleep(5 * time.Millisecond) // a bounded poll: nothing here to wait on
+	}
+	if early := deadline.Sub(fenceClock.Now()); early > 0 {
+		t.Fatalf("the job died %v before its deadline", early)
+	}
+	// The supervisor records the end once the tree is gone; wait for it.
+	r := reattachWhenEnded(t, b, g)
+	wantOutcome(t, r.Outcome(), "lost", supervise.FencedReason)
+	if got := readState(t, b, g, supervise.FencedFile); !strings.HasPrefix(got, "boottime deadline "+strconv.FormatInt(deadline.UnixNano(), 10)) {
+		t.Fatalf("fenced file %q", got)
+	}
+}
+
+// reattachWhenEnded re-attaches to a run once its supervisor is gone.
+func reattachWhenEnded(t *testing.T, e *Executor, g api.Grant) worker.Run {
+	t.Helper()
+	r := reattach(t, e, g)
+	await(t, r)
+	return r
+}
+
+// A deadline renewed before it passes keeps the job alive, well past the
+// first one; once the renewals stop, the job is stopped at the last one.
+func TestFenceRenewed(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Minute)
+	ready := fifo(t, "ready")
+	g := grant(t, "renewed", 1, api.Spec{Run: "echo up > " + q(ready) + "; exec sleep 60"})
+	r := start(t, e, g)
+	readFIFO(t, ready)
+	const ahead = 300 * time.Millisecond
+	first := fenceClock.Now().Add(ahead)
+	r.Fence(first)
+	var last time.Time
+	for fenceClock.Now().Before(first.Add(3 * ahead)) {
+		if isDone(r) {
+			t.Fatalf("the job ended while its deadline was renewed: %+v", r.Outcome())
+		}
+		last = fenceClock.Now().Add(ahead)
+		r.Fence(last)
+		time.Sleep(ahead / 6) // the renewal period, as a worker's heartbeats
+	}
+	out := await(t, r)
+	if early := last.Sub(fenceClock.Now()); early > 0 {
+		t.Fatalf("the job was stopped %v before its last deadline", early)
+	}
+	wantOutcome(t, out, "lost", supervise.FencedReason)
+}
+
+// A restarted worker re-attaches within the deadline and renews it: the job
+// lives past the old deadline, and ends as it would have.
+func TestReattachRenewsFence(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ready, release := fifo(t, "ready"), fifo(t, "release")
+	g := grant(t, "renew", 2, api.Spec{Run: "echo up > " + q(ready) + "; read x < " + q(release)})
+	old := fenceClock.Now().Add(500 * time.Millisecond)
+	daemon := startFakeDaemon(t, dir, g, old)
+	readFIFO(t, ready)
+	killFakeDaemon(t, daemon)
+
+	b, _ := newExecutor(t, dir, time.Minute)
+	r := reattach(t, b, g)
+	r.Fence(fenceClock.Now().Add(waitBound))
+	for fenceClock.Now().Before(old.Add(200 * time.Millisecond)) {
+		if isDone(r) {
+			t.Fatalf("the job ended at its old deadline: %+v", r.Outcome())
+		}
+		time.Sleep(10 * time.Millisecond) // a bounded poll: nothing happens to wait on
+	}
+	writeFIFO(t, release, "go\n")
+	wantOutcome(t, await(t, r), "succeeded", "")
+}
+
+// A run whose worker never calls Fence is fenced toleration − 2×renew after
+// its start (the grant's timing), not left unfenced; a grant without timing
+// (these tests') sets no deadline.
+func TestFirstFenceFromGrant(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Minute)
+	ready := fifo(t, "ready")
+	g := grant(t, "first", 1, api.Spec{Run: "echo up > " + q(ready) + "; exec sleep 60"})
+	g.Timing = api.Timing{RenewSeconds: 0.1, GraceSeconds: 0.1, TolerationSeconds: 0.5}
+	before := fenceClock.Now()
+	r := start(t, e, g)
+	readFIFO(t, ready)
+	c, at, err := supervise.ReadFence(filepath.Join(runDirOf(e, g), stateDir))
+	if err != nil || c != fenceClock {
+		t.Fatalf("fence %v %v, %v", c, at, err)
+	}
+	if d := at.Sub(before); d < 300*time.Millisecond || d > time.Second {
+		t.Fatalf("first deadline %v after the start; want 300ms (0.5 − 2×0.1)", d)
+	}
+	wantOutcome(t, await(t, r), "lost", supervise.FencedReason)
+
+	g = grant(t, "unfenced", 1, api.Spec{Run: "exit 0"})
+	wantOutcome(t, await(t, start(t, e, g)), "succeeded", "")
+	if _, _, err := supervise.ReadFence(filepath.Join(runDirOf(e, g), stateDir)); err != supervise.ErrNoFence {
+		t.Fatalf("a grant without timing got a fence: %v", err)
+	}
+}
+
+// A fence deadline on another clock is read on that clock: the file names
+// it, so the supervisor never compares a monotonic deadline with boottime.
+func TestFenceFileNamesItsClock(t *testing.T) {
+	t.Parallel()
+	e, err := New(Options{Dir: t.TempDir(), Clock: hostclock.Monotonic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := fifo(t, "ready")
+	g := grant(t, "mono", 1, api.Spec{Run: "echo up > " + q(ready) + "; exec sleep 60"})
+	r := start(t, e, g)
+	readFIFO(t, ready)
+	at := hostclock.Monotonic.Now().Add(time.Minute)
+	r.Fence(at)
+	c, got, err := supervise.ReadFence(filepath.Join(runDirOf(e, g), stateDir))
+	if err != nil || c != hostclock.Monotonic || !got.Equal(at) {
+		t.Fatalf("fence %v %v, %v; want monotonic %v", c, got, err, at)
+	}
+	r.Stop(true)
+	wantOutcome(t, await(t, r), "killed", "killed by the worker")
+}
