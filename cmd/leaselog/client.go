@@ -18,11 +18,13 @@ import (
 type clientFlags struct {
 	server string
 	output string
+	data   string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.server, "server", "", "daemon address (default $LEASELOG_SERVER or "+api.DefaultServer+")")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "table, or json (one object per line)")
+	cmd.Flags().StringVar(&f.data, "data", "", "with no $LEASELOG_TOKEN, send the admin token a local daemon keeps in DIR/token (default $LEASELOG_DATA or "+defaultDataDir+")")
 }
 
 func (f *clientFlags) client() (*api.Client, error) {
@@ -33,7 +35,11 @@ func (f *clientFlags) client() (*api.Client, error) {
 	if server == "" {
 		server = os.Getenv("LEASELOG_SERVER")
 	}
-	return api.NewClient(server, os.Getenv("LEASELOG_TOKEN"))
+	token, err := clientToken(server, f.data)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClient(server, token)
 }
 
 // printer writes rows as a table, or objects as JSON lines.

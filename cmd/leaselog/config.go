@@ -21,6 +21,7 @@ import (
 //
 //	[server]
 //	listen = "127.0.0.1:7420"        # or "unix:///run/leaselog.sock"
+//	open = false                     # no [auth] and a local worker: true serves with no token at all
 //
 //	[store]
 //	dir = "./leaselog-data"
@@ -34,7 +35,8 @@ import (
 //	local_capacity = 4               # default: number of CPUs; 0: no local worker
 //	workdir = "./leaselog-data/work" # where the local worker runs jobs
 //
-//	[auth]                           # absent: open, and only on loopback or a unix socket
+//	[auth]                           # absent: loopback or a unix socket only, and open unless
+//	                                 # there is a local worker: then an admin token in <dir>/token
 //	admin = ["TOKEN"]
 //	auditor = ["TOKEN"]
 //	[auth.workers]
@@ -54,6 +56,11 @@ type Config struct {
 // ServerConfig is [server].
 type ServerConfig struct {
 	Listen string `toml:"listen"`
+	// Open serves the API with no token even with a local worker, whose jobs
+	// run as the daemon's user: every local user can then run commands as
+	// that user. Without it, a daemon with a local worker and no [auth]
+	// generates an admin token (see GeneratesToken).
+	Open bool `toml:"open"`
 }
 
 // StoreConfig is [store].
@@ -193,6 +200,9 @@ func (c Config) Validate() error {
 	if _, _, err := splitListen(c.Server.Listen); err != nil {
 		return fmt.Errorf("config: server.listen: %w", err)
 	}
+	if c.Server.Open && c.Auth != nil {
+		return errors.New("config: server.open: an [auth] section is given too; open serves with no token, so keep one of them")
+	}
 	if a := c.ServerAuth(); a != nil {
 		if err := a.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err) // it names the key at fault
@@ -201,6 +211,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: server.listen: %s is not a loopback address, and with no [auth] section the API is open: add [auth] tokens, or listen on 127.0.0.1 or a unix socket", addr)
 	}
 	return nil
+}
+
+// GeneratesToken tells whether the daemon keeps an admin token in its data
+// directory: with no [auth], a local worker, and server.open not set. Open
+// mode would let any local user run commands as the daemon's user.
+func (c Config) GeneratesToken() bool {
+	return c.Auth == nil && !c.Server.Open && c.Capacity() > 0
 }
 
 // ServerAuth converts [auth] for the server.

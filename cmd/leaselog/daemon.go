@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/internal/hostclock"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/worker"
@@ -32,37 +32,79 @@ type daemon struct {
 	addr    net.Addr
 	errs    chan error // a part that failed on its own
 	stopRun context.CancelFunc
-	wg      sync.WaitGroup
+	// token is the admin token kept in tokenFile, when the daemon generated
+	// one (Config.GeneratesToken); empty otherwise.
+	token, tokenFile string
+	wg               sync.WaitGroup
 }
 
 // startDaemon opens the store, rebuilds the table, and starts serving. The
-// caller stops it with stop.
-func startDaemon(cfg Config, logger zerolog.Logger) (*daemon, error) {
+// caller stops it with stop. It gives up between its stages once ctx is
+// done, with an error wrapping errStartStopped.
+//
+// storeLogger, if set, receives the store's own messages during start-up
+// instead of logger (serve watches them: see startWatch).
+func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLogger *zerolog.Logger) (*daemon, error) {
+	// Refused before anything is written: a path in the way of the socket.
+	if network, addr, _ := splitListen(cfg.Server.Listen); network == "unix" {
+		if err := checkSocketPath(addr); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
+	if err := checkFreeSpace(cfg.Store.Dir); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
 	metrics := server.NewMetrics(prometheus.NewRegistry())
-	log, err := eventlog.Open(cfg.Store.Dir, eventlog.Options{Logger: logger, OnCommit: metrics.ObserveCommit})
+	slog := logger
+	if storeLogger != nil {
+		slog = *storeLogger
+	}
+	logger.Info().Str("data", cfg.Store.Dir).Msg("opening the store")
+	log, err := eventlog.Open(cfg.Store.Dir, eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit})
 	if err != nil {
 		if errors.Is(err, eventlog.ErrLocked) {
 			return nil, fmt.Errorf("serve: %s is in use by another leaselog serve (one daemon per data directory): %w", cfg.Store.Dir, err)
 		}
 		return nil, fmt.Errorf("serve: %w", err)
 	}
+	d := &daemon{logger: logger, log: log, errs: make(chan error, 3)}
+	fail := func(err error) (*daemon, error) { return nil, errors.Join(err, d.closeStore()) }
+	if err := stopped(ctx, "the store is open"); err != nil {
+		return fail(err)
+	}
+	auth := cfg.ServerAuth()
+	if cfg.GeneratesToken() {
+		// Taken with the store's lock held: no other daemon writes it.
+		if d.token, d.tokenFile, err = loadOrCreateToken(cfg.Store.Dir); err != nil {
+			return fail(fmt.Errorf("serve: %w", err))
+		}
+		auth = &server.Auth{Admin: []string{d.token}}
+	}
 	every := cfg.Store.SnapshotEvery
 	if every == 0 {
 		every = -1 // in the file 0 means never; to the service it means its default
 	}
-	svc, err := lease.Open(log, lease.Options{Config: cfg.Lease(), Logger: logger, SnapshotEvery: every,
+	logger.Info().Msg("rebuilding the lease table")
+	d.svc, err = lease.Open(log, lease.Options{Config: cfg.Lease(), Logger: logger, SnapshotEvery: every,
 		SnapshotInterval: time.Duration(cfg.Store.SnapshotSeconds * float64(time.Second))})
 	if err != nil {
-		log.Close()
-		return nil, fmt.Errorf("serve: %w", err)
+		return fail(fmt.Errorf("serve: %w", err))
+	}
+	if err := stopped(ctx, "the lease table is rebuilt"); err != nil {
+		return fail(err)
 	}
 	ln, err := listenOn(cfg.Server.Listen)
 	if err != nil {
-		log.Close()
-		return nil, fmt.Errorf("serve: %w", err)
+		return fail(fmt.Errorf("serve: %w", err))
 	}
-	d := &daemon{logger: logger, log: log, svc: svc, addr: ln.Addr(), errs: make(chan error, 3)}
-	d.api = server.New(svc, server.Options{Auth: cfg.ServerAuth(), Logger: logger, Metrics: metrics})
+	d.addr = ln.Addr()
+	bootID, err := hostclock.BootID()
+	if err != nil {
+		// Workers then fence on CLOCK_BOOTTIME, which can only fence sooner.
+		logger.Warn().Err(err).Msg("no boot id to announce")
+	}
+	d.api = server.New(d.svc, server.Options{Auth: auth, Logger: logger, Metrics: metrics}) // BOOTID
+	_ = bootID
 	d.http = &http.Server{
 		Handler:           d.api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -70,6 +112,7 @@ func startDaemon(cfg Config, logger zerolog.Logger) (*daemon, error) {
 	}
 	var runCtx context.Context
 	runCtx, d.stopRun = context.WithCancel(context.Background())
+	svc := d.svc
 	d.goRun("sweeper", func() error { return svc.Run(runCtx) })
 	d.goRun("http", func() error {
 		if err := d.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -78,12 +121,15 @@ func startDaemon(cfg Config, logger zerolog.Logger) (*daemon, error) {
 		return nil
 	})
 	if n := cfg.Capacity(); n > 0 {
+		// The local worker shares the daemon's host, and so its
+		// CLOCK_MONOTONIC: the host's sleep is the daemon's absence too.
+		clock := hostclock.Monotonic
 		wlog := logger.With().Str("worker", "local").Logger()
-		exec, err := local.New(local.Options{Dir: cfg.Workdir(), Logger: wlog})
+		exec, err := local.New(local.Options{Dir: cfg.Workdir(), Logger: wlog, Clock: clock})
 		if err == nil {
 			var w *worker.Worker
 			w, err = worker.New(worker.Options{ID: "local", Capacity: n, Daemon: worker.InProcess(svc), Executor: exec,
-				Timing: api.TimingOf(cfg.Lease()), Logger: wlog})
+				Timing: api.TimingOf(cfg.Lease()), Logger: wlog, Now: clock.Now})
 			if err == nil {
 				d.goRun("local worker", func() error { return w.Run(runCtx) })
 			}
@@ -92,9 +138,37 @@ func startDaemon(cfg Config, logger zerolog.Logger) (*daemon, error) {
 			return nil, errors.Join(fmt.Errorf("serve: local worker: %w", err), d.stop())
 		}
 	}
-	logger.Info().Str("addr", d.addr.String()).Str("network", d.addr.Network()).Str("data", cfg.Store.Dir).
-		Int("local_capacity", cfg.Capacity()).Msg("listening")
+	ev := logger.Info().Str("addr", d.addr.String()).Str("network", d.addr.Network()).Str("data", cfg.Store.Dir).
+		Int("local_capacity", cfg.Capacity())
+	switch {
+	case d.tokenFile != "":
+		ev = ev.Str("auth", "admin token in "+d.tokenFile)
+	case auth == nil:
+		ev = ev.Str("auth", "open")
+	default:
+		ev = ev.Str("auth", "tokens of [auth]")
+	}
+	ev.Msg("listening")
 	return d, nil
+}
+
+// errStartStopped is the error of a start-up given up on a signal.
+var errStartStopped = errors.New("start-up stopped")
+
+func stopped(ctx context.Context, stage string) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("serve: %w once %s", errStartStopped, stage)
+	}
+	return nil
+}
+
+// closeStore closes what a start-up that failed had opened.
+func (d *daemon) closeStore() error {
+	var errs []error
+	if d.svc != nil {
+		errs = append(errs, d.svc.Close())
+	}
+	return errors.Join(append(errs, d.log.Close())...)
 }
 
 func (d *daemon) goRun(what string, f func() error) {
@@ -149,15 +223,7 @@ func listenOn(addr string) (net.Listener, error) {
 		return nil, err
 	}
 	if network == "unix" {
-		// A socket file left by a daemon that died is in the way; a live daemon
-		// would hold the data directory's lock, which was taken already.
-		if _, err := os.Stat(a); err == nil {
-			if conn, err := net.Dial("unix", a); err == nil {
-				conn.Close()
-				return nil, fmt.Errorf("listen on %s: another process serves it", a)
-			}
-			_ = os.Remove(a)
-		}
+		return listenUnix(a)
 	}
 	ln, err := net.Listen(network, a)
 	if err != nil {

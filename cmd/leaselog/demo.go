@@ -213,12 +213,12 @@ func (x *demo) run(ctx context.Context) error {
 }
 
 func (x *demo) start() error {
-	d, err := startDaemon(x.cfg, x.logger)
+	d, err := startDaemon(context.Background(), x.cfg, x.logger, nil)
 	if err != nil {
 		return err
 	}
 	x.d = d
-	x.c, err = api.NewClient(d.url(), "")
+	x.c, err = api.NewClient(d.url(), d.token) // the generated admin token once the local worker joins
 	return err
 }
 

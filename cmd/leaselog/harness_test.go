@@ -166,7 +166,13 @@ func startServeConfig(t *testing.T, dir, text string) *daemonProc {
 			var l struct{ Message, Addr string }
 			if json.Unmarshal([]byte(line), &l) == nil && l.Message == "listening" {
 				d := &daemonProc{proc: p, dir: dir, url: "http://" + l.Addr}
-				c, err := api.NewClient(d.url, "")
+				// With a local worker and no [auth], the daemon generated an
+				// admin token (token.go); its user's clients read it.
+				token, err := clientToken(d.url, filepath.Join(dir, "data"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := api.NewClient(d.url, token)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -216,7 +222,7 @@ func (d *daemonProc) follow(t *testing.T, after uint64) *events {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	ev := &events{t: t, ch: make(chan api.Event, 1024)}
-	f := &eventFlags{clientFlags: clientFlags{server: d.url}}
+	f := &eventFlags{clientFlags: clientFlags{server: d.url, data: filepath.Join(d.dir, "data")}}
 	go func() {
 		_ = f.stream(ctx, after, func(e api.Event) { ev.ch <- e })
 		close(ev.ch)

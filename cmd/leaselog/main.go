@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/worker/local/supervise"
 )
 
@@ -21,7 +23,7 @@ func main() {
 	// before anything else happens (see package supervise).
 	supervise.Init()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := (&Main{Stdout: os.Stdout, Stderr: os.Stderr}).Run(ctx, os.Args[1:])
+	err := (&Main{Stdout: os.Stdout, Stderr: os.Stderr, Exec: syscall.Exec}).Run(ctx, os.Args[1:])
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "leaselog:", err)
@@ -36,6 +38,9 @@ func main() {
 // Main is the program, with its streams, so that tests run it in-process.
 type Main struct {
 	Stdout, Stderr io.Writer
+	// Exec replaces the process (syscall.Exec), for the commands that drop
+	// a token from their environment; nil, as in tests, unsets it instead.
+	Exec execFunc
 }
 
 // Run runs the command line args (without the program name).
@@ -55,7 +60,12 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		m.eventsCommand(), m.auditCommand(),
 		m.replayCommand(), m.demoCommand(),
 	)
-	return root.ExecuteContext(ctx)
+	err := root.ExecuteContext(ctx)
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized {
+		err = fmt.Errorf("%w (a token is $LEASELOG_TOKEN, or the token file of the daemon's data directory: --data DIR, $LEASELOG_DATA or %s)", err, defaultDataDir)
+	}
+	return err
 }
 
 // exitError carries a specific exit status.

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -27,24 +29,45 @@ sequence numbers without a gap, every event a legal transition, fencing tokens
 growing per job, every type index complete, the time index naming exactly the
 runs of the events, every stored snapshot equal to the fold at its sequence
 number, and the archive holding exactly the jobs that ended. Exit status 0
-means the log is sound.`,
+means the log is sound; 70, that the store is corrupt (the message names the
+record's key or sequence number, or the file and its key range).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
 				return errors.New("replay: --data DIR is required")
 			}
 			out := cmd.OutOrStdout()
+			// A directory that is not there is a mistake (a typo, the wrong
+			// folder), not an empty log; and nothing is created to look.
+			if fi, err := os.Stat(dir); err != nil {
+				return fmt.Errorf("replay: --data %s: %w", dir, err)
+			} else if !fi.IsDir() {
+				return fmt.Errorf("replay: --data %s: not a directory", dir)
+			}
 			exists, err := eventlog.Exists(dir, nil)
 			if err != nil {
 				return fmt.Errorf("replay: %w", err)
 			}
 			if !exists {
+				if verify {
+					return fmt.Errorf("replay: --verify: no store in %s: nothing to verify", dir)
+				}
 				// Nothing has happened yet: an empty log folds to an empty table.
 				fmt.Fprintf(out, "no store in %s yet: the log is empty\n", dir)
 				projection.New().Dump(out)
 				return nil
 			}
-			log, err := eventlog.Open(dir, eventlog.Options{ReadOnly: true, Logger: zerolog.Nop()})
+			stderr := cmd.ErrOrStderr()
+			log, err := eventlog.Open(dir, eventlog.Options{ReadOnly: true, Logger: zerolog.New(stderr).Level(zerolog.ErrorLevel),
+				// Pebble found the store broken (a corrupt file, say): say what
+				// it found, then exit as a daemon would.
+				OnFatal: func(msg string) {
+					// Its first line names the file and its key range; the
+					// rest is a stack trace.
+					msg, _, _ = strings.Cut(msg, "\n")
+					fmt.Fprintf(stderr, "leaselog: replay: the store in %s is corrupt: %s\n", dir, msg)
+					os.Exit(eventlog.ExitFatal)
+				}})
 			if err != nil {
 				return fmt.Errorf("replay: %w", err)
 			}
@@ -52,7 +75,11 @@ means the log is sound.`,
 			if verify {
 				rep, err := replay.Verify(log)
 				if err != nil {
-					return fmt.Errorf("verify %s: %w", dir, err)
+					err = fmt.Errorf("verify %s: %w", dir, err)
+					if errors.Is(err, eventlog.ErrCorrupt) { // it names the key or seq
+						return &exitError{code: eventlog.ExitFatal, err: err}
+					}
+					return err
 				}
 				rep.Table.Dump(out)
 				fmt.Fprintf(out, "verified: %d events, %d snapshots equal to the fold", rep.Events, rep.Snapshots)

@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -52,9 +56,24 @@ func TestReplayCommand(t *testing.T) {
 	if err != nil || !strings.Contains(out, "rebuilt: snapshot at seq 3, then 0 events") {
 		t.Fatalf("replay: %v\n%s", err, out)
 	}
-	out, err = run(t, "replay", "--data", t.TempDir()+"/none")
+	empty := t.TempDir()
+	out, err = run(t, "replay", "--data", empty)
 	if err != nil || !strings.Contains(out, "the log is empty") {
 		t.Fatalf("replay of no store: %v\n%s", err, out)
+	}
+	if _, err := run(t, "replay", "--data", empty, "--verify"); err == nil || !strings.Contains(err.Error(), "nothing to verify") {
+		t.Fatalf("replay --verify of no store: %v", err)
+	}
+	// A folder that is not there is a mistake, not an empty log; and
+	// looking creates nothing.
+	missing := filepath.Join(t.TempDir(), "none")
+	for _, args := range [][]string{{"replay", "--data", missing}, {"replay", "--data", missing, "--verify"}} {
+		if _, err := run(t, args...); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%v: %v, want a not-exist error", args, err)
+		}
+		if _, err := os.Lstat(missing); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%v created %s: %v", args, missing, err)
+		}
 	}
 	if _, err := run(t, "replay"); err == nil || !strings.Contains(err.Error(), "--data") {
 		t.Fatalf("replay without --data: %v", err)

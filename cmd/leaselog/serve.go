@@ -16,6 +16,7 @@ func (m *Main) serveCommand() *cobra.Command {
 	var (
 		configPath, dir, listen, logFormat string
 		capacity                           int
+		open                               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--config FILE] [--data DIR] [--listen ADDR]",
@@ -24,11 +25,24 @@ func (m *Main) serveCommand() *cobra.Command {
 sweeper that expires silent workers, and the built-in worker "local", which
 runs jobs as processes on this machine (local_capacity at once).
 
+With no [auth] section and a local worker, the API takes an admin token that
+the daemon generates into DIR/token (mode 0600, kept across restarts): the
+local worker runs any submitted command as this user, and other users of the
+host must not. Client commands of this user find that file (see --data of
+each). --open serves with no token at all instead. Without a local worker and
+without [auth], the API is open, on loopback addresses and unix sockets only.
+A unix socket is created 0600.
+
 SIGTERM or SIGINT stops it gracefully: queued jobs are cancelled ("daemon
 stopped"), daemon.stopping is recorded, and jobs in flight keep running; on
-the next start the local worker re-attaches to each of them.`,
+the next start the local worker re-attaches to each of them. During start-up
+they stop it too, within seconds even in the middle of a long replay.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The daemon needs no token of its own; its jobs must not find one.
+			if err := m.dropTokenEnv(); err != nil {
+				return err
+			}
 			cfg := DefaultConfig()
 			if configPath != "" {
 				text, err := os.ReadFile(configPath)
@@ -53,6 +67,9 @@ the next start the local worker re-attaches to each of them.`,
 			if f.Changed("local-capacity") {
 				cfg.Plugins.Executor.LocalCapacity = &capacity
 			}
+			if f.Changed("open") {
+				cfg.Server.Open = open
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -64,6 +81,7 @@ the next start the local worker re-attaches to each of them.`,
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address, host:port or unix:///path (server.listen; default 127.0.0.1:7420)")
 	cmd.Flags().StringVar(&logFormat, "log-format", "", "json or console (log.format)")
 	cmd.Flags().IntVar(&capacity, "local-capacity", 0, "jobs the local worker runs at once; 0: no local worker")
+	cmd.Flags().BoolVar(&open, "open", false, "with a local worker and no [auth], serve with no token: every local user may then run commands as this user (server.open)")
 	return cmd
 }
 
@@ -86,12 +104,61 @@ func parseLevel(s string) (zerolog.Level, error) {
 	return lvl, nil
 }
 
-// serve runs the daemon until ctx is done, then stops it gracefully.
+// startStopWait is how long a signal during start-up waits for the stage
+// under way to end before the process exits under it. Replaying a long log
+// cannot be interrupted; the store is crash-safe, so exiting then leaves it
+// as a kill would, which the next start recovers from.
+const startStopWait = 2 * time.Second
+
+// storeErrorGrace is how long a start-up that the store reported a failure
+// in may still take before serve gives up on it.
+const storeErrorGrace = 3 * time.Second
+
+// serve runs the daemon until ctx is done, then stops it gracefully. ctx
+// done during start-up stops it too: at the next stage, or after
+// startStopWait.
 func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
-	d, err := startDaemon(cfg, newLogger(cfg.Log, stderr))
-	if err != nil {
-		return err
+	logger := newLogger(cfg.Log, stderr)
+	type result struct {
+		d   *daemon
+		err error
 	}
+	started := make(chan result, 1)
+	watch := newStartWatch()
+	storeLogger := logger.Hook(watch)
+	go func() {
+		d, err := startDaemon(ctx, cfg, logger, &storeLogger)
+		started <- result{d, err}
+	}()
+	var r result
+	select {
+	case r = <-started:
+	case msg := <-watch.errs:
+		select {
+		case r = <-started:
+		case <-ctx.Done():
+			return nil
+		case <-time.After(storeErrorGrace):
+			return fmt.Errorf("serve: the store in %s failed during start-up: %s", cfg.Store.Dir, msg)
+		}
+	case <-ctx.Done():
+		logger.Info().Msg("stopping during start-up")
+		select {
+		case r = <-started:
+		case <-time.After(startStopWait):
+			logger.Warn().Dur("waited", startStopWait).
+				Msg("start-up did not reach a stage where it can stop; exiting now: the store recovers at the next start as after a kill")
+			return nil
+		}
+	}
+	if errors.Is(r.err, errStartStopped) {
+		logger.Info().Msg("stopped during start-up")
+		return nil
+	}
+	if r.err != nil {
+		return r.err
+	}
+	d := r.d
 	var runErr error
 	select {
 	case <-ctx.Done():

@@ -1,20 +1,26 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/spf13/cobra"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/hostclock"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/worker"
 	"github.com/leaselog/leaselog/worker/local"
 )
 
 func (m *Main) workerCommand() *cobra.Command {
-	var server, id, workdir, logFormat string
+	var server, id, workdir, logFormat, tokenFile string
 	var capacity int
 	cmd := &cobra.Command{
 		Use:   "worker --server URL --id ID [--capacity N] [--workdir DIR]",
@@ -24,32 +30,55 @@ processes here (in git worktrees under --workdir when a job names a repo),
 heartbeat every renew_seconds, and report. The worker stops its own jobs when
 the daemon has not acknowledged a heartbeat for toleration − 2×renew seconds.
 Stopping the worker leaves its jobs running; started again with the same id
-and workdir, it re-attaches to them.`,
+and workdir, it re-attaches to them.
+
+Its token is $LEASELOG_TOKEN or the file --token-file (mode 0600). Given in
+the environment, the worker re-executes itself without it, so that its jobs
+find it neither in their environment nor in the worker's.
+
+Before taking leases it asks the daemon for its boot id (retrying until the
+daemon answers): on the daemon's host the worker fences on CLOCK_MONOTONIC,
+elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := lease.CheckID("worker", id); err != nil {
 				return errors.New("worker: --id: " + err.Error())
 			}
+			token, err := m.takeToken(tokenFile)
+			if err != nil {
+				return fmt.Errorf("worker: %w", err)
+			}
+			if m.Exec != nil { // not when run in-process by a test
+				if err := undumpable(); err != nil {
+					return fmt.Errorf("worker: %w", err)
+				}
+			}
 			if server == "" {
 				server = os.Getenv("LEASELOG_SERVER")
 			}
-			c, err := api.NewClient(server, os.Getenv("LEASELOG_TOKEN"))
+			c, err := api.NewClient(server, token)
 			if err != nil {
 				return err
 			}
 			logger := newLogger(LogConfig{Format: logFormat, Level: "info"}, m.Stderr).With().Str("worker", id).Logger()
-			exec, err := local.New(local.Options{Dir: workdir, Logger: logger})
+			bootID, err := daemonBootID(cmd.Context(), c, logger)
+			if err != nil {
+				return err
+			}
+			clock := hostclock.For(bootID)
+			exec, err := local.New(local.Options{Dir: workdir, Logger: logger, Clock: clock})
 			if err != nil {
 				return err
 			}
 			w, err := worker.New(worker.Options{
-				ID: id, Capacity: capacity, Daemon: c, Executor: exec, Logger: logger,
+				ID: id, Capacity: capacity, Daemon: c, Executor: exec, Logger: logger, Now: clock.Now,
 				Timing: api.TimingOf(lease.DefaultConfig()), // until the daemon's first answer
 			})
 			if err != nil {
 				return err
 			}
-			logger.Info().Str("server", server).Int("capacity", capacity).Str("workdir", workdir).Msg("worker running")
+			logger.Info().Str("server", server).Int("capacity", capacity).Str("workdir", workdir).
+				Str("fence_clock", clock.String()).Msg("worker running")
 			return w.Run(cmd.Context())
 		},
 	}
@@ -58,5 +87,32 @@ and workdir, it re-attaches to them.`,
 	cmd.Flags().IntVar(&capacity, "capacity", runtime.NumCPU(), "jobs at once")
 	cmd.Flags().StringVar(&workdir, "workdir", "./leaselog-work", "where jobs run")
 	cmd.Flags().StringVar(&logFormat, "log-format", "console", "json or console")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "read this worker's token from FILE (mode 0600) instead of $LEASELOG_TOKEN")
 	return cmd
+}
+
+// daemonBootID asks the daemon for its boot id until it answers: the fence
+// clock depends on it. A daemon that announces none gets "" (and the worker
+// CLOCK_BOOTTIME). A refusal (a 4xx: a bad token) ends the worker.
+func daemonBootID(ctx context.Context, c *api.Client, logger zerolog.Logger) (string, error) {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		h, err := c.Health(ctx)
+		if err == nil {
+			return h.BootID, nil
+		}
+		var apiErr *api.Error
+		if errors.As(err, &apiErr) && apiErr.Status < 500 {
+			return "", fmt.Errorf("worker: the daemon's /healthz: %w", err)
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			logger.Warn().Err(err).Int("attempt", attempt).Msg("daemon not reachable yet; retrying")
+		}
+		select {
+		case <-ctx.Done():
+			return "", nil // stopped before the daemon answered: nothing to do
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
