@@ -45,9 +45,16 @@ type Core struct {
 // worker's last acknowledged heartbeat instead would be wrong for a lease the
 // heartbeat did not name: one whose grant arrived late (a late answer, a
 // pause) may be older than that heartbeat, and even expired already.
+//
+// A grant's base is the acquire's send time plus how long the daemon held
+// the request before granting it (api.Grant.HeldSeconds): a long poll may
+// wait 30 s for a job, and the daemon's deadline counts from the grant, not
+// from the poll. The daemon granted no sooner than that (it received the
+// request after it was sent), so the base stays on the safe side.
 type Held struct {
 	grant   api.Grant
 	base    time.Time // the fence counts from here; zero: never renewed
+	renewed bool      // base is a grant's or a heartbeat's, not a guess (see Reattached)
 	run     Run       // nil until started
 	pending bool      // adopted: its job starts once a heartbeat renews it
 	dropped bool      // the daemon said gone: stop, and do not report
@@ -179,8 +186,19 @@ type Acts struct {
 	Forget []*Held // leases gone before their job started
 	Start  []*Held // adopted leases the heartbeat renewed: start their jobs
 	Report []Ended // adopted leases revoked before their job started
+	// Fence: the new deadlines of the runs whose leases the heartbeat
+	// renewed, to push to their supervisors (Run.Fence).
+	Fence []Deadline
 	// Unfenced: the answer lifted the fence; the worker takes work again.
 	Unfenced bool
+}
+
+// Deadline is a run's fence deadline, on the worker's clock, for its
+// supervisor (Run.Fence): the lease's fence base plus toleration − 2×renew.
+type Deadline struct {
+	Lease uint64
+	Run   Run
+	At    time.Time
 }
 
 // Ended is a lease to report, with what to report.
@@ -198,7 +216,8 @@ type Ended struct {
 // An answer that arrives past the fence (a pause, a slow network) is old
 // news: the leases it renewed may have expired since and gone to other
 // workers. It still stops what it revokes, but it neither lifts the fence nor
-// starts an adopted lease's job; a fresher heartbeat will.
+// starts an adopted lease's job, nor moves a supervisor's deadline (Fence);
+// a fresher heartbeat will.
 func (c *Core) Acked(sent, now time.Time, reply api.HeartbeatReply) Acts {
 	var a Acts
 	c.beating, c.wakeBeat = false, false
@@ -227,8 +246,11 @@ func (c *Core) Acked(sent, now time.Time, reply api.HeartbeatReply) Acts {
 		if h == nil {
 			continue
 		}
-		if sent.After(h.base) {
-			h.base = sent
+		if !sent.Before(h.base) {
+			h.base, h.renewed = sent, true
+		}
+		if d, ok := c.Deadline(h); ok && !late {
+			a.Fence = append(a.Fence, d)
 		}
 		switch {
 		case h.pending && d.Directive == lease.Continue && late:
@@ -290,18 +312,27 @@ func (c *Core) NextFence() (at time.Time, ok bool) {
 	return at, ok
 }
 
-// Take holds the lease of a grant answered to an acquire sent at sent. It
-// reports whether the job may start at now: not if the answer came so late
-// (a late answer, a pause) that the lease is past its fence already — it may
-// have expired and gone to another worker. A lease not started is to be
-// reported TooLate.
+// Take holds the lease of a grant answered to an acquire sent at sent. Its
+// fence base is sent plus the time the daemon held the request
+// (g.HeldSeconds), but never later than now: the daemon cannot have granted
+// the lease after its answer arrived. Take reports whether the job may start
+// at now: not if the answer came so late (a late answer, a pause) that the
+// lease is past its fence already — it may have expired and gone to another
+// worker. A lease not started is to be reported TooLate.
 func (c *Core) Take(g api.Grant, sent, now time.Time) (h *Held, start bool) {
 	if g.RenewSeconds > 0 {
 		c.timing = g.Timing
 	}
-	h = &Held{grant: g, base: sent}
+	base := sent
+	if held := g.HeldSeconds; held > 0 {
+		base = sent.Add(time.Duration(held * float64(time.Second)))
+	}
+	if base.After(now) {
+		base = now
+	}
+	h = &Held{grant: g, base: base, renewed: true}
 	c.held[g.Lease] = h
-	if now.Sub(sent) > c.fence() {
+	if now.Sub(base) > c.fence() {
 		h.fenced = true
 		return h, false
 	}
@@ -310,7 +341,7 @@ func (c *Core) Take(g api.Grant, sent, now time.Time) (h *Held, start bool) {
 
 // Started records the run of h, at now. It reports whether the run must be
 // stopped at once: a heartbeat said gone, or the fence fell, while it
-// started.
+// started. Otherwise its supervisor is to be given Deadline(h).
 func (c *Core) Started(h *Held, r Run, now time.Time) (stop bool) {
 	h.run = r
 	if !h.dropped && (c.fenced || now.Sub(h.base) > c.fence()) {
@@ -320,13 +351,29 @@ func (c *Core) Started(h *Held, r Run, now time.Time) (stop bool) {
 }
 
 // Reattached holds a lease the daemon still holds for this worker after a
-// restart, with the run the executor found (nil if none). Its fence counts
-// from the worker's start: what the worker that died knew of the lease died
-// with it.
+// restart, with the run the executor found (nil if none). The worker's own
+// fence counts from its start: what the worker that died knew of the lease
+// died with it. That is no base for the run's supervisor, though: the daemon
+// may expire the lease toleration after the last heartbeat the dead worker
+// sent, which can be well before the worker's start + toleration − 2×renew.
+// The supervisor keeps the deadline the dead worker gave it, and gets a new
+// one only from the first heartbeat that renews the lease (Acked) — the
+// first heartbeat goes at once.
 func (c *Core) Reattached(g api.Grant, r Run) *Held {
 	h := &Held{grant: g, base: c.born, run: r}
 	c.held[g.Lease] = h
 	return h
+}
+
+// Deadline is the fence deadline of h's run for its supervisor: its base +
+// toleration − 2×renew. ok is false when there is none to give: no run, a
+// run already stopped (dropped or fenced), or a base that no call to the
+// daemon vouches for (a re-attached lease before its first heartbeat).
+func (c *Core) Deadline(h *Held) (d Deadline, ok bool) {
+	if h.run == nil || h.dropped || h.fenced || !h.renewed {
+		return Deadline{}, false
+	}
+	return Deadline{Lease: h.grant.Lease, Run: h.run, At: h.base.Add(c.fence())}, true
 }
 
 // Adopt holds an orphan (see Orphans). Its job does not start yet: nothing
@@ -367,18 +414,17 @@ func (c *Core) Drop(id uint64, why string) (stop Stop, forget *Held) {
 }
 
 // Ended says what to report about h now that its run is over: nothing for a
-// dropped lease (forget it), killed for a self-fenced one, and otherwise the
-// run's own outcome.
+// dropped lease (forget it), lost for a self-fenced one (Fenced), and
+// otherwise the run's own outcome — lost too when its supervisor killed it
+// on its fence deadline.
 func (c *Core) Ended(h *Held) (o Outcome, report bool) {
 	if h.dropped {
 		return Outcome{}, false
 	}
-	o = h.run.Outcome()
 	if h.fenced {
-		o.Outcome = "killed"
-		o.Reason = "self-fenced: no heartbeat acknowledged for toleration − 2×renew"
+		return Fenced(), true
 	}
-	return o, true
+	return h.run.Outcome(), true
 }
 
 // Forget lets go of h once it is reported (or dropped): its slot is free. It
@@ -390,32 +436,6 @@ func (c *Core) Forget(h *Held) bool {
 	}
 	return false
 }
-
-// Lost is the outcome of a lease whose job cannot be found after a restart
-// (err nil: its worktree is gone) or could not be re-attached.
-func Lost(err error) Outcome {
-	reason := "worktree gone: the job was lost while the worker was down"
-	if err != nil {
-		reason = "re-attach failed: " + err.Error()
-	}
-	return Outcome{Outcome: "failed", Reason: reason}
-}
-
-// NotStarted is the outcome of a lease whose job could not start.
-func NotStarted(err error) Outcome {
-	return Outcome{Outcome: "failed", Reason: "could not start: " + err.Error()}
-}
-
-// TooLate is the outcome of a lease whose grant came past its fence (Take):
-// self-fenced, never started.
-func TooLate() Outcome {
-	return Outcome{Outcome: "killed", Reason: "self-fenced: the grant arrived past the fence; not started"}
-}
-
-// Retry reports whether a call that failed with err is to be sent again:
-// the daemon could not be reached or answered 5xx. A definite refusal (4xx)
-// is final.
-func Retry(err error) bool { return api.Retryable(err) }
 
 // Backoff is how long a worker waits after each failed call: from 50ms,
 // doubling, up to max.

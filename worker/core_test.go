@@ -120,22 +120,22 @@ func TestCoreFenceCountsPerLease(t *testing.T) {
 	if len(stops) != 1 || stops[0].Lease != 2 || !stops[0].Kill || stops[0].Why != "fence" {
 		t.Fatalf("stops %+v, want lease 2 killed by the fence alone", stops)
 	}
-	if o, report := c.Ended(h2); !report || o.Outcome != "killed" {
-		t.Fatalf("fenced lease reports %+v (%v), want killed", o, report)
+	if o, report := c.Ended(h2); !report || o.Outcome != "lost" {
+		t.Fatalf("fenced lease reports %+v (%v), want lost", o, report)
 	}
 }
 
 // TestCoreLateGrantIsNotStarted: a grant that arrives past its fence may
 // have expired and gone to another worker already: its job never starts,
-// and it is reported killed.
+// and it is reported lost.
 func TestCoreLateGrantIsNotStarted(t *testing.T) {
 	c := NewCore(1, coreTiming, t0)
 	fence := coreTiming.Config().SelfFence()
 	if _, start := c.Take(api.Grant{Lease: 9, Timing: coreTiming}, at(0), at(fence+time.Millisecond)); start {
 		t.Fatal("a grant past its fence was started")
 	}
-	if o := TooLate(); o.Outcome != "killed" {
-		t.Fatalf("TooLate is %q, want killed", o.Outcome)
+	if o := TooLate(); o.Outcome != "lost" {
+		t.Fatalf("TooLate is %q, want lost", o.Outcome)
 	}
 	if c.Room() != 0 {
 		t.Fatalf("room %d while the late lease is still held (until reported)", c.Room())

@@ -36,15 +36,18 @@ type Run interface {
 	// Fence moves the run's fence deadline to at, a reading of the fence
 	// clock the worker and its executor share (hostclock): past it, the
 	// run's supervisor kills the job's whole process tree on its own,
-	// whether or not the worker is alive. The worker calls it after every
-	// acknowledged heartbeat that renewed the lease, and once when the job
-	// starts. A deadline earlier than the one set is taken too.
+	// whether or not the worker is alive; the run's Outcome is then lost.
+	// The worker calls it once when the job starts and after every
+	// acknowledged heartbeat that renewed the lease — for a re-attached run,
+	// only from the first such heartbeat on: until then the deadline the
+	// worker before it set stands. A deadline earlier than the one set is
+	// taken too.
 	Fence(at time.Time)
 }
 
 // Outcome is what a worker reports about a run.
 type Outcome struct {
-	Outcome string          // succeeded, failed, cancelled or killed
+	Outcome string          // succeeded, failed, cancelled, killed, or lost (see Fenced)
 	Ref     string          // the ref of the commits brought back, if any
 	Reason  string          // why, for anything but success
 	Result  json.RawMessage // optional JSON the job left behind

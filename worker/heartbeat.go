@@ -67,9 +67,14 @@ func (w *Worker) beat(ctx context.Context, ids []uint64, sent time.Time, timeout
 		}
 		return
 	}
+	w.fenceMu.Lock()
 	w.mu.Lock()
 	a := w.mu.core.Acked(sent, w.now(), reply)
 	w.mu.Unlock()
+	for _, d := range a.Fence {
+		d.Run.Fence(d.At) // before anything else: the supervisor may be about to kill
+	}
+	w.fenceMu.Unlock()
 	if a.Unfenced {
 		w.log().Info().Msg("heartbeat acknowledged again: taking work again")
 	}

@@ -15,7 +15,7 @@ func InProcess(svc *lease.Service) Daemon { return inProcess{svc} }
 
 type inProcess struct{ svc *lease.Service }
 
-func (d inProcess) grants(ctx context.Context, gs []lease.Grant) ([]api.Grant, error) {
+func (d inProcess) grants(ctx context.Context, gs []lease.Grant, held time.Duration) ([]api.Grant, error) {
 	timing := api.TimingOf(d.svc.Config())
 	out := make([]api.Grant, 0, len(gs))
 	for _, g := range gs {
@@ -23,19 +23,32 @@ func (d inProcess) grants(ctx context.Context, gs []lease.Grant) ([]api.Grant, e
 		if err != nil {
 			return nil, api.ErrorOf(err)
 		}
-		out = append(out, api.Grant{Lease: g.Lease, Job: api.JobOf(g.Job, &l), Timing: timing})
+		out = append(out, api.Grant{Lease: g.Lease, Job: api.JobOf(g.Job, &l), HeldSeconds: held.Seconds(), Timing: timing})
 	}
 	return out, nil
 }
 
+// Acquire fills api.Grant.HeldSeconds as the HTTP server does: how long the
+// request waited for a job. A grant made at once held it for no time at
+// all, whatever the call took, so that a caller on a simulated clock (the
+// simulation calls Acquire with no wait) sees no real time in it.
 func (d inProcess) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	gs, err := d.svc.AcquireWait(ctx, worker, max)
+	gs, err := d.svc.Acquire(ctx, worker, max)
 	if err != nil {
 		return nil, api.ErrorOf(err)
 	}
-	return d.grants(context.WithoutCancel(ctx), gs)
+	var held time.Duration
+	if len(gs) == 0 && wait > 0 {
+		waitCtx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		since := time.Now()
+		gs, err = d.svc.AcquireWait(waitCtx, worker, max)
+		held = time.Since(since)
+		if err != nil {
+			return nil, api.ErrorOf(err)
+		}
+	}
+	return d.grants(context.WithoutCancel(ctx), gs, held)
 }
 
 func (d inProcess) Heartbeat(ctx context.Context, worker string, leases []uint64) (api.HeartbeatReply, error) {
@@ -51,7 +64,7 @@ func (d inProcess) WorkerLeases(ctx context.Context, worker string) ([]api.Grant
 	if err != nil {
 		return nil, api.ErrorOf(err)
 	}
-	return d.grants(ctx, gs)
+	return d.grants(ctx, gs, 0)
 }
 
 func (d inProcess) Start(ctx context.Context, worker string, id uint64) (api.Lease, error) {

@@ -5,8 +5,13 @@
 // each reply, reporting each job's outcome until the daemon answers — and it
 // fences itself: once its last acknowledged heartbeat was sent more than
 // toleration − 2×renew ago, it stops every job, two heartbeats before the
-// daemon may expire them, so that a job never runs twice. An Executor (for
-// example worker/local) owns the processes.
+// daemon may expire them, so that a job never runs twice. It hands the same
+// deadline to each job's supervisor (Run.Fence), which holds it even if the
+// worker dies. An Executor (for example worker/local) owns the processes.
+//
+// A job the worker loses — fenced, granted too late, gone at re-attach,
+// killed by its supervisor on its deadline — is reported lost, which the
+// daemon folds like an expiry: never an attempt.
 //
 // On start the worker asks the daemon which leases it still holds and
 // re-attaches to each job its executor can find; a lease whose job is gone is
@@ -23,6 +28,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/hostclock"
 )
 
 // Daemon is what a worker needs of the daemon. *api.Client is one (remote);
@@ -47,8 +53,13 @@ type Options struct {
 	Timing api.Timing
 	// Wait is how long one acquire long-polls; 0 means 30s.
 	Wait time.Duration
-	// Now reads the worker's own clock for its decisions (self-fencing). It
-	// must carry a monotonic reading; nil means time.Now.
+	// Now reads the fence clock: the worker's clock for its decisions
+	// (self-fencing), and the clock of the deadlines it gives its runs'
+	// supervisors (Run.Fence), which the executor reads too — a clock that
+	// never steps, shared by every process on the host (internal/hostclock:
+	// Monotonic on the daemon's own host, Boottime elsewhere; see
+	// hostclock.For). nil means hostclock.Boottime.Now, which can only make
+	// the fence fall sooner.
 	Now func() time.Time
 }
 
@@ -64,7 +75,11 @@ type Worker struct {
 		sync.Mutex
 		core *Core
 	}
-	freed chan struct{} // a slot freed up: acquire again
+	// fenceMu orders the deadlines pushed to supervisors: each is read from
+	// the Core and pushed under it, so a run never gets an older deadline
+	// after a newer one (Run.Fence takes an earlier deadline too).
+	fenceMu sync.Mutex
+	freed   chan struct{} // a slot freed up: acquire again
 }
 
 // New returns a worker.
@@ -82,7 +97,7 @@ func New(opts Options) (*Worker, error) {
 		opts.Wait = 30 * time.Second
 	}
 	if opts.Now == nil {
-		opts.Now = time.Now
+		opts.Now = hostclock.Boottime.Now
 	}
 	w := &Worker{opts: opts, now: opts.Now, freed: make(chan struct{}, 1)}
 	w.mu.core = NewCore(opts.Capacity, opts.Timing, w.now())
@@ -132,7 +147,9 @@ func (w *Worker) callTimeout(wait time.Duration) time.Duration {
 }
 
 // reattach asks the daemon for this worker's live leases and picks up each
-// job the executor can still find; the others are reported lost.
+// job the executor can still find; the others are reported lost. A
+// re-attached run keeps the supervisor's deadline until the first heartbeat
+// renews its lease (see Core.Reattached).
 func (w *Worker) reattach(ctx context.Context) error {
 	var grants []api.Grant
 	err := w.retry(ctx, "list leases", func(ctx context.Context) error {
@@ -248,9 +265,15 @@ func (w *Worker) run(ctx context.Context, h *Held) {
 		go w.report(ctx, h, NotStarted(err))
 		return
 	}
+	w.fenceMu.Lock()
 	w.mu.Lock()
 	stop := w.mu.core.Started(h, run, w.now())
+	d, push := w.mu.core.Deadline(h)
 	w.mu.Unlock()
+	if push {
+		d.Run.Fence(d.At)
+	}
+	w.fenceMu.Unlock()
 	if stop {
 		run.Stop(true)
 	}
@@ -289,25 +312,50 @@ func (w *Worker) await(ctx context.Context, h *Held) {
 }
 
 // report sends a job's outcome until the daemon answers for good. Reports
-// are idempotent, so a retry after a lost answer is safe.
+// are idempotent, so a retry after a lost answer is safe. A refusal never
+// makes the worker forget the lease by itself: Refused says what to send
+// instead, and only a stale answer, a lease that is not the worker's, or a
+// lost report refused even without its details end it.
 func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 	g := h.Grant()
-	r := api.Report{Worker: w.opts.ID, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
-	var reply api.ReportReply
-	err := w.retry(ctx, "report", func(ctx context.Context) error {
-		var err error
-		reply, err = w.opts.Daemon.Report(ctx, g.Lease, r)
-		return err
-	})
-	switch {
-	case ctx.Err() != nil:
-		return // not reported: the lease stays, and a restarted worker reports it
-	case err == nil:
-		w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Str("outcome", o.Outcome).Uint64("seq", reply.Seq).Msg("reported")
-	case api.IsCode(err, api.CodeStaleLease):
-		w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("report refused as stale; kept by the daemon for auditors")
-	default:
-		w.log().Error().Err(err).Uint64("lease", g.Lease).Msg("report refused")
+	later := NewBackoff(w.renew())
+	for {
+		r := api.Report{Worker: w.opts.ID, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
+		var reply api.ReportReply
+		err := w.retry(ctx, "report", func(ctx context.Context) error {
+			var err error
+			reply, err = w.opts.Daemon.Report(ctx, g.Lease, r)
+			return err
+		})
+		if ctx.Err() != nil {
+			return // not reported: the lease stays, and a restarted worker reports it
+		}
+		if err == nil {
+			w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Str("outcome", o.Outcome).Uint64("seq", reply.Seq).Msg("reported")
+			break
+		}
+		next, do := Refused(o, err)
+		l := w.log().Warn().Err(err).Uint64("lease", g.Lease).Str("job", g.Job.ID).Str("outcome", o.Outcome)
+		switch do {
+		case Resend:
+			l.Str("next", next.Outcome).Msg("report refused; sending it again without what the daemon may object to")
+			o = next
+			continue
+		case Later:
+			l.Msg("report refused for now; sending it again later")
+			sleep(ctx, later.Next())
+			continue
+		case Expire:
+			w.log().Error().Err(err).Uint64("lease", g.Lease).Str("job", g.Job.ID).
+				Msg("lost report refused even without details; leaving the lease to expire, which the daemon folds the same way")
+		default:
+			if api.IsCode(err, api.CodeStaleLease) {
+				l.Msg("report refused as stale; kept by the daemon for auditors")
+			} else {
+				l.Msg("report refused: the lease is not this worker's; forgetting it")
+			}
+		}
+		break
 	}
 	w.forget(h)
 }

@@ -26,7 +26,8 @@ type fakeDaemon struct {
 	reports    chan api.Report
 	started    chan uint64
 	beats      chan []uint64
-	reported   []uint64 // leases reported, in order
+	reported   []uint64     // leases reported, in order
+	tried      []api.Report // every report sent, answered or refused
 }
 
 func newFakeDaemon() *fakeDaemon {
@@ -83,6 +84,7 @@ func (d *fakeDaemon) Start(ctx context.Context, worker string, id uint64) (api.L
 
 func (d *fakeDaemon) Report(ctx context.Context, id uint64, r api.Report) (api.ReportReply, error) {
 	d.mu.Lock()
+	d.tried = append(d.tried, r)
 	var err error
 	if len(d.reportErr) > 0 {
 		err, d.reportErr = d.reportErr[0], d.reportErr[1:]
@@ -98,15 +100,20 @@ func (d *fakeDaemon) Report(ctx context.Context, id uint64, r api.Report) (api.R
 	return api.ReportReply{Accepted: true, Lease: id}, nil
 }
 
-// fakeRun ends when told to, or when stopped.
+// fakeRun ends when told to, or when stopped. It records the deadlines its
+// supervisor is given, and sends each on fenced.
 type fakeRun struct {
 	mu      sync.Mutex
 	done    chan struct{}
 	outcome Outcome
 	stops   []bool
+	fences  []time.Time
+	fenced  chan time.Time
 }
 
-func newFakeRun() *fakeRun { return &fakeRun{done: make(chan struct{})} }
+func newFakeRun() *fakeRun {
+	return &fakeRun{done: make(chan struct{}), fenced: make(chan time.Time, 1024)}
+}
 
 func (r *fakeRun) Done() <-chan struct{} { return r.done }
 func (r *fakeRun) Outcome() Outcome {
@@ -259,7 +266,7 @@ func TestDirectives(t *testing.T) {
 
 // TestSelfFencing: heartbeats stop being acknowledged; once the last
 // acknowledged one was sent more than toleration − 2×renew ago on the
-// worker's clock, every job is stopped, and reported killed when the daemon
+// worker's clock, every job is stopped, and reported lost when the daemon
 // answers again.
 func TestSelfFencing(t *testing.T) {
 	var clockMu sync.Mutex
@@ -295,7 +302,7 @@ func TestSelfFencing(t *testing.T) {
 	d.beatErr = nil
 	d.mu.Unlock()
 	rep := receive(t, d.reports, "the report of the fenced job")
-	if rep.Outcome != "killed" || rep.Reason == "" {
+	if rep.Outcome != "lost" || rep.Reason != Fenced().Reason {
 		t.Fatalf("report %+v", rep)
 	}
 }
@@ -306,7 +313,7 @@ func TestReattach(t *testing.T) {
 	e.reattach[7] = true
 	newTestWorker(t, d, e, nil)
 	rep := receive(t, d.reports, "the lost lease's report")
-	if rep.Outcome != "failed" || rep.Reason == "" {
+	if rep.Outcome != "lost" || rep.Reason != Lost(nil).Reason {
 		t.Fatalf("lost lease reported %+v", rep)
 	}
 	// The re-attached job is heartbeated, and reported when it ends.
@@ -364,4 +371,12 @@ func TestReportRetriesUntilAnswered(t *testing.T) {
 	}
 }
 
-func (r *fakeRun) Fence(at time.Time) {}
+func (r *fakeRun) Fence(at time.Time) {
+	r.mu.Lock()
+	r.fences = append(r.fences, at)
+	r.mu.Unlock()
+	select {
+	case r.fenced <- at:
+	default:
+	}
+}

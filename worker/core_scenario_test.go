@@ -1,0 +1,214 @@
+package worker
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/lease"
+)
+
+// TestCoreScenarios plays the files of testdata/core against a Core, on a
+// clock that reads as offsets from t0. A case is one call:
+//
+//	core renew=1s grace=5s toleration=15s [capacity=N]   a new Core at 0s; prints its fence
+//	take lease=N sent=D now=D [held=D]     a grant to an acquire sent at sent (Take)
+//	started lease=N now=D                  its run started (Started, then Deadline)
+//	reattach lease=N [gone]                a lease found on restart (Reattached, then Deadline)
+//	adopt lease=N                          an orphan (Adopt)
+//	beat now=D                             a heartbeat due? (BeatDue)
+//	ack sent=D now=D [continue=(…)] [cancel=(…)] [kill=(…)] [gone=(…)]   its answer (Acked)
+//	unacked                                no answer (Unacked)
+//	fence now=D                            the fence check (Fence)
+//	finish lease=N outcome=O               the run ends on its own
+//	ended lease=N                          what to report (Ended)
+//
+// Times print as offsets from t0, so that the figures of a scenario read as
+// the timing it states: with renew 1s and toleration 15s the fence is 13s.
+func TestCoreScenarios(t *testing.T) {
+	datadriven.Walk(t, "testdata/core", func(t *testing.T, path string) {
+		var c *Core
+		runs := map[uint64]*fakeRun{}
+		held := func(t *testing.T, d *datadriven.TestData) *Held {
+			id := leaseArg(t, d)
+			h := c.Held(id)
+			if h == nil {
+				t.Fatalf("%s: lease %d is not held", d.Pos, id)
+			}
+			return h
+		}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			var b strings.Builder
+			switch d.Cmd {
+			case "core":
+				tm := api.Timing{
+					RenewSeconds:      durArg(t, d, "renew").Seconds(),
+					GraceSeconds:      durArg(t, d, "grace").Seconds(),
+					TolerationSeconds: durArg(t, d, "toleration").Seconds(),
+				}
+				capacity := 1
+				if d.HasArg("capacity") {
+					d.ScanArgs(t, "capacity", &capacity)
+				}
+				c = NewCore(capacity, tm, t0)
+				clear(runs)
+				fmt.Fprintf(&b, "fence %v\n", c.fence())
+			case "take":
+				g := api.Grant{Lease: leaseArg(t, d), Timing: c.Timing()}
+				if d.HasArg("held") {
+					g.HeldSeconds = durArg(t, d, "held").Seconds()
+				}
+				h, start := c.Take(g, at(durArg(t, d, "sent")), at(durArg(t, d, "now")))
+				fmt.Fprintf(&b, "lease %d: base %v", h.Lease(), h.base.Sub(t0))
+				if start {
+					b.WriteString("; start\n")
+				} else {
+					fmt.Fprintf(&b, "; not started: report %s\n", outcomeString(TooLate()))
+				}
+			case "started":
+				h := held(t, d)
+				r := newFakeRun()
+				runs[h.Lease()] = r
+				if c.Started(h, r, at(durArg(t, d, "now"))) {
+					fmt.Fprintf(&b, "lease %d: stop at once\n", h.Lease())
+				}
+				writeDeadline(&b, c, h)
+			case "reattach":
+				g := api.Grant{Lease: leaseArg(t, d), Timing: c.Timing()}
+				var r Run
+				if !d.HasArg("gone") {
+					fr := newFakeRun()
+					runs[g.Lease], r = fr, fr
+				}
+				h := c.Reattached(g, r)
+				if r == nil {
+					fmt.Fprintf(&b, "lease %d: report %s\n", g.Lease, outcomeString(Lost(nil)))
+				}
+				writeDeadline(&b, c, h)
+			case "adopt":
+				h := c.Adopt(api.Grant{Lease: leaseArg(t, d), Timing: c.Timing()})
+				writeDeadline(&b, c, h)
+			case "beat":
+				ids, due := c.BeatDue(at(durArg(t, d, "now")))
+				if !due {
+					return "no heartbeat due\n"
+				}
+				fmt.Fprintf(&b, "heartbeat names %v\n", ids)
+			case "ack":
+				reply := api.HeartbeatReply{Timing: c.Timing()}
+				for _, dir := range []lease.Directive{lease.Continue, lease.Cancel, lease.Kill, lease.Gone} {
+					for _, id := range idsArg(t, d, string(dir)) {
+						reply.Leases = append(reply.Leases, api.Directive{Lease: id, Directive: dir})
+					}
+				}
+				a := c.Acked(at(durArg(t, d, "sent")), at(durArg(t, d, "now")), reply)
+				for _, dl := range a.Fence {
+					fmt.Fprintf(&b, "deadline lease %d: %v\n", dl.Lease, dl.At.Sub(t0))
+				}
+				writeStops(&b, a.Stop)
+				for _, h := range a.Forget {
+					fmt.Fprintf(&b, "forget lease %d\n", h.Lease())
+				}
+				for _, h := range a.Start {
+					fmt.Fprintf(&b, "start lease %d\n", h.Lease())
+				}
+				for _, e := range a.Report {
+					fmt.Fprintf(&b, "report lease %d: %s\n", e.Held.Lease(), outcomeString(e.Outcome))
+				}
+				if a.Unfenced {
+					b.WriteString("unfenced\n")
+				}
+			case "unacked":
+				c.Unacked()
+			case "fence":
+				stops, fell, silent, _ := c.Fence(at(durArg(t, d, "now")))
+				writeStops(&b, stops)
+				if fell {
+					fmt.Fprintf(&b, "fenced: silent %v\n", silent)
+				}
+				fmt.Fprintf(&b, "room %d\n", c.Room())
+			case "finish":
+				var o string
+				d.ScanArgs(t, "outcome", &o)
+				runs[leaseArg(t, d)].finish(Outcome{Outcome: o, Reason: "by the run"})
+			case "ended":
+				h := held(t, d)
+				o, report := c.Ended(h)
+				if !report {
+					return "no report\n"
+				}
+				fmt.Fprintf(&b, "report %s\n", outcomeString(o))
+			default:
+				t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
+			}
+			if b.Len() == 0 {
+				return "ok\n"
+			}
+			return b.String()
+		})
+	})
+}
+
+func writeDeadline(b *strings.Builder, c *Core, h *Held) {
+	if dl, ok := c.Deadline(h); ok {
+		fmt.Fprintf(b, "deadline lease %d: %v\n", h.Lease(), dl.At.Sub(t0))
+	} else {
+		fmt.Fprintf(b, "no deadline for lease %d\n", h.Lease())
+	}
+}
+
+func writeStops(b *strings.Builder, stops []Stop) {
+	for _, s := range stops {
+		how := "cancel"
+		if s.Kill {
+			how = "kill"
+		}
+		fmt.Fprintf(b, "stop lease %d: %s (%s)\n", s.Lease, how, s.Why)
+	}
+}
+
+func outcomeString(o Outcome) string {
+	if o.Reason == "" {
+		return o.Outcome
+	}
+	return fmt.Sprintf("%s (%s)", o.Outcome, o.Reason)
+}
+
+func leaseArg(t *testing.T, d *datadriven.TestData) uint64 {
+	var id uint64
+	d.ScanArgs(t, "lease", &id)
+	return id
+}
+
+func durArg(t *testing.T, d *datadriven.TestData, key string) time.Duration {
+	var s string
+	d.ScanArgs(t, key, &s)
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("%s: %s: %v", d.Pos, key, err)
+	}
+	return v
+}
+
+func idsArg(t *testing.T, d *datadriven.TestData, key string) []uint64 {
+	arg, ok := d.Arg(key)
+	if !ok {
+		return nil
+	}
+	var ids []uint64
+	for _, v := range arg.Vals {
+		id, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", d.Pos, key, err)
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
