@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"testing"
 
@@ -132,6 +133,8 @@ func TestAuthorizationHeaderForms(t *testing.T) {
 		{"Basic " + adminTok, http.StatusUnauthorized},
 		{adminTok, http.StatusUnauthorized},
 		{"Bearer ", http.StatusUnauthorized},
+		{"Bearer", http.StatusUnauthorized},
+		{"Bearer \t ", http.StatusUnauthorized},
 		{"Bearer " + adminTok + "x", http.StatusUnauthorized},
 		{"Bearer " + adminTok[:len(adminTok)-1], http.StatusUnauthorized},
 	} {
@@ -167,6 +170,9 @@ func TestAuthValidate(t *testing.T) {
 		{server.Auth{Admin: []string{adminTok}, Auditor: []string{adminTok}}, "auth.auditor[0]: the same token is given to admin[0]"},
 		{server.Auth{Workers: map[string]string{"w1": w1Tok, "w2": w1Tok}}, "auth.workers.w2: the same token is given to workers.w1"},
 		{server.Auth{Workers: map[string]string{"a b": w1Tok}}, `auth.workers.a b: invalid request: worker id "a b": byte ' ' at 1 is not a letter, digit or one of . _ - : @`},
+		{server.Auth{Admin: []string{"                "}}, "auth.admin[0]: a token must not contain spaces or control characters (byte 0)"},
+		{server.Auth{Auditor: []string{" " + adminTok}}, "auth.auditor[0]: a token must not contain spaces or control characters (byte 0)"},
+		{server.Auth{Workers: map[string]string{"w1": w1Tok + "\n"}}, fmt.Sprintf("auth.workers.w1: a token must not contain spaces or control characters (byte %d)", len(w1Tok))},
 	} {
 		if err := tc.auth.Validate(); err == nil || err.Error() != tc.want {
 			t.Errorf("Validate(%+v) = %v, want %s", tc.auth, err, tc.want)
@@ -180,4 +186,43 @@ func TestEmptyTokenNeverAuthenticates(t *testing.T) {
 	f := newFixture(t, server.Options{Auth: &server.Auth{Admin: []string{""}}})
 	r := f.send(request{method: "GET", path: "/v1/jobs", header: map[string]string{"Authorization": "Bearer "}})
 	wantError(t, r, http.StatusUnauthorized, api.CodeUnauthorized)
+}
+
+// TestBlankOrRepeatedToken: a blank bearer token, or two Authorization
+// headers, are refused with a 401 that says so, and write nothing.
+func TestBlankOrRepeatedToken(t *testing.T) {
+	f := newFixture(t, server.Options{Auth: testAuth()})
+	seq := f.seq()
+	for _, tc := range []struct {
+		name   string
+		values []string
+		saying string
+	}{
+		{"blank", []string{"Bearer    "}, "blank bearer token"},
+		{"tab", []string{"Bearer \t"}, "blank bearer token"},
+		{"scheme only", []string{"Bearer"}, "blank bearer token"},
+		{"not bearer", []string{"Basic " + adminTok}, "not a bearer token"},
+		{"twice", []string{"Bearer " + adminTok, "Bearer " + adminTok}, "given 2 times"},
+		{"blank and good", []string{"Bearer ", "Bearer " + adminTok}, "given 2 times"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := f.newRequest(context.Background(), request{method: "POST", path: "/v1/jobs", body: api.Submit{ID: "j1", Kind: "run"}})
+			for _, v := range tc.values {
+				req.Header.Add("Authorization", v)
+			}
+			resp, err := f.ts.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantError(t, reply{status: resp.StatusCode, header: resp.Header, body: b}, http.StatusUnauthorized, api.CodeUnauthorized, tc.saying)
+		})
+	}
+	if got := f.seq(); got != seq {
+		t.Fatalf("seq %d after the refusals, was %d", got, seq)
+	}
 }

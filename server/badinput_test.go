@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -48,6 +49,11 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"submit spec not object", request{method: "POST", path: "/v1/jobs", body: `{"id":"j2","kind":"run","spec":[1]}`}, "", "spec"},
 		{"submit oversized", request{method: "POST", path: "/v1/jobs", body: big}, api.CodeTooLarge, "1024 bytes"},
 		{"submit query", request{method: "POST", path: "/v1/jobs?dry=1", body: `{"id":"j2","kind":"run"}`}, "", `"dry"`},
+		{"submit key twice", request{method: "POST", path: "/v1/jobs", body: `{"id":"j2","kind":"run","id":"j3"}`}, "", `key "id" given twice in the body`},
+		{"submit spec key twice", request{method: "POST", path: "/v1/jobs", body: `{"id":"j2","kind":"run","spec":{"run":"a","run":"b"}}`}, "", `key "run" given twice in spec`},
+		{"submit nested key twice", request{method: "POST", path: "/v1/jobs", body: `{"id":"j2","kind":"run","spec":{"env":[{"k":1,"k":2}]}}`}, "", `key "k" given twice in spec.env[]`},
+		{"submit invalid UTF-8", request{method: "POST", path: "/v1/jobs", body: "{\"id\":\"j2\",\"kind\":\"run\",\"spec\":{\"run\":\"\xff\"}}"}, "", "invalid UTF-8 at byte 39"},
+		{"submit invalid UTF-8 key", request{method: "POST", path: "/v1/jobs", body: "{\"id\":\"j2\",\"kind\":\"run\",\"\xc3\":1}"}, "", "invalid UTF-8"},
 
 		{"jobs bad state", request{method: "GET", path: "/v1/jobs?state=done"}, "", `state "done"`},
 		{"jobs bad kind", request{method: "GET", path: "/v1/jobs?kind=batch"}, "", `kind "batch"`},
@@ -99,6 +105,12 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"report missing worker", request{method: "POST", path: report, body: `{"outcome":"succeeded"}`}, "", "missing worker id"},
 		{"report unknown field", request{method: "POST", path: report, body: `{"worker":"w1","outcome":"failed","exit":1}`}, "", `unknown field "exit"`},
 		{"report malformed result", request{method: "POST", path: report, body: `{"worker":"w1","outcome":"failed","result":}`}, "", "body"},
+		{"report outcome twice", request{method: "POST", path: report, body: `{"worker":"w1","outcome":"failed","outcome":"succeeded"}`}, "", `key "outcome" given twice`},
+		{"report result key twice", request{method: "POST", path: report, body: `{"worker":"w1","outcome":"failed","result":{"score":1,"score":0}}`}, "", `key "score" given twice in result`},
+		{"report invalid UTF-8 reason", request{method: "POST", path: report, body: "{\"worker\":\"w1\",\"outcome\":\"failed\",\"reason\":\"\xe2\x82\"}"}, "", "invalid UTF-8"},
+		{"heartbeat key twice", request{method: "POST", path: "/v1/workers/w1/heartbeat", body: `{"leases":[],"leases":[1]}`}, "", `key "leases" given twice`},
+		{"acquire invalid UTF-8", request{method: "POST", path: "/v1/workers/w2/acquire", body: "{\"max\":1,\"\xff\":1}"}, "", "invalid UTF-8"},
+		{"start worker twice", request{method: "POST", path: start, body: `{"worker":"w1","worker":"w2"}`}, "", `key "worker" given twice`},
 
 		{"leases job state", request{method: "GET", path: "/v1/leases?state=queued"}, "", `state "queued"`},
 		{"leases bad state", request{method: "GET", path: "/v1/leases?state=live"}, "", `state "live"`},
@@ -140,5 +152,17 @@ func TestBadInputWritesNothing(t *testing.T) {
 				t.Fatalf("log staged up to %d after the refusal, was %d", got, last)
 			}
 		})
+	}
+}
+
+// TestStrictJSONAcceptsWhatIsFine: the same key in different objects, and
+// any valid UTF-8, are fine.
+func TestStrictJSONAcceptsWhatIsFine(t *testing.T) {
+	f := newFixture(t, server.Options{})
+	body := `{"id":"j1","kind":"run","spec":{"run":"echo héllo ✓ 🙂","a":{"run":1},"b":[{"x":1},{"x":2}]}}`
+	j := decode[api.Job](t, f.do("POST", "/v1/jobs", "", body), http.StatusCreated)
+	var spec map[string]any
+	if err := json.Unmarshal(j.Spec, &spec); err != nil || spec["run"] != "echo héllo ✓ 🙂" {
+		t.Fatalf("spec %s (%v)", j.Spec, err)
 	}
 }

@@ -21,24 +21,22 @@ import (
 // errBodyTimeout is a body that did not arrive within Options.BodyTimeout.
 var errBodyTimeout = errors.New("server: request body not received in time")
 
-// body is a request body read under a deadline. The deadline is the
-// connection's read deadline, set when the headers were read and lifted once
-// the body has been read to its end: net/http's background read, which
-// notices a client that hangs up during a long-poll or a stream, must not run
-// into it. Only the request's goroutine reads it.
+// body is a request body read under a deadline: the connection's read
+// deadline, set when the headers were read. net/http lifts it itself once the
+// body is read to its end, as it starts the background read that notices a
+// client hanging up during a long-poll or a stream. Only the request's
+// goroutine reads it.
 type body struct {
 	io.ReadCloser
-	rc      *http.ResponseController
 	timeout time.Duration
-	ended   bool // read to its end; the deadline is lifted
+	ended   bool // read to its end
 }
 
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	switch {
-	case err == io.EOF && !b.ended:
+	case err == io.EOF:
 		b.ended = true
-		_ = b.rc.SetReadDeadline(time.Time{})
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
 		err = fmt.Errorf("%w (%v)", errBodyTimeout, b.timeout)
 	}
@@ -55,9 +53,9 @@ func (s *Server) watchBody(w http.ResponseWriter, r *http.Request, c *call) {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return
 	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) // a socket deadline: real time, not the injected clock
-	c.body = &body{ReadCloser: r.Body, rc: rc, timeout: s.opts.BodyTimeout}
+	// A socket's deadline: real time, not the injected clock.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	c.body = &body{ReadCloser: r.Body, timeout: s.opts.BodyTimeout}
 	r.Body = c.body
 }
 

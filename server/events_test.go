@@ -21,8 +21,8 @@ import (
 
 func TestEventsQuery(t *testing.T) {
 	f := newFixture(t, server.Options{})
-	f.submit("j1", eventlog.KindRun) // 2 (1 is daemon.started)
-	f.clock.Advance(2 * time.Second) // less than grace: no daemon.resumed
+	f.submit("j1", eventlog.KindRun)        // 2 (1 is daemon.started)
+	f.clock.Advance(2 * time.Second)        // less than grace: no daemon.resumed
 	f.grant("w1")                           // 3
 	f.submit("j2", eventlog.KindEvaluation) // 4
 	f.clock.Advance(2 * time.Second)

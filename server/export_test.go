@@ -6,3 +6,8 @@ import "context"
 // before waiting on it, so that a test can see the moment the wait begins.
 // Set it before s serves any request.
 func SetWaitHook(s *Server, f func(context.Context) context.Context) { s.waitHook = f }
+
+// SetStreamHook makes every event stream of s tell f when it starts to wait
+// for events ("wait") and when its handler returns ("end"). Set it before s
+// serves any request; f is called from the streams' goroutines.
+func SetStreamHook(s *Server, f func(stage string)) { s.streamHook = f }

@@ -1,0 +1,393 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/server"
+)
+
+// Tests of a daemon under attack, over real TCP on loopback: refusals that do
+// not wait for a body, a body deadline, the connection cap, and streams and
+// long-polls that cost nothing while idle and end when their client goes.
+
+// within bounds every wait of these tests: a test that reaches it fails. It
+// is far longer than anything the server is expected to take.
+const within = 10 * time.Second
+
+// dial opens a raw connection to addr.
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, within)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// readAnswer reads one HTTP answer from br, body included.
+func readAnswer(t *testing.T, conn net.Conn, br *bufio.Reader, method string) reply {
+	t.Helper()
+	if err := conn.SetReadDeadline(time.Now().Add(within)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, &http.Request{Method: method})
+	if err != nil {
+		t.Fatalf("read answer: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read answer's body: %v", err)
+	}
+	if resp.Close { // ReadResponse moves Connection: close out of the header
+		resp.Header.Set("Connection", "close")
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// wantClosed checks that the server closed conn: a read ends (EOF, or a
+// reset) well within the bound, with nothing more to read.
+func wantClosed(t *testing.T, conn net.Conn, br *bufio.Reader) {
+	t.Helper()
+	if err := conn.SetReadDeadline(time.Now().Add(within)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := br.Read(make([]byte, 1))
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		t.Fatalf("the connection is still open after %v", within)
+	case n > 0 || err == nil:
+		t.Fatalf("more bytes after the answer")
+	}
+}
+
+// TestRefusedWithoutWaitingForTheBody: a request without a valid token gets
+// its 401 as soon as its headers are read, with Connection: close, and the
+// connection is closed, although its body never arrives (and the body
+// deadline is an hour away). Nothing is written.
+func TestRefusedWithoutWaitingForTheBody(t *testing.T) {
+	f := newFixture(t, server.Options{Auth: testAuth(), BodyTimeout: time.Hour})
+	seq := f.seq()
+	for _, tc := range []struct {
+		name, auth, framing string
+	}{
+		{"no token", "", "Content-Length: 100"},
+		{"unknown token", "Authorization: Bearer not-a-token-of-anyone\r\n", "Content-Length: 100"},
+		{"blank token", "Authorization: Bearer    \r\n", "Content-Length: 100"},
+		{"chunked", "", "Transfer-Encoding: chunked"},
+		{"large", "", "Content-Length: 10000000"}, // more than net/http would drain
+		{"expecting 100-continue", "", "Content-Length: 100\r\nExpect: 100-continue"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn := dial(t, f.ts.Listener.Addr().String())
+			head := "POST /v1/jobs HTTP/1.1\r\nHost: leaselog\r\nContent-Type: application/json\r\n" + tc.auth + tc.framing + "\r\n\r\n"
+			if _, err := io.WriteString(conn, head); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			r := readAnswer(t, conn, br, "POST")
+			wantError(t, r, http.StatusUnauthorized, api.CodeUnauthorized)
+			if got := r.header.Get("Connection"); got != "close" {
+				t.Errorf("Connection %q, want close", got)
+			}
+			wantClosed(t, conn, br)
+		})
+	}
+	if got := f.seq(); got != seq {
+		t.Fatalf("seq %d after the refusals, was %d", got, seq)
+	}
+}
+
+// TestSlowBodyIsCut: a body that does not arrive within BodyTimeout is cut:
+// 408 body_timeout, the connection closed, nothing written. A body in time
+// on the next connection is served.
+func TestSlowBodyIsCut(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	f := newFixture(t, server.Options{BodyTimeout: timeout})
+	seq := f.seq()
+	for _, tc := range []struct{ name, framing, sent string }{
+		{"length", "Content-Length: 40", `{"id":"slow",`},
+		{"chunked", "Transfer-Encoding: chunked", "d\r\n" + `{"id":"slow",` + "\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn := dial(t, f.ts.Listener.Addr().String())
+			start := time.Now()
+			head := "POST /v1/jobs HTTP/1.1\r\nHost: leaselog\r\n" + tc.framing + "\r\n\r\n" + tc.sent
+			if _, err := io.WriteString(conn, head); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			r := readAnswer(t, conn, br, "POST")
+			wantError(t, r, http.StatusRequestTimeout, api.CodeBodyTimeout, "did not arrive in time")
+			if took := time.Since(start); took < timeout {
+				t.Errorf("cut after %v, before the deadline of %v", took, timeout)
+			}
+			if got := r.header.Get("Connection"); got != "close" {
+				t.Errorf("Connection %q, want close", got)
+			}
+			wantClosed(t, conn, br)
+		})
+	}
+	if got := f.seq(); got != seq {
+		t.Fatalf("seq %d after the cut bodies, was %d", got, seq)
+	}
+	decode[api.Job](t, f.do("POST", "/v1/jobs", "", api.Submit{ID: "fast", Kind: "run"}), http.StatusCreated)
+}
+
+// requestsAnswered is how many requests of route the server has answered,
+// whatever their status: a handler that returned.
+func requestsAnswered(t *testing.T, reg *prometheus.Registry, route string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "leaselog_http_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "route" && lp.GetValue() == route {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
+// eventually polls cond until it holds, failing the test after the bound.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, with a deadline
+	}
+}
+
+// TestLongPollOutlivesTheBodyDeadline: the body deadline is lifted once the
+// body is read, so an acquire can wait far longer than it; the grant says how
+// long the daemon held the request. When the client of a waiting acquire
+// goes, its handler returns.
+func TestLongPollOutlivesTheBodyDeadline(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	waiting := make(chan context.Context, 2)
+	f := newFixtureHooked(t, server.Options{BodyTimeout: timeout}, func(s *server.Server) {
+		server.SetWaitHook(s, func(ctx context.Context) context.Context { waiting <- ctx; return ctx })
+	})
+	const route = "POST /v1/workers/{worker}/acquire"
+
+	got := make(chan reply, 1)
+	go func() { got <- f.do("POST", "/v1/workers/w1/acquire", "", api.Acquire{WaitSeconds: 30}) }()
+	<-waiting
+	// Past the body deadline several times over: a deadline left on the
+	// connection would have cancelled the request by now.
+	<-time.After(4 * timeout)
+	f.clock.Advance(3 * time.Second) // held for 3 s, by the daemon's clock
+	f.submit("j1", eventlog.KindRun)
+	g := decode[api.Grants](t, <-got, http.StatusOK)
+	if len(g.Leases) != 1 || g.Leases[0].HeldSeconds != 3 {
+		t.Fatalf("grants %+v, want one held 3 s", g.Leases)
+	}
+
+	// A client that goes: the wait ends and the handler returns.
+	before := requestsAnswered(t, f.reg, route)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		resp, err := f.ts.Client().Do(f.newRequest(ctx, request{method: "POST", path: "/v1/workers/w1/acquire", body: api.Acquire{WaitSeconds: 30}}))
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	wait := <-waiting
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the client's call: %v, want it cancelled", err)
+	}
+	select {
+	case <-wait.Done():
+	case <-time.After(within):
+		t.Fatal("the acquire still waits for a client that left")
+	}
+	eventually(t, "the acquire's handler returns", func() bool { return requestsAnswered(t, f.reg, route) > before })
+}
+
+// TestConnectionCap: with a cap of 2, a third connection waits, unserved,
+// while the two are served as before; when one closes, the third is served.
+func TestConnectionCap(t *testing.T) {
+	f := newFixture(t, server.Options{})
+	ts := httptest.NewUnstartedServer(f.srv)
+	ts.Listener = server.LimitListener(ts.Listener, 2)
+	ts.Start()
+	t.Cleanup(ts.Close)
+	addr := ts.Listener.Addr().String()
+	health := "GET /healthz HTTP/1.1\r\nHost: leaselog\r\n\r\n"
+
+	type client struct {
+		conn net.Conn
+		br   *bufio.Reader
+	}
+	ask := func(c client) {
+		t.Helper()
+		if _, err := io.WriteString(c.conn, health); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var open []client
+	for range 2 {
+		c := client{conn: dial(t, addr)}
+		c.br = bufio.NewReader(c.conn)
+		ask(c)
+		if r := readAnswer(t, c.conn, c.br, "GET"); r.status != http.StatusOK {
+			t.Fatalf("served connection: %s", r)
+		}
+		open = append(open, c)
+	}
+
+	third := client{conn: dial(t, addr)} // the kernel queues it
+	third.br = bufio.NewReader(third.conn)
+	ask(third)
+	// Not served while two are open. Absence can only be observed over a
+	// span: a quarter of a second is ample for loopback.
+	if err := third.conn.SetReadDeadline(time.Now().Add(250 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := third.br.Peek(1); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection over the cap was served: %v", err)
+	}
+	// The open ones are served as before.
+	ask(open[0])
+	if r := readAnswer(t, open[0].conn, open[0].br, "GET"); r.status != http.StatusOK {
+		t.Fatalf("open connection: %s", r)
+	}
+	// One goes: the waiting one is taken and served.
+	open[1].conn.Close()
+	if r := readAnswer(t, third.conn, third.br, "GET"); r.status != http.StatusOK {
+		t.Fatalf("connection once a place was free: %s", r)
+	}
+}
+
+func TestMaxConnsFor(t *testing.T) {
+	for _, tc := range []struct {
+		nofile uint64
+		want   int
+	}{
+		{0, 16},
+		{1024, 16},  // less than the store needs: the floor
+		{1280, 16},  // 24 spare: still the floor
+		{2256, 500}, // half of the 1,000 spare
+		{20000, 4096},
+		{1 << 20, 4096},
+	} {
+		if got := server.MaxConnsFor(tc.nofile); got != tc.want {
+			t.Errorf("MaxConnsFor(%d) = %d, want %d", tc.nofile, got, tc.want)
+		}
+	}
+	if n := server.DefaultMaxConns(); n < 16 || n > 4096 {
+		t.Errorf("DefaultMaxConns() = %d", n)
+	}
+}
+
+// streamWatch counts the waits of the event streams of a server and tells
+// when one ends.
+type streamWatch struct {
+	waits atomic.Int64
+	wait  chan struct{} // one per wait, never blocking
+	end   chan struct{}
+}
+
+func newStreamWatch() *streamWatch {
+	return &streamWatch{wait: make(chan struct{}, 1<<16), end: make(chan struct{}, 16)}
+}
+
+func (w *streamWatch) hook(stage string) {
+	switch stage {
+	case "wait":
+		w.waits.Add(1)
+		select {
+		case w.wait <- struct{}{}:
+		default:
+		}
+	case "end":
+		w.end <- struct{}{}
+	}
+}
+
+// TestIdleStreamSleeps: an idle stream — caught up, or with a cursor after
+// which nothing can come — waits once and does not loop (2^64−1 + 1 must not
+// wrap to 0, which is always durable); its handler returns when its client
+// hangs up.
+func TestIdleStreamSleeps(t *testing.T) {
+	for _, tc := range []struct {
+		name, query string
+		header      map[string]string
+	}{
+		{"caught up", "?after=0", nil},
+		{"after 2^64-1", "?after=18446744073709551615", nil},
+		{"after 2^64-1, filtered", "?type=lease.stale_report&after=18446744073709551615", nil},
+		{"Last-Event-ID 2^64-1", "", map[string]string{"Last-Event-ID": "18446744073709551615"}},
+		{"after 2^64-2", "?after=18446744073709551614", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newStreamWatch()
+			f := newFixtureHooked(t, server.Options{}, func(s *server.Server) { server.SetStreamHook(s, w.hook) })
+			s := f.openStream(tc.query, tc.header)
+			<-w.wait
+			// A loop would wait again at once, thousands of times: a tenth of
+			// a second shows it.
+			<-time.After(100 * time.Millisecond)
+			if n := w.waits.Load(); n != 1 {
+				t.Fatalf("an idle stream waited %d times", n)
+			}
+			s.close()
+			select {
+			case <-w.end:
+			case <-time.After(within):
+				t.Fatal("the stream's handler still runs after its client left")
+			}
+		})
+	}
+}
+
+// TestStreamKeepalive: a silent stream writes a comment every keepalive
+// interval, which readers skip, and the next event still comes.
+func TestStreamKeepalive(t *testing.T) {
+	f := newFixture(t, server.Options{StreamKeepalive: 20 * time.Millisecond})
+	s := f.openStream("?after=1", nil) // after daemon.started: nothing yet
+	for range 2 {
+		line, err := s.r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line != ": keepalive\n" {
+			t.Fatalf("line %q, want the keepalive comment", line)
+		}
+		if line, err = s.r.ReadString('\n'); err != nil || line != "\n" {
+			t.Fatalf("line %q (%v), want the comment's end", line, err)
+		}
+	}
+	f.submit("j1", eventlog.KindRun)
+	f.check(s.next(), 2)
+}
