@@ -243,3 +243,23 @@ func TestFenceFileNamesItsClock(t *testing.T) {
 	r.Stop(true)
 	wantOutcome(t, await(t, r), "killed", "killed by the worker")
 }
+
+// A worker that died between recording a kill and signalling the
+// supervisor: the restarted worker signals it again, and the job dies.
+func TestReattachSendsRecordedStop(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, _ := newExecutor(t, dir, time.Minute)
+	ready := fifo(t, "ready")
+	g := grant(t, "half-stopped", 1, api.Spec{Run: "echo up > " + q(ready) + "; exec sleep 60"})
+	ra := start(t, a, g)
+	readFIFO(t, ready)
+	if err := os.WriteFile(filepath.Join(runDirOf(a, g), stateDir, stopFile), []byte("kill\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if isDone(ra) {
+		t.Fatal("the job ended without a signal")
+	}
+	b, _ := newExecutor(t, dir, time.Minute)
+	wantOutcome(t, await(t, reattach(t, b, g)), "killed", "killed by the worker")
+}
