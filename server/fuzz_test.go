@@ -320,6 +320,7 @@ var errorCodes = map[int][]string{
 	http.StatusNotFound:         {api.CodeNotFound},
 	http.StatusMethodNotAllowed: {api.CodeMethod},
 	http.StatusConflict:         {api.CodeJobExists, api.CodeStaleLease},
+	http.StatusRequestTimeout:   {api.CodeBodyTimeout}, // not in this world: a recorder has no deadline
 }
 
 var snakeCase = regexp.MustCompile(`^[a-z]+(_[a-z]+)*$`)

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -158,6 +159,36 @@ func (c *contract) stream(rq request, n int) []sse {
 	return evs
 }
 
+// slow sends rq with only the start of its body, the rest never coming, and
+// checks the answer: 408 body_timeout once the server's body deadline passes.
+// The request is validated with its whole body.
+func (c *contract) slow(rq request) {
+	c.t.Helper()
+	ex := c.prepare(context.Background(), rq, http.StatusRequestTimeout)
+	whole, err := io.ReadAll(ex.send.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write(whole[:len(whole)/2]) }() // then nothing
+	ex.send.Body, ex.send.ContentLength = pr, int64(len(whole))
+	ex.send.GetBody = nil
+	resp, err := c.f.ts.Client().Do(ex.send)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", rq.method, rq.path, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusRequestTimeout || !resp.Close {
+		c.t.Errorf("%s %s with a slow body: %d %s (close %v), want 408 and the connection closed", rq.method, rq.path, resp.StatusCode, body, resp.Close)
+	}
+	c.checkAnswer(ex, resp.StatusCode, resp.Header, body)
+}
+
 // unrouted sends a request no operation takes: the answer must still be a
 // JSON error.
 func (c *contract) unrouted(rq request, status int) {
@@ -180,7 +211,16 @@ func (c *contract) unrouted(rq request, status int) {
 // answer against it.
 func TestOpenAPI(t *testing.T) {
 	doc, router := loadDoc(t)
-	f := newFixture(t, server.Options{Auth: testAuth()})
+	waiting := make(chan struct{}, 1) // an acquire is about to wait
+	f := newFixtureHooked(t, server.Options{Auth: testAuth(), BootID: "6e1f6d5c-2b7b-4c43-9d38-0c5b3c8f1a2e"}, func(s *server.Server) {
+		server.SetWaitHook(s, func(ctx context.Context) context.Context {
+			select {
+			case waiting <- struct{}{}:
+			default:
+			}
+			return ctx
+		})
+	})
 	c := &contract{t: t, f: f, doc: doc, router: router, seen: map[string]bool{}}
 	rq := func(method, path, token string, body any) request {
 		return request{method: method, path: path, token: token, body: body}
@@ -240,6 +280,19 @@ func TestOpenAPI(t *testing.T) {
 	l := g.Leases[1].Lease                                                                             // j1's (j0 was queued first)
 	c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, api.Acquire{WaitSeconds: 0.01}), http.StatusOK) // nothing came
 	c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, `{"max":"2"}`), http.StatusBadRequest)
+	c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, `{"max":1,"max":2}`), http.StatusBadRequest)
+	// A grant after a wait says how long the daemon held the request.
+	<-waiting // drain: every acquire so far passed the hook
+	held := make(chan reply, 1)
+	go func() {
+		held <- c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, api.Acquire{WaitSeconds: 30}), http.StatusOK)
+	}()
+	<-waiting
+	f.clock.Advance(2 * time.Second)
+	f.submit("h1", eventlog.KindRun)
+	if g := decode[api.Grants](t, <-held, http.StatusOK); len(g.Leases) != 1 || g.Leases[0].HeldSeconds != 2 {
+		t.Fatalf("grant after a wait: %+v, want one held 2 s", g.Leases)
+	}
 	c.call(rq("POST", "/v1/workers/w1/heartbeat", w1Tok, api.Heartbeat{Leases: []uint64{l, 9999}}), http.StatusOK)
 	c.call(rq("POST", "/v1/workers/w1/heartbeat", w1Tok, `{"leases":[-1]}`), http.StatusBadRequest)
 	c.call(rq("GET", "/v1/workers/w1/leases", w1Tok, nil), http.StatusOK)
@@ -255,6 +308,16 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/report", l), w1Tok, report), http.StatusOK)
 	c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/report", l), w1Tok, api.Report{Worker: "w1", Outcome: "done"}), http.StatusBadRequest)
 	c.call(rq("POST", "/v1/leases/9999/report", w1Tok, report), http.StatusNotFound)
+	// h1's worker lost it: lease.lost, no attempt.
+	hl := decode[api.Grants](t, c.call(rq("GET", "/v1/workers/w1/leases", w1Tok, nil), http.StatusOK), http.StatusOK)
+	for _, gr := range hl.Leases {
+		if gr.Job.ID == "h1" {
+			c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/report", gr.Lease), w1Tok, api.Report{Worker: "w1", Outcome: "lost", Reason: "self-fenced"}), http.StatusOK)
+		}
+	}
+	if j := decode[api.Job](t, c.call(rq("GET", "/v1/jobs/h1", adminTok, nil), http.StatusOK), http.StatusOK); j.State != "failed" || j.Attempts != 0 {
+		t.Fatalf("h1 after a loss: %+v", j)
+	}
 
 	// A lease that expires: stale start and report.
 	f.submit("j2", eventlog.KindEvaluation)
@@ -291,6 +354,8 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("GET", "/v1/events?type=lease.stale_report&since=2026-01-01T00:00:00Z&limit=10", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/events?job=j1&after=3", adminTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/events?limit=0", auditorTok, nil), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/events?after=18446744073709551615", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/events?type=lease.lost", auditorTok, nil), http.StatusOK)
 	evs := c.stream(rq("GET", "/v1/events/stream?after=0", auditorTok, nil), int(f.log.DurableSeq()))
 	if last := evs[len(evs)-1].id; last != strconv.FormatUint(f.log.DurableSeq(), 10) {
 		t.Errorf("stream ended at %s, log at %d", last, f.log.DurableSeq())
@@ -298,6 +363,24 @@ func TestOpenAPI(t *testing.T) {
 	c.stream(request{method: "GET", path: "/v1/events/stream?type=lease.reported", token: adminTok, header: map[string]string{"Last-Event-ID": "1"}}, 1)
 	c.call(rq("GET", "/v1/events/stream?after=x", auditorTok, nil), http.StatusBadRequest)
 	c.call(rq("GET", "/metrics", auditorTok, nil), http.StatusOK)
+
+	// Bodies that never finish: 408, on every operation that reads one.
+	slow := newFixture(t, server.Options{Auth: testAuth(), BodyTimeout: 50 * time.Millisecond})
+	cs := &contract{t: t, f: slow, doc: doc, router: router, seen: c.seen}
+	for _, op := range []struct {
+		path, token string
+		body        any
+	}{
+		{"/v1/jobs", adminTok, api.Submit{ID: "s1", Kind: "run", Spec: spec}},
+		{"/v1/jobs/s1/cancel", adminTok, `{}`},
+		{"/v1/jobs/s1/kill", adminTok, `{}`},
+		{"/v1/workers/w1/acquire", w1Tok, api.Acquire{Max: 1}},
+		{"/v1/workers/w1/heartbeat", w1Tok, api.Heartbeat{Leases: []uint64{1}}},
+		{"/v1/leases/1/start", w1Tok, api.Start{Worker: "w1"}},
+		{"/v1/leases/1/report", w1Tok, report},
+	} {
+		cs.slow(rq("POST", op.path, op.token, op.body))
+	}
 
 	// No operation: still JSON.
 	c.unrouted(rq("GET", "/v1/nope", adminTok, nil), http.StatusNotFound)
