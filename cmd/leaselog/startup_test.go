@@ -1,0 +1,223 @@
+package main
+
+// Start-up under trouble, with real processes: a full disk, and SIGTERM at
+// every stage.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/synth"
+)
+
+// startBound is how long a start-up may take to fail or to stop on a
+// signal: startStopWait or storeErrorGrace, and a margin for a loaded machine.
+const startBound = 10 * time.Second
+
+// TestServeFullDisk: restarted on a full disk, serve fails within seconds
+// with a message and a non-zero exit (Pebble would retry flushing its log
+// for ever); given room again, it starts with its jobs.
+func TestServeFullDisk(t *testing.T) {
+	mnt := t.TempDir()
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=8m"); err != nil {
+		t.Skipf("mounting a tmpfs is not permitted here (%v): a full disk cannot be made", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+	data := filepath.Join(mnt, "data")
+	env := childEnv()
+	args := []string{"serve", "--data", data, "--listen", "127.0.0.1:0", "--local-capacity", "0"}
+
+	p := startProcIn(t, "serve", mnt, env, args...)
+	c, _ := api.NewClient(listening(t, p), "")
+	submit(t, c, "kept", "run", "true")
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(); code != 0 {
+		t.Fatalf("first life: exit %d", code)
+	}
+
+	filler := filepath.Join(mnt, "filler")
+	fill(t, filler)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*startBound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = env
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() <= 0 || took > startBound || !strings.Contains(string(out), "no space left on device") {
+		t.Fatalf("on a full disk: %v after %v, want a non-zero exit within %v saying so\n%s", err, took, startBound, out)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	p = startProcIn(t, "serve again", mnt, env, args...)
+	c, _ = api.NewClient(listening(t, p), "")
+	if j := job(t, c, "kept"); j.ID != "kept" {
+		t.Fatalf("after the full disk: %+v", j)
+	}
+}
+
+// fill writes path until the disk is full.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+}
+
+// TestServeSIGTERMDuringStartup: SIGTERM stops serve at every stage of its
+// start-up — opening Pebble (which flushes a long write-ahead log),
+// rebuilding the table from a long log, once it is rebuilt, once it listens
+// — within seconds, with exit 0; and the store opens and verifies after
+// each. A stage that never returns (Pebble reading a write-ahead log that is
+// a FIFO nobody writes, as a stuck disk would) cannot be interrupted: serve
+// exits under it.
+func TestServeSIGTERMDuringStartup(t *testing.T) {
+	// A log of 100,000 events and no snapshot: every start replays it all.
+	t.Setenv("LEASELOG_BENCH_DIR", t.TempDir())
+	fixture, err := synth.Fixture(synth.Default, 100_000, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		stage string
+		stuck bool
+	}{
+		{stage: "opening the store"},
+		{stage: "rebuilding the lease table"},
+		{stage: "lease table rebuilt"},
+		{stage: "listening"},
+		{stage: "opening the store", stuck: true},
+	} {
+		name := tc.stage
+		if tc.stuck {
+			name += ", stuck"
+		}
+		t.Run(name, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "data")
+			copyDir(t, fixture, data)
+			if tc.stuck {
+				wals, _ := filepath.Glob(filepath.Join(data, "*.log"))
+				if len(wals) == 0 {
+					t.Fatal("the fixture has no write-ahead log")
+				}
+				if err := os.Remove(wals[0]); err != nil {
+					t.Fatal(err)
+				}
+				if err := syscall.Mkfifo(wals[0], 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := startProcIn(t, "serve", t.TempDir(), childEnv(), "serve", "--data", data, "--listen", "127.0.0.1:0", "--local-capacity", "0")
+			waitLine(t, p, tc.stage)
+			p.signal(syscall.SIGTERM)
+			sent := time.Now()
+			select {
+			case <-p.done:
+			case <-time.After(startBound):
+				t.Fatalf("serve still running %v after SIGTERM", startBound)
+			}
+			if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+				t.Fatalf("exit %d after SIGTERM", code)
+			}
+			// However far the start-up got, it stopped the way its stage
+			// allows: gracefully once listening, else at the next stage, or
+			// by exiting under a stage that does not return.
+			out := p.output()
+			graceful, atStage, abandoned := hasLine(out, "stopped"), hasLine(out, "stopped during start-up"),
+				strings.Contains(out, "did not reach a stage where it can stop")
+			if hasLine(out, "listening") != graceful || !graceful && !atStage && !abandoned || abandoned != tc.stuck {
+				t.Fatalf("stopped gracefully %v, at a stage %v, by exiting %v", graceful, atStage, abandoned)
+			}
+			t.Logf("exit 0 after %v; gracefully %v, at a stage %v, by exiting %v", time.Since(sent).Round(time.Millisecond), graceful, atStage, abandoned)
+			if tc.stuck {
+				return // its log is a FIFO
+			}
+			if out, err := run(t, "replay", "--data", data, "--verify"); err != nil {
+				t.Fatalf("the store after SIGTERM: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// waitLine waits for serve to log msg.
+func waitLine(t *testing.T, p *proc, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !hasLine(p.output(), msg) {
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited before %q:\n%s", p.name, msg, p.output())
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not log %q:\n%s", p.name, msg, p.output())
+		}
+	}
+}
+
+func hasLine(out, msg string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		var l struct{ Message string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Message == msg {
+			return true
+		}
+	}
+	return false
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() == "LOCK" || !e.Type().IsRegular() {
+			continue
+		}
+		in, err := os.Open(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := os.Create(filepath.Join(to, e.Name()))
+		if err == nil {
+			_, err = io.Copy(out, in)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+		}
+		in.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
