@@ -2,9 +2,11 @@ package local
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,4 +264,53 @@ func TestReattachSendsRecordedStop(t *testing.T) {
 	}
 	b, _ := newExecutor(t, dir, time.Minute)
 	wantOutcome(t, await(t, reattach(t, b, g)), "killed", "killed by the worker")
+}
+
+// A run an older leaselog started under its sh wrapper (here a shell that
+// leads its session, as that wrapper did) is still stopped after an
+// upgrade: its group gets the signals the wrapper expected.
+func TestReattachLegacyWrapper(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		kill            bool
+		outcome, reason string
+	}{
+		{true, "killed", "killed by the worker"},
+		{false, "cancelled", "cancelled by the worker; exit status 143"},
+	} {
+		t.Run(tc.outcome, func(t *testing.T) {
+			t.Parallel()
+			e, logs := newExecutor(t, t.TempDir(), time.Minute)
+			ready := fifo(t, "ready")
+			g := grant(t, "legacy", 1, api.Spec{Run: "unused"})
+			state := filepath.Join(runDirOf(e, g), stateDir)
+			if err := os.MkdirAll(state, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			// The wrapper's rule: a TERM is forwarded to the group only
+			// when no stop is recorded; a stop's signal was sent to the
+			// group by the worker itself.
+			old := exec.Command("/bin/sh", "-c", "trap '[ -e .leaselog/stop ] || kill -TERM 0' TERM; echo up > "+q(ready)+
+				"; sleep 60; echo $? > .leaselog/exit")
+			old.Dir = runDirOf(e, g)
+			old.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := old.Start(); err != nil {
+				t.Fatal(err)
+			}
+			ended := make(chan struct{})
+			go func() { _ = old.Wait(); close(ended) }() // reaped, as init would
+			t.Cleanup(func() { _ = syscall.Kill(-old.Process.Pid, syscall.SIGKILL); <-ended })
+			if err := os.WriteFile(filepath.Join(state, pidFile), []byte(strconv.Itoa(old.Process.Pid)+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			readFIFO(t, ready)
+
+			r := reattach(t, e, g)
+			if !strings.Contains(logs.String(), `"legacy":true`) {
+				t.Fatalf("not taken for a legacy run:\n%s", logs)
+			}
+			r.Stop(tc.kill)
+			wantOutcome(t, await(t, r), tc.outcome, tc.reason)
+		})
+	}
 }

@@ -8,11 +8,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/worker"
+	"github.com/leaselog/leaselog/worker/local/supervise"
 )
 
 // Reattach finds the run of a lease this worker started before it restarted,
@@ -33,7 +33,9 @@ import (
 // counts: the outcome is cancelled or killed, and the supervisor is
 // signalled again (the old worker may have died between writing the stop
 // and signalling; the supervisor acts on a mode once, and its cancel's
-// grace runs from the first).
+// grace runs from the first). A run an older leaselog started under its sh
+// wrapper is still found, and stopped as that wrapper expected (a signal to
+// its group); it has no fence.
 func (e *Executor) Reattach(ctx context.Context, g api.Grant) (worker.Run, bool, error) {
 	r, err := e.newRun(g)
 	if err != nil {
@@ -75,10 +77,11 @@ func (e *Executor) Reattach(ctx context.Context, g api.Grant) (worker.Run, bool,
 		return r, true, nil
 	}
 
-	r.log.Info().Str("state", "running").Int("pid", pid).Str("stop", r.mu.mode.String()).Msg("local: re-attached")
+	r.legacy = !isSupervisor(pid)
+	r.log.Info().Str("state", "running").Int("pid", pid).Str("stop", r.mu.mode.String()).Bool("legacy", r.legacy).Msg("local: re-attached")
 	r.mu.Lock()
 	if r.mu.mode != stopNone {
-		r.signalLocked(syscall.SIGTERM)
+		r.sendStopLocked()
 	}
 	r.mu.Unlock()
 	go r.watch()
@@ -97,6 +100,18 @@ func (r *run) watch() {
 	}
 	r.markGone()
 	r.finish("")
+}
+
+// isSupervisor reports whether pid runs package supervise's supervisor (its
+// first argument is the marker), not the sh wrapper of an older leaselog.
+// A process this one may not look at is taken for a supervisor.
+func isSupervisor(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return true
+	}
+	args := strings.Split(string(b), "\x00")
+	return len(args) > 1 && args[1] == supervise.Marker
 }
 
 func readPid(path string) (int, error) {

@@ -80,6 +80,9 @@ type run struct {
 	log   zerolog.Logger
 	pid   int  // the supervisor: leader of the run's session and process group
 	owned bool // this process is its parent and reaps it
+	// legacy: a re-attached run started by an older leaselog, under its sh
+	// wrapper rather than a supervisor (see sendStopLocked).
+	legacy bool
 	// firstFence is how long after its spawn the job is fenced if the
 	// worker never calls Fence (0: not fenced until it does).
 	firstFence time.Duration
@@ -145,21 +148,32 @@ func (r *run) Stop(kill bool) {
 		r.log.Warn().Err(err).Msg("local: cannot record the stop; the supervisor will only forward a SIGTERM")
 	}
 	r.log.Info().Str("mode", want.String()).Int("pid", r.pid).Msg("local: stop")
-	r.signalLocked(syscall.SIGTERM)
+	r.sendStopLocked()
 }
 
-// signalLocked sends sig to the run's supervisor, if it is still the run's.
-// An owned supervisor is not reaped before gone is set (see reap), so its
-// pid cannot have been recycled; a re-attached one is checked first.
-func (r *run) signalLocked(sig syscall.Signal) {
+// sendStopLocked tells the run's supervisor to read the stop file: a
+// SIGTERM to the supervisor alone. A run of an older leaselog, under its sh
+// wrapper (legacy), gets what that wrapper expected instead: SIGTERM (a
+// cancel) or SIGKILL (a kill) to its whole group; its cancel gets no
+// SIGKILL after the grace, and its descendants in other sessions escape.
+func (r *run) sendStopLocked() {
 	if r.mu.gone || r.pid <= 0 {
 		return
 	}
 	if !r.owned && !groupAlive(r.pid, r.dir) {
 		return
 	}
-	if err := syscall.Kill(r.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		r.log.Warn().Err(err).Int("pid", r.pid).Str("signal", sig.String()).Msg("local: signal failed")
+	target, sig := r.pid, syscall.SIGTERM
+	if r.legacy {
+		target = -r.pid
+		if r.mu.mode == stopKill {
+			sig = syscall.SIGKILL
+		}
+	}
+	// An owned supervisor is not reaped before gone is set (see reap), so
+	// its pid cannot have been recycled; a re-attached one was checked.
+	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		r.log.Warn().Err(err).Int("pid", target).Str("signal", sig.String()).Msg("local: signal failed")
 	}
 }
 
