@@ -178,7 +178,7 @@ func fenceWatch(pid int) <-chan time.Time {
 // fenceProxy forwards HTTP/1.1 between workers and the daemon, one request
 // at a time per connection as Go's client sends them, and notes when each
 // passed. Armed with a lease, it cuts every connection (and refuses new
-// ones) right after forwarding the answer to a heartbeat that names it.
+// ones) right after forwarding a quick answer to a heartbeat that names it.
 type fenceProxy struct {
 	target string
 	ln     net.Listener
@@ -270,7 +270,10 @@ func (p *fenceProxy) serve(in net.Conn) {
 		if err != nil {
 			return
 		}
-		if strings.HasSuffix(req.URL.Path, "/heartbeat") && p.names(body) {
+		// Only a quick answer is surely acknowledged: one slower than the
+		// worker's heartbeat timeout (renew) would count as lost.
+		quick := time.Since(seen) < fenceRenew/2
+		if quick && strings.HasSuffix(req.URL.Path, "/heartbeat") && p.names(body) {
 			p.cut()
 			select { // the first cut only: every other connection ends with it
 			case p.cutAt <- seen:
