@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -130,14 +131,25 @@ func (f *eventFlags) stream(ctx context.Context, after uint64, each func(api.Eve
 	if server == "" {
 		server = api.DefaultServer
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/v1/events/stream?after="+strconv.FormatUint(after, 10), nil)
+	token, err := clientToken(server, f.data)
 	if err != nil {
 		return err
 	}
-	if tok := os.Getenv("LEASELOG_TOKEN"); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+	base, hc := strings.TrimRight(server, "/"), http.DefaultClient
+	if path, ok := strings.CutPrefix(server, "unix://"); ok {
+		base, hc = "http://leaselog", &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}}}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/events/stream?after="+strconv.FormatUint(after, 10), nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
