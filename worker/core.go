@@ -11,7 +11,8 @@ import (
 // Core is what a worker decides, without goroutines, timers, I/O or a clock
 // of its own: every decision that depends on time takes the worker's own
 // reading of it. It holds the set of leases the worker holds and says which
-// leases a heartbeat names, what each directive does, when the fence falls,
+// leases a heartbeat names, what each directive does, when the fence falls
+// and which deadline each run's supervisor is to hold (Deadline, Acts.Fence),
 // what to report about a run, which leases to adopt and which to drop.
 //
 // Worker drives a Core with goroutines and real timers; the deterministic

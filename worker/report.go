@@ -53,10 +53,10 @@ func Retry(err error) bool { return api.Retryable(err) }
 type Refusal int
 
 const (
-	// Done: the daemon will take no report of this lease from this worker —
+	// Final: the daemon will take no report of this lease from this worker —
 	// it was stale (409 stale_lease: recorded for auditors), or the lease is
 	// not the worker's (403, 404). Forget the lease.
-	Done Refusal = iota + 1
+	Final Refusal = iota + 1
 	// Resend the report Refused returns in its place.
 	Resend
 	// Later: send the same report again after a backoff. The daemon does not
@@ -72,8 +72,8 @@ const (
 
 func (r Refusal) String() string {
 	switch r {
-	case Done:
-		return "done"
+	case Final:
+		return "final"
 	case Resend:
 		return "resend"
 	case Later:
@@ -107,9 +107,9 @@ func Refused(o Outcome, err error) (next Outcome, do Refusal) {
 	}
 	switch {
 	case e.Code == api.CodeStaleLease:
-		return Outcome{}, Done
+		return Outcome{}, Final
 	case e.Status == http.StatusForbidden || e.Status == http.StatusNotFound:
-		return Outcome{}, Done
+		return Outcome{}, Final
 	case e.Status == http.StatusUnauthorized || e.Status >= 500:
 		return o, Later
 	}

@@ -26,9 +26,9 @@ func TestRefused(t *testing.T) {
 		do      Refusal
 		outcome string // of the next report, for Resend and Later
 	}{
-		{"stale", full, apiErr(http.StatusConflict, api.CodeStaleLease), Done, ""},
-		{"not its lease", full, apiErr(http.StatusForbidden, api.CodeForbidden), Done, ""},
-		{"no such lease", full, apiErr(http.StatusNotFound, api.CodeNotFound), Done, ""},
+		{"stale", full, apiErr(http.StatusConflict, api.CodeStaleLease), Final, ""},
+		{"not its lease", full, apiErr(http.StatusForbidden, api.CodeForbidden), Final, ""},
+		{"no such lease", full, apiErr(http.StatusNotFound, api.CodeNotFound), Final, ""},
 		{"unauthorized", full, apiErr(http.StatusUnauthorized, api.CodeUnauthorized), Later, "succeeded"},
 		{"unavailable", full, apiErr(http.StatusServiceUnavailable, api.CodeUnavailable), Later, "succeeded"},
 		{"transport", full, errors.New("connection reset"), Later, "succeeded"},

@@ -335,24 +335,26 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 			break
 		}
 		next, do := Refused(o, err)
-		l := w.log().Warn().Err(err).Uint64("lease", g.Lease).Str("job", g.Job.ID).Str("outcome", o.Outcome)
+		warn := func() *zerolog.Event {
+			return w.log().Warn().Err(err).Uint64("lease", g.Lease).Str("job", g.Job.ID).Str("outcome", o.Outcome)
+		}
 		switch do {
 		case Resend:
-			l.Str("next", next.Outcome).Msg("report refused; sending it again without what the daemon may object to")
+			warn().Str("next", next.Outcome).Msg("report refused; sending it again without what the daemon may object to")
 			o = next
 			continue
 		case Later:
-			l.Msg("report refused for now; sending it again later")
+			warn().Msg("report refused for now; sending it again later")
 			sleep(ctx, later.Next())
 			continue
 		case Expire:
 			w.log().Error().Err(err).Uint64("lease", g.Lease).Str("job", g.Job.ID).
 				Msg("lost report refused even without details; leaving the lease to expire, which the daemon folds the same way")
-		default:
+		case Final:
 			if api.IsCode(err, api.CodeStaleLease) {
-				l.Msg("report refused as stale; kept by the daemon for auditors")
+				warn().Msg("report refused as stale; kept by the daemon for auditors")
 			} else {
-				l.Msg("report refused: the lease is not this worker's; forgetting it")
+				warn().Msg("report refused: the lease is not this worker's; forgetting it")
 			}
 		}
 		break
