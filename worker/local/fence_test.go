@@ -290,8 +290,8 @@ func TestReattachLegacyWrapper(t *testing.T) {
 			// The wrapper's rule: a TERM is forwarded to the group only
 			// when no stop is recorded; a stop's signal was sent to the
 			// group by the worker itself.
-			old := exec.Command("/bin/sh", "-c", "trap '[ -e .leaselog/stop ] || kill -TERM 0' TERM; echo up > "+q(ready)+
-				"; sleep 60; echo $? > .leaselog/exit")
+			old := exec.Command("/bin/sh", "-c", "trap '[ -e .leaselog/stop ] || kill -TERM 0' TERM; /bin/sh -c "+q("echo up > "+q(ready)+"; exec sleep 60")+
+				" & wait $!; echo $? > .leaselog/exit")
 			old.Dir = runDirOf(e, g)
 			old.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 			if err := old.Start(); err != nil {
