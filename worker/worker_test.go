@@ -325,9 +325,32 @@ func TestReattach(t *testing.T) {
 	e.mu.Lock()
 	r := e.runs[7]
 	e.mu.Unlock()
+	receive(t, r.fenced, "the re-attached run's deadline, from the heartbeat that renewed it")
 	r.finish(Outcome{Outcome: "succeeded"})
 	if rep := receive(t, d.reports, "report"); rep.Outcome != "succeeded" {
 		t.Fatalf("report %+v", rep)
+	}
+}
+
+// failingReattach cannot re-attach to anything.
+type failingReattach struct {
+	*fakeExecutor
+	err error
+}
+
+func (e failingReattach) Reattach(context.Context, api.Grant) (Run, bool, error) {
+	return nil, false, e.err
+}
+
+// TestFailedReattachIsLost: a lease whose run could not be re-attached is
+// reported lost, saying why.
+func TestFailedReattachIsLost(t *testing.T) {
+	d := newFakeDaemon()
+	d.live = []api.Grant{grant(8, "unreadable")}
+	err := errors.New("permission denied")
+	newTestWorker(t, d, failingReattach{newFakeExecutor(), err}, nil)
+	if rep := receive(t, d.reports, "the report"); rep.Outcome != "lost" || rep.Reason != Lost(err).Reason {
+		t.Fatalf("report %+v, want lost: %s", rep, Lost(err).Reason)
 	}
 }
 
