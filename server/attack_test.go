@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,29 +80,41 @@ func wantClosed(t *testing.T, conn net.Conn, br *bufio.Reader) {
 // TestRefusedWithoutWaitingForTheBody: a request without a valid token gets
 // its 401 as soon as its headers are read, with Connection: close, and the
 // connection is closed, although its body never arrives (and the body
-// deadline is an hour away). Nothing is written.
+// deadline is an hour away). So does any answer given before the body was
+// read: a request no route takes, a read that has no use for a body. Nothing
+// is written.
 func TestRefusedWithoutWaitingForTheBody(t *testing.T) {
 	f := newFixture(t, server.Options{Auth: testAuth(), BodyTimeout: time.Hour})
 	seq := f.seq()
+	admin := "Authorization: Bearer " + adminTok + "\r\n"
 	for _, tc := range []struct {
-		name, auth, framing string
+		name, request, auth, framing string
+		status                       int
 	}{
-		{"no token", "", "Content-Length: 100"},
-		{"unknown token", "Authorization: Bearer not-a-token-of-anyone\r\n", "Content-Length: 100"},
-		{"blank token", "Authorization: Bearer    \r\n", "Content-Length: 100"},
-		{"chunked", "", "Transfer-Encoding: chunked"},
-		{"large", "", "Content-Length: 10000000"}, // more than net/http would drain
-		{"expecting 100-continue", "", "Content-Length: 100\r\nExpect: 100-continue"},
+		{"no token", "POST /v1/jobs", "", "Content-Length: 100", http.StatusUnauthorized},
+		{"unknown token", "POST /v1/jobs", "Authorization: Bearer not-a-token-of-anyone\r\n", "Content-Length: 100", http.StatusUnauthorized},
+		{"blank token", "POST /v1/jobs", "Authorization: Bearer    \r\n", "Content-Length: 100", http.StatusUnauthorized},
+		{"chunked", "POST /v1/jobs", "", "Transfer-Encoding: chunked", http.StatusUnauthorized},
+		{"large", "POST /v1/jobs", "", "Content-Length: 10000000", http.StatusUnauthorized}, // more than net/http would drain
+		{"expecting 100-continue", "POST /v1/jobs", "", "Content-Length: 100\r\nExpect: 100-continue", http.StatusUnauthorized},
+		{"no token, no body", "GET /v1/jobs", "", "Accept: */*", http.StatusUnauthorized},
+		{"no route", "POST /v1/nope", admin, "Content-Length: 100", http.StatusNotFound},
+		{"a read", "GET /v1/jobs", admin, "Content-Length: 100", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conn := dial(t, f.ts.Listener.Addr().String())
-			head := "POST /v1/jobs HTTP/1.1\r\nHost: leaselog\r\nContent-Type: application/json\r\n" + tc.auth + tc.framing + "\r\n\r\n"
+			head := tc.request + " HTTP/1.1\r\nHost: leaselog\r\nContent-Type: application/json\r\n" + tc.auth + tc.framing + "\r\n\r\n"
 			if _, err := io.WriteString(conn, head); err != nil {
 				t.Fatal(err)
 			}
 			br := bufio.NewReader(conn)
-			r := readAnswer(t, conn, br, "POST")
-			wantError(t, r, http.StatusUnauthorized, api.CodeUnauthorized)
+			r := readAnswer(t, conn, br, strings.Fields(tc.request)[0])
+			if r.status != tc.status {
+				t.Fatalf("%s, want %d", r, tc.status)
+			}
+			if tc.status == http.StatusUnauthorized {
+				wantError(t, r, http.StatusUnauthorized, api.CodeUnauthorized)
+			}
 			if got := r.header.Get("Connection"); got != "close" {
 				t.Errorf("Connection %q, want close", got)
 			}

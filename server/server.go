@@ -17,7 +17,7 @@
 // Bad input is refused before the service is called, so a 400 never writes an
 // event. The handler runs as soon as a request's headers are read: a caller
 // without a valid token gets its 401 then, with Connection: close, and its
-// body is never read; any other refusal given before the body was read closes
+// body is never read; any other answer given before the body was read closes
 // the connection too. A body must arrive within Options.BodyTimeout (408).
 // LimitListener caps the connections a daemon holds open.
 package server
@@ -81,8 +81,8 @@ type Options struct {
 	// network) is noticed by a failed write. 0 means DefaultStreamKeepalive.
 	StreamKeepalive time.Duration
 	// Clock times how long an acquire was held (api.Grant.HeldSeconds); nil
-	// is the wall clock (with its monotonic reading). The daemon passes the
-	// service's clock.
+	// is CLOCK_BOOTTIME (lease.BoottimeClock), on which the daemon counts
+	// deadlines: it never steps and counts a suspend of the host.
 	Clock lease.Clock
 	// BootID is the daemon host's boot id, announced by GET /healthz so that
 	// a worker can tell whether it shares the daemon's host
@@ -132,7 +132,7 @@ func New(svc *lease.Service, opts Options) *Server {
 		opts.StreamKeepalive = DefaultStreamKeepalive
 	}
 	if opts.Clock == nil {
-		opts.Clock = lease.SystemClock()
+		opts.Clock = lease.BoottimeClock()
 	}
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), routes: map[string]*route{}}
 	if opts.Auth != nil {
@@ -360,12 +360,6 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, c *call, err
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leaselog"`)
 	}
-	// A caller without a token gets nothing more from this connection, and
-	// no refusal waits for a body nobody will read: a slow or endless body
-	// must not hold the connection.
-	if !c.started && (e.Status == http.StatusUnauthorized || c.pending()) {
-		hangUp(w)
-	}
 	s.writeJSON(w, c, e.Status, api.ErrorBody{Error: e, StaleReportSeq: e.StaleReportSeq})
 }
 
@@ -404,6 +398,12 @@ type recorder struct {
 func (w *recorder) WriteHeader(status int) {
 	if !w.c.started {
 		w.c.started, w.c.status = true, status
+		// A caller without a token gets nothing more from this connection,
+		// and no answer waits for a body nobody will read: a slow or endless
+		// body must not hold the connection.
+		if status == http.StatusUnauthorized || w.c.pending() {
+			hangUp(w.ResponseWriter)
+		}
 	}
 	w.ResponseWriter.WriteHeader(status)
 }
