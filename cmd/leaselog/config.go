@@ -22,6 +22,7 @@ import (
 //	[server]
 //	listen = "127.0.0.1:7420"        # or "unix:///run/leaselog.sock"
 //	open = false                     # no [auth] and a local worker: true serves with no token at all
+//	max_connections = 0              # 0: from the file-descriptor limit, leaving the store its files
 //
 //	[store]
 //	dir = "./leaselog-data"
@@ -61,6 +62,10 @@ type ServerConfig struct {
 	// that user. Without it, a daemon with a local worker and no [auth]
 	// generates an admin token (see GeneratesToken).
 	Open bool `toml:"open"`
+	// MaxConnections caps the API's open connections; 0: half of what the
+	// file-descriptor limit leaves once the store's files are counted
+	// (server.DefaultMaxConns).
+	MaxConnections int `toml:"max_connections"`
 }
 
 // StoreConfig is [store].
@@ -185,6 +190,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Capacity() < 0:
 		return fmt.Errorf("config: plugins.executor.local_capacity: must be 0 or more, is %d", c.Capacity())
+	case c.Server.MaxConnections < 0:
+		return fmt.Errorf("config: server.max_connections: must be 0 (from the file-descriptor limit) or more, is %d", c.Server.MaxConnections)
 	case c.Store.Dir == "":
 		return errors.New("config: store.dir: must not be empty")
 	case c.Store.SnapshotEvery < 0:

@@ -98,13 +98,19 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		return fail(fmt.Errorf("serve: %w", err))
 	}
 	d.addr = ln.Addr()
+	// Connections are capped well below the file-descriptor limit: the store
+	// must always be able to open its files.
+	maxConns := cfg.Server.MaxConnections
+	if maxConns == 0 {
+		maxConns = server.DefaultMaxConns()
+	}
+	ln = server.LimitListener(ln, maxConns)
 	bootID, err := hostclock.BootID()
 	if err != nil {
 		// Workers then fence on CLOCK_BOOTTIME, which can only fence sooner.
 		logger.Warn().Err(err).Msg("no boot id to announce")
 	}
-	d.api = server.New(d.svc, server.Options{Auth: auth, Logger: logger, Metrics: metrics}) // BOOTID
-	_ = bootID
+	d.api = server.New(d.svc, server.Options{Auth: auth, Logger: logger, Metrics: metrics, BootID: bootID})
 	d.http = &http.Server{
 		Handler:           d.api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -139,7 +145,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		}
 	}
 	ev := logger.Info().Str("addr", d.addr.String()).Str("network", d.addr.Network()).Str("data", cfg.Store.Dir).
-		Int("local_capacity", cfg.Capacity())
+		Int("local_capacity", cfg.Capacity()).Int("max_connections", maxConns)
 	switch {
 	case d.tokenFile != "":
 		ev = ev.Str("auth", "admin token in "+d.tokenFile)
