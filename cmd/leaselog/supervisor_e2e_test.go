@@ -181,8 +181,9 @@ func TestE2ESetsidInJob(t *testing.T) {
 			t.Cleanup(func() { killRuns(filepath.Join(dir, "data", "work")) })
 			ev := d.follow(t, 0)
 			gcFile, release := filepath.Join(dir, "gc.pid"), filepath.Join(dir, "release")
-			run := fmt.Sprintf("setsid sh -c %q & while [ ! -e %q ]; do sleep 0.01; done; %s",
-				pidJob(gcFile), release, tc.end)
+			// Single quotes: $$ is the grandchild's own pid.
+			run := fmt.Sprintf("setsid sh -c '%s' & while [ ! -e %q ]; do sleep 0.01; done; %s",
+				strings.ReplaceAll(pidJob(gcFile), "'", `'\''`), release, tc.end)
 			submit(t, d.c, "tree-1", "run", run)
 			ev.next("lease.running", "tree-1")
 			gc := waitPid(t, gcFile)
