@@ -62,8 +62,8 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 			}
 			logger := newLogger(LogConfig{Format: logFormat, Level: "info"}, m.Stderr).With().Str("worker", id).Logger()
 			bootID, err := daemonBootID(cmd.Context(), c, logger)
-			if err != nil {
-				return err
+			if err != nil || cmd.Context().Err() != nil {
+				return err // stopped before the daemon answered: nothing to do
 			}
 			clock := hostclock.For(bootID)
 			exec, err := local.New(local.Options{Dir: workdir, Logger: logger, Clock: clock})
@@ -110,7 +110,7 @@ func daemonBootID(ctx context.Context, c *api.Client, logger zerolog.Logger) (st
 		}
 		select {
 		case <-ctx.Done():
-			return "", nil // stopped before the daemon answered: nothing to do
+			return "", nil
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)
