@@ -302,6 +302,47 @@ func TestConnectionCap(t *testing.T) {
 	}
 }
 
+// TestLimitListenerClose: Close ends an Accept that waits for a place, and
+// a connection's place comes back once, however often it is closed.
+func TestLimitListenerClose(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := server.LimitListener(inner, 1)
+	dial(t, ln.Addr().String())
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c.Close() // a second Close must not free a second place
+	dial(t, ln.Addr().String())
+	c2, err := ln.Accept() // the one place, given back
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept() // no place: waits
+		if err == nil {
+			c.Close()
+		}
+		accepted <- err
+	}()
+	dial(t, ln.Addr().String())
+	ln.Close()
+	select {
+	case err := <-accepted:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Accept after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(within):
+		t.Fatal("Close left Accept waiting")
+	}
+}
+
 func TestMaxConnsFor(t *testing.T) {
 	for _, tc := range []struct {
 		nofile uint64
