@@ -160,10 +160,24 @@ func TestE2EDaemonPausedPastToleration(t *testing.T) {
 	gate := filepath.Join(dir, "go")
 	submit(t, d.c, "agent-1", "run", fmt.Sprintf("while [ ! -e %q ]; do sleep 0.02; done", gate))
 	running := ev.next("lease.running", "agent-1")
+	// The whole machine sleeps: the job and its supervisor too.
+	runDir := filepath.Join(dir, "data", "work", fmt.Sprintf("agent-1-%d", running.Lease))
+	supervisor := readPid(t, filepath.Join(runDir, ".leaselog", "pid"))
 
 	d.signal(syscall.SIGSTOP)
+	if err := syscall.Kill(-supervisor, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(2 * toleration) // not synchronisation: this is the absence under test
 	d.signal(syscall.SIGCONT)
+	// A real sleep stops CLOCK_MONOTONIC, the local worker's fence clock, and
+	// the supervisor wakes before its deadline whatever the order; a
+	// SIGSTOP does not stop the clock, so the supervisor is woken only once
+	// the worker has renewed its deadline past now.
+	waitFenceRenewed(t, runDir)
+	if err := syscall.Kill(-supervisor, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
 
 	resumed := ev.next("daemon.resumed", "")
 	if resumed.GapSeconds < (2 * toleration).Seconds() {

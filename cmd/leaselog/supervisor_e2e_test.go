@@ -213,3 +213,20 @@ func unixGetsid(pid int) (int, error) {
 	}
 	return int(sid), nil
 }
+
+// waitFenceRenewed waits until the fence deadline of the run in runDir lies
+// in the future of its clock.
+func waitFenceRenewed(t *testing.T, runDir string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, at, err := supervise.ReadFence(filepath.Join(runDir, ".leaselog"))
+		if err == nil && c.Now().Before(at) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fence of %s not renewed: %v %v, %v", runDir, c, at, err)
+		}
+		time.Sleep(5 * time.Millisecond) // a bounded poll: the worker writes a file
+	}
+}
