@@ -2,8 +2,9 @@ package main
 
 // End-to-end tests of the jobs' supervisor (package supervise): the job of
 // a `leaselog worker` killed with SIGKILL stops at its fence, before the
-// daemon expires its lease; a run directory gone at a worker's restart is a
-// lost run; a job's setsid'd descendants die with it.
+// daemon expires its lease, and lives on when the worker restarts at once
+// and renews its fence; a run directory gone at a worker's restart is a lost
+// run; a job's setsid'd descendants die with it.
 
 import (
 	"context"
@@ -106,6 +107,38 @@ func TestE2EWorkerKilledJobStopsBeforeExpiry(t *testing.T) {
 	t.Logf("job ended %v after the kill, %v before the expiry; %s", ended.Sub(killed), expired.Time.Sub(ended), fenced)
 	if j := job(t, d.c, "agent-1"); j.State != "failed" || j.Reason != "worker lost" || j.Attempts != 0 {
 		t.Fatalf("job after the worker died: %+v", j)
+	}
+}
+
+// What happens: a `leaselog worker` is SIGKILLed and started again at once.
+// It re-attaches to its job within the fence and renews it: the job lives on
+// well past the deadline the dead worker left, and its report is accepted.
+func TestE2EWorkerRestartRenewsFence(t *testing.T) {
+	dir := t.TempDir()
+	d := startServe(t, dir, 0)
+	ev := d.follow(t, 0)
+	work := filepath.Join(dir, "w1")
+	w := startWorker(t, d.url, "w1", work)
+	pidFile, gate := filepath.Join(dir, "job.pid"), filepath.Join(dir, "go")
+	submit(t, d.c, "agent-1", "run", fmt.Sprintf("echo $$ > %q; while [ ! -e %q ]; do sleep 0.02; done", pidFile, gate))
+	running := ev.next("lease.running", "agent-1")
+	pid := waitPid(t, pidFile)
+	w.signal(syscall.SIGKILL)
+	w.wait()
+	w2 := startWorker(t, d.url, "w1", work)
+
+	for until := time.Now().Add(2 * toleration); time.Now().Before(until); {
+		if !alive(pid) {
+			t.Fatalf("the job died after its worker restarted:\n%s", w2.output())
+		}
+		time.Sleep(20 * time.Millisecond) // observing a window
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := ev.next("lease.reported", "agent-1")
+	if rep.Lease != running.Lease || rep.Outcome != "succeeded" {
+		t.Fatalf("report %+v, want lease %d succeeded", rep, running.Lease)
 	}
 }
 
