@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,47 +28,79 @@ import (
 const startBound = 10 * time.Second
 
 // TestServeFullDisk: restarted on a full disk, serve fails within seconds
-// with a message and a non-zero exit (Pebble would retry flushing its log
-// for ever); given room again, it starts with its jobs.
+// with a message and a non-zero exit — Pebble would retry flushing its log
+// for ever — whether the disk has no bytes left (refused before opening) or
+// no inodes (Pebble's flush fails in the background during the open);
+// given room again, it starts with its jobs.
 func TestServeFullDisk(t *testing.T) {
-	mnt := t.TempDir()
-	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=8m"); err != nil {
-		t.Skipf("mounting a tmpfs is not permitted here (%v): a full disk cannot be made", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
-	data := filepath.Join(mnt, "data")
-	env := childEnv()
-	args := []string{"serve", "--data", data, "--listen", "127.0.0.1:0", "--local-capacity", "0"}
+	for _, tc := range []struct {
+		name, options string
+		fill          func(t *testing.T, dir string)
+	}{
+		{"no bytes left", "size=8m", func(t *testing.T, dir string) { fill(t, filepath.Join(dir, "filler")) }},
+		{"no inodes left", "size=64m,nr_inodes=256", fillInodes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mnt := t.TempDir()
+			if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, tc.options); err != nil {
+				t.Skipf("mounting a tmpfs is not permitted here (%v): a full disk cannot be made", err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+			data := filepath.Join(mnt, "data")
+			env := childEnv()
+			args := []string{"serve", "--data", data, "--listen", "127.0.0.1:0", "--local-capacity", "0"}
 
-	p := startProcIn(t, "serve", mnt, env, args...)
-	c, _ := api.NewClient(listening(t, p), "")
-	submit(t, c, "kept", "run", "true")
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(); code != 0 {
-		t.Fatalf("first life: exit %d", code)
-	}
+			// The first life is killed: its last events are in the
+			// write-ahead log only, which the next open must flush.
+			p := startProcIn(t, "serve", mnt, env, args...)
+			c, _ := api.NewClient(listening(t, p), "")
+			submit(t, c, "kept", "run", "true")
+			p.signal(syscall.SIGKILL)
+			p.wait()
 
-	filler := filepath.Join(mnt, "filler")
-	fill(t, filler)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*startBound)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = env
-	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	took := time.Since(start)
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() <= 0 || took > startBound || !strings.Contains(string(out), "no space left on device") {
-		t.Fatalf("on a full disk: %v after %v, want a non-zero exit within %v saying so\n%s", err, took, startBound, out)
-	}
+			filled := filepath.Join(mnt, "filled")
+			if err := os.Mkdir(filled, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			tc.fill(t, filled)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*startBound)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, binary, args...)
+			cmd.Env = env
+			start := time.Now()
+			out, err := cmd.CombinedOutput()
+			took := time.Since(start)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() <= 0 || took > startBound || !strings.Contains(string(out), "no space left on device") {
+				t.Fatalf("on a full disk: %v after %v, want a non-zero exit within %v saying so\n%s", err, took, startBound, out)
+			}
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			t.Logf("exit %d after %v: %s", ee.ExitCode(), took.Round(time.Millisecond), lines[len(lines)-1])
 
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
+			if err := os.RemoveAll(filled); err != nil {
+				t.Fatal(err)
+			}
+			p = startProcIn(t, "serve again", mnt, env, args...)
+			c, _ = api.NewClient(listening(t, p), "")
+			if j := job(t, c, "kept"); j.ID != "kept" {
+				t.Fatalf("after the full disk: %+v", j)
+			}
+		})
 	}
-	p = startProcIn(t, "serve again", mnt, env, args...)
-	c, _ = api.NewClient(listening(t, p), "")
-	if j := job(t, c, "kept"); j.ID != "kept" {
-		t.Fatalf("after the full disk: %+v", j)
+}
+
+// fillInodes creates empty files in dir until the disk has no inode left.
+func fillInodes(t *testing.T, dir string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		f, err := os.Create(filepath.Join(dir, strconv.Itoa(i)))
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			return
+		}
+		f.Close()
 	}
 }
 
