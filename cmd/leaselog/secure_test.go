@@ -452,3 +452,35 @@ func TestUnixSocketPathNotSocket(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigTokenMode: which configurations make the daemon keep an admin
+// token, and which are refused.
+func TestConfigTokenMode(t *testing.T) {
+	for _, tc := range []struct {
+		text      string
+		generates bool
+		err       string
+	}{
+		{"[plugins.executor]\nlocal_capacity = 2", true, ""},
+		{"[plugins.executor]\nlocal_capacity = 0", false, ""},
+		{"[server]\nopen = true\n[plugins.executor]\nlocal_capacity = 2", false, ""},
+		{"[plugins.executor]\nlocal_capacity = 2\n[auth]\nadmin = [\"admin-token-0123456789\"]", false, ""},
+		{"[server]\nlisten = \"unix:///tmp/x.sock\"\n[plugins.executor]\nlocal_capacity = 1", true, ""},
+		{"[server]\nopen = true\n[auth]\nadmin = [\"admin-token-0123456789\"]", false, "server.open"},
+		{"[server]\nopen = true\nlisten = \"0.0.0.0:7420\"", false, "server.listen"},
+		{"[server]\nmax_connections = -1", false, "server.max_connections"},
+	} {
+		c, err := ParseConfig(tc.text)
+		if err == nil {
+			err = c.Validate()
+		}
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: %v, want an error naming %s", tc.text, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("%q: %v", tc.text, err)
+		case tc.err == "" && c.GeneratesToken() != tc.generates:
+			t.Errorf("%q: generates a token %v, want %v", tc.text, c.GeneratesToken(), tc.generates)
+		}
+	}
+}
