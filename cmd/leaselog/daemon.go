@@ -42,8 +42,8 @@ type daemon struct {
 // caller stops it with stop. It gives up between its stages once ctx is
 // done, with an error wrapping errStartStopped.
 //
-// storeLogger, if set, receives the store's own messages during start-up
-// instead of logger (serve watches them: see startWatch).
+// storeLogger, if set, receives the store's own messages instead of logger
+// (serve watches them during start-up: see startWatch).
 func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLogger *zerolog.Logger) (*daemon, error) {
 	// Refused before anything is written: a path in the way of the socket.
 	if network, addr, _ := splitListen(cfg.Server.Listen); network == "unix" {

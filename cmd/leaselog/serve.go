@@ -137,6 +137,7 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		select {
 		case r = <-started:
 		case <-ctx.Done():
+			logger.Warn().Str("store_error", msg).Msg("stopping during a start-up the store failed in; exiting now")
 			return nil
 		case <-time.After(storeErrorGrace):
 			return fmt.Errorf("serve: the store in %s failed during start-up: %s", cfg.Store.Dir, msg)
