@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -312,5 +313,75 @@ func TestReattachLegacyWrapper(t *testing.T) {
 			r.Stop(tc.kill)
 			wantOutcome(t, await(t, r), tc.outcome, tc.reason)
 		})
+	}
+}
+
+// A run directory removed under a running job: the supervisor keeps the
+// last deadline it read, and a restarted worker that finds no directory
+// kills the job's tree before it says the run is lost — the daemon may give
+// the job to another worker at once.
+func TestReattachDirectoryRemovedUnderJob(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, _ := newExecutor(t, dir, time.Minute)
+	ready := fifo(t, "ready")
+	g := grant(t, "rmrf", 1, api.Spec{Run: treeJob(ready, "")})
+	ra := start(t, a, g)
+	readFIFO(t, ready)
+	job, gc := treePids(t, a, g)
+	ra.Fence(fenceClock.Now().Add(time.Hour))
+	if err := os.RemoveAll(runDirOf(a, g)); err != nil {
+		t.Fatal(err)
+	}
+
+	b, logs := newExecutor(t, dir, time.Minute)
+	r, found, err := b.Reattach(context.Background(), g)
+	if err != nil || found || r != nil {
+		t.Fatalf("Reattach: %v, %v, %v; want not found", r, found, err)
+	}
+	for name, pid := range map[string]int{"job": job, "setsid'd grandchild": gc} {
+		if processAlive(pid) {
+			t.Errorf("%s %d outlived the re-attach:\n%s", name, pid, logs)
+		}
+	}
+	await(t, ra)
+}
+
+// The fence file removed (with the job's directory, or by the job): the
+// supervisor still stops the job at the last deadline it read.
+func TestFenceSurvivesItsFile(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Minute)
+	ready := fifo(t, "ready")
+	g := grant(t, "nofile", 1, api.Spec{Run: "echo up > " + q(ready) + "; exec sleep 60"})
+	r := start(t, e, g)
+	readFIFO(t, ready)
+	deadline := fenceClock.Now().Add(300 * time.Millisecond)
+	r.Fence(deadline)
+	// Once the supervisor has read it.
+	waitSupervisorLog(t, e, g, "fence set: boottime deadline "+strconv.FormatInt(deadline.UnixNano(), 10))
+	if err := os.Remove(filepath.Join(runDirOf(e, g), stateDir, fenceFile)); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, await(t, r), "lost", supervise.FencedReason)
+	if early := deadline.Sub(fenceClock.Now()); early > 0 {
+		t.Fatalf("stopped %v before the deadline", early)
+	}
+}
+
+// waitSupervisorLog waits for the supervisor of g's run to log want.
+func waitSupervisorLog(t *testing.T, e *Executor, g api.Grant, want string) {
+	t.Helper()
+	path := filepath.Join(runDirOf(e, g), stateDir, supervise.LogFile)
+	bound := time.Now().Add(waitBound)
+	for {
+		if b, _ := os.ReadFile(path); strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(bound) {
+			b, _ := os.ReadFile(path)
+			t.Fatalf("the supervisor did not log %q:\n%s", want, b)
+		}
+		time.Sleep(5 * time.Millisecond) // a bounded poll: the supervisor writes a file
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/leaselog/leaselog/api"
@@ -18,7 +19,9 @@ import (
 // Reattach finds the run of a lease this worker started before it restarted,
 // from what the run left on disk:
 //
-//   - no run directory: found is false (the worker reports the lease lost);
+//   - no run directory: found is false (the worker reports the lease lost),
+//     once the job is dead: a supervisor still running it (the directory
+//     was removed under it) is told to kill it, and waited for;
 //   - .leaselog/exit: the job ended while nobody watched; the run is Done at
 //     once, with its outcome and what it brought back;
 //   - a live supervisor (the pid file's process still leads its group and
@@ -46,6 +49,7 @@ func (e *Executor) Reattach(ctx context.Context, g api.Grant) (worker.Run, bool,
 	}
 	if _, err := os.Stat(r.dir); errors.Is(err, fs.ErrNotExist) {
 		r.log.Warn().Str("dir", r.dir).Msg("local: re-attach: run directory gone")
+		e.stopOrphan(ctx, r)
 		return nil, false, nil
 	} else if err != nil {
 		return nil, false, fmt.Errorf("local: re-attach lease %d (job %s): %w", g.Lease, g.Job.ID, err)
@@ -86,6 +90,39 @@ func (e *Executor) Reattach(ctx context.Context, g api.Grant) (worker.Run, bool,
 	r.mu.Unlock()
 	go r.watch()
 	return r, true, nil
+}
+
+// orphanBound bounds how long a re-attach waits for the job of a vanished
+// run directory to die: killing a tree takes milliseconds.
+const orphanBound = 10 * time.Second
+
+// stopOrphan kills the job of a run whose directory is gone, if its
+// supervisor is still alive (the directory was removed under it), and waits
+// for it to end: the worker reports the lease lost, the daemon may hand the
+// job to another worker at once, and it must not run twice.
+func (e *Executor) stopOrphan(ctx context.Context, r *run) {
+	pid := supervise.FindByState(r.path(""))
+	if pid == 0 {
+		return
+	}
+	r.log.Warn().Int("pid", pid).Msg("local: re-attach: the job of the gone directory still runs; killing it")
+	if err := syscall.Kill(pid, supervise.KillSignal); err != nil {
+		r.log.Warn().Err(err).Int("pid", pid).Msg("local: signal failed")
+		return
+	}
+	t := time.NewTicker(e.poll)
+	defer t.Stop()
+	bound := time.After(orphanBound)
+	for supervise.FindByState(r.path("")) == pid {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		case <-bound:
+			r.log.Error().Int("pid", pid).Dur("after", orphanBound).Msg("local: re-attach: the job of the gone directory is still alive")
+			return
+		}
+	}
 }
 
 // watch polls a re-attached run, which is not this process's child and so

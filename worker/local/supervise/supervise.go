@@ -19,10 +19,14 @@
 //     the job's whole tree now; "cancel" sends SIGTERM to the job's process
 //     group once and kills the whole tree after the stop grace; no stop file
 //     (someone else's signal) forwards one SIGTERM to the group, once;
+//   - a KillSignal (SIGUSR1) kills the job's whole tree now, with no stop
+//     file to read: for a worker that finds the run directory gone and the
+//     supervisor still there (FindByState);
 //   - every FencePoll it reads .leaselog/fence ("<clock> <unix-ns>", a
 //     reading of hostclock's clock of that name); once that clock reaches
 //     the deadline it writes .leaselog/fenced and kills the whole tree, on
-//     its own, whether or not a worker is alive;
+//     its own, whether or not a worker is alive (a fence file that goes
+//     missing or unreadable leaves the last deadline read in force);
 //   - when the command ends, it kills what the command left behind (the
 //     tree again: nothing a job started outlives it or changes its worktree
 //     while it is brought back), writes the command's exit status to
@@ -66,6 +70,34 @@ const (
 	ExitFile   = "exit"           // the command's exit status ("3\n")
 	LogFile    = "supervisor.log" // the supervisor's own lines
 )
+
+// KillSignal makes a supervisor kill its job's whole tree, no questions.
+const KillSignal = syscall.SIGUSR1
+
+// FindByState returns the pid of the live supervisor whose .leaselog folder
+// is state, or 0 if there is none: its command line names the folder, which
+// need not exist any more.
+func FindByState(state string) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 2 && args[1] == Marker && args[2] == state {
+			return pid
+		}
+	}
+	return 0
+}
 
 // FencePoll is how often the supervisor reads the fence file and its clock:
 // the job dies at most this long after its deadline. A poll, not a timer,

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/leaselog/leaselog/internal/hostclock"
 )
 
 // Exit codes of the supervisor itself (its job's status goes to the exit file).
@@ -38,6 +40,16 @@ type supervisor struct {
 	cancelled bool // the job's group got a cancel's SIGTERM
 	forwarded bool // someone else's stop signal was forwarded
 	fenced    bool // the fence passed: fenced file written
+
+	// The last fence deadline read: kept when the file goes missing or
+	// turns unreadable, so that deleting it (or the whole run directory)
+	// never unfences a job.
+	fence struct {
+		set   bool
+		lost  bool // the file went missing or unreadable since
+		clock hostclock.Clock
+		at    time.Time
+	}
 }
 
 // Main is the supervisor: args are the .leaselog folder, the stop grace and
@@ -76,6 +88,8 @@ func (s *supervisor) run(cmd string) error {
 	}
 	stops := make(chan os.Signal, 4)
 	signal.Notify(stops, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	abandon := make(chan os.Signal, 1)
+	signal.Notify(abandon, KillSignal)
 	children := make(chan os.Signal, 1)
 	signal.Notify(children, syscall.SIGCHLD)
 
@@ -104,6 +118,9 @@ func (s *supervisor) run(cmd string) error {
 			if s.onStop(sig) {
 				graceOver = time.After(s.grace)
 			}
+		case <-abandon:
+			s.log.Printf("%v: killing the job's tree", KillSignal)
+			s.killTree()
 		case <-graceOver:
 			s.log.Printf("stop grace of %v over: killing the job's tree", s.grace)
 			s.killTree()
@@ -164,15 +181,24 @@ func (s *supervisor) checkFence() {
 	if s.killed {
 		return
 	}
+	// A missing or unreadable file keeps the last deadline: half a rename
+	// cannot be seen, so this is the directory gone or a job writing
+	// garbage, and the worker's next renewal rewrites the file.
 	c, at, err := ReadFence(s.state)
-	if errors.Is(err, ErrNoFence) {
+	switch {
+	case err == nil:
+		if !s.fence.set {
+			s.log.Printf("fence set: %s deadline %d", c, at.UnixNano())
+		}
+		s.fence.set, s.fence.clock, s.fence.at, s.fence.lost = true, c, at, false
+	case s.fence.set && !s.fence.lost:
+		s.fence.lost = true // said once, until the file is back
+		s.log.Printf("fence file: %v; the last deadline holds", err)
+	}
+	if !s.fence.set {
 		return
 	}
-	if err != nil {
-		// Half a rename cannot be seen; this is a job writing garbage.
-		// Keep watching: the worker's next renewal rewrites the file.
-		return
-	}
+	c, at = s.fence.clock, s.fence.at
 	now := c.Now()
 	if now.Before(at) {
 		return
