@@ -51,11 +51,12 @@ func (s *Service) Sweep() error {
 	if err != nil {
 		return err
 	}
-	// A sync that covers a batch covers every batch before it.
-	if c == nil {
-		c = resumed
-	}
-	if c != nil {
+	// Each commit is waited for, the resume's too: Wait releases its batch,
+	// and Log.Close waits until every commit has been.
+	for _, c := range []*eventlog.Commit{resumed, c} {
+		if c == nil {
+			continue
+		}
 		if err := s.wait(c); err != nil {
 			return err
 		}
