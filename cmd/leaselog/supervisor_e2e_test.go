@@ -142,14 +142,20 @@ func TestE2EWorkerRestartRenewsFence(t *testing.T) {
 	}
 }
 
-// What happens: a worker restarts and its run directory is gone (the
-// machine was wiped, an operator removed it). The worker reports the run
-// lost: it fails "worker lost", not an attempt. A toleration of 5s leaves
-// the restart all the time it needs, so that the worker's report, not an
+// What happens: a worker restarts and its run directory is gone — the
+// machine was wiped (its job died too), or an operator removed it under the
+// running job. The worker reports the run lost, once its job is dead: it
+// fails "worker lost", not an attempt. A toleration of 5s leaves the
+// restart all the time it needs, so that the worker's report, not an
 // expiry, ends the lease.
 func TestE2ERunDirectoryGoneAtRestart(t *testing.T) {
-	dir := t.TempDir()
-	d := startServeConfig(t, dir, `
+	for _, tc := range []struct {
+		name    string
+		jobDies bool // with the directory, before the restart
+	}{{"wiped", true}, {"removed under the job", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			d := startServeConfig(t, dir, `
 [server]
 listen = "127.0.0.1:0"
 [plugins.executor]
@@ -160,33 +166,40 @@ local_capacity = 0
 [log]
 level = "debug"
 `)
-	ev := d.follow(t, 0)
-	work := filepath.Join(dir, "w1")
-	w := startWorker(t, d.url, "w1", work)
-	pidFile := filepath.Join(dir, "job.pid")
-	submit(t, d.c, "agent-1", "run", pidJob(pidFile))
-	running := ev.next("lease.running", "agent-1")
-	pid := waitPid(t, pidFile)
-	w.signal(syscall.SIGKILL)
-	w.wait()
-	killRuns(work) // the job dies with its directory
-	waitDead(t, pid, 10*time.Second)
-	if err := os.RemoveAll(filepath.Join(work, fmt.Sprintf("agent-1-%d", running.Lease))); err != nil {
-		t.Fatal(err)
-	}
+			ev := d.follow(t, 0)
+			work := filepath.Join(dir, "w1")
+			w := startWorker(t, d.url, "w1", work)
+			pidFile := filepath.Join(dir, "job.pid")
+			submit(t, d.c, "agent-1", "run", pidJob(pidFile))
+			running := ev.next("lease.running", "agent-1")
+			pid := waitPid(t, pidFile)
+			w.signal(syscall.SIGKILL)
+			w.wait()
+			if tc.jobDies {
+				killRuns(work)
+				waitDead(t, pid, 10*time.Second)
+			}
+			if err := os.RemoveAll(filepath.Join(work, fmt.Sprintf("agent-1-%d", running.Lease))); err != nil {
+				t.Fatal(err)
+			}
 
-	startWorker(t, d.url, "w1", work)
-	lost := ev.next("lease.lost", "agent-1")
-	if lost.Lease != running.Lease || lost.Worker != "w1" {
-		t.Fatalf("lost %+v, want lease %d of w1", lost, running.Lease)
-	}
-	if j := job(t, d.c, "agent-1"); j.State != "failed" || j.Reason != "worker lost" || j.Attempts != 0 || j.Lease != nil {
-		t.Fatalf("job after its run directory was lost: %+v", j)
-	}
-	for _, typ := range history(t, d.c, "agent-1") {
-		if typ == "lease.expired" || typ == "lease.reported" {
-			t.Fatalf("history %v: the loss was not the worker's report", history(t, d.c, "agent-1"))
-		}
+			startWorker(t, d.url, "w1", work)
+			lost := ev.next("lease.lost", "agent-1")
+			if alive(pid) {
+				t.Fatalf("the job %d still runs after its lease was reported lost", pid)
+			}
+			if lost.Lease != running.Lease || lost.Worker != "w1" {
+				t.Fatalf("lost %+v, want lease %d of w1", lost, running.Lease)
+			}
+			if j := job(t, d.c, "agent-1"); j.State != "failed" || j.Reason != "worker lost" || j.Attempts != 0 || j.Lease != nil {
+				t.Fatalf("job after its run directory was lost: %+v", j)
+			}
+			for _, typ := range history(t, d.c, "agent-1") {
+				if typ == "lease.expired" || typ == "lease.reported" {
+					t.Fatalf("history %v: the loss was not the worker's report", history(t, d.c, "agent-1"))
+				}
+			}
+		})
 	}
 }
 
