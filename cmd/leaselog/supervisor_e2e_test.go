@@ -206,7 +206,7 @@ level = "debug"
 // What happens: a job starts a process in a session of its own (setsid),
 // out of reach of any signal to the job's group or session. It dies with
 // the job all the same, through the daemon's local worker: when the job is
-// killed, and when the job ends and leaves it behind.
+// killed or cancelled, and when the job ends and leaves it behind.
 func TestE2ESetsidInJob(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -219,6 +219,11 @@ func TestE2ESetsidInJob(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "killed"},
+		{"cancel", "wait", func(t *testing.T, d *daemonProc, id string) {
+			if _, err := d.c.Cancel(context.Background(), id); err != nil {
+				t.Fatal(err)
+			}
+		}, "cancelled"},
 		{"leftover", "exit 0", func(*testing.T, *daemonProc, string) {}, "succeeded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
