@@ -484,3 +484,36 @@ func TestConfigTokenMode(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerTokenRefused: a worker token that cannot be right is refused
+// before the worker does anything, with a message and a non-zero exit.
+func TestWorkerTokenRefused(t *testing.T) {
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open.token")
+	if err := os.WriteFile(open, []byte("worker-token-0123456789\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	private := filepath.Join(dir, "private.token")
+	if err := os.WriteFile(private, []byte("worker-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"blank LEASELOG_TOKEN", []string{"LEASELOG_TOKEN= "}, nil, "blank"},
+		{"token file others may read", nil, []string{"--token-file", open}, "lets other users read it"},
+		{"missing token file", nil, []string{"--token-file", filepath.Join(dir, "none")}, "no such file"},
+		{"both", []string{"LEASELOG_TOKEN=worker-token-0123456789"}, []string{"--token-file", private}, "keep one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"worker", "--server", "http://127.0.0.1:1", "--id", "w1", "--workdir", filepath.Join(dir, "work")}, tc.args...)
+			out, code := cli(t, dir, childEnv(tc.env...), args...)
+			if code == 0 || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, want a message saying %q:\n%s", code, tc.want, out)
+			}
+		})
+	}
+}
