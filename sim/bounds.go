@@ -11,22 +11,26 @@ import (
 // The timing every run uses, and the bounds the safety and liveness checks
 // rely on. The fence falls at toleration − 2×renew after the last
 // acknowledged heartbeat was sent; the daemon expires no sooner than
-// toleration after it received it. The 2×renew between the two is the slack
-// that everything which delays a stop must fit in:
+// toleration after it received it. The worker stops its jobs then, and each
+// job's supervisor — a process of its own, which holds the same deadline on
+// the host's boottime clock — kills it then whether the worker is alive, dead
+// or paused. The 2×renew between the fence and the expiry is the slack that
+// everything which delays a stop must fit in:
 //
-//	detection  the heartbeat loop checks the fence every renew/4   0.25 s
+//	detection  the supervisor checks its deadline every renew/4    0.25 s
 //	stop       a killed job is gone within killDelay               0.25 s
-//	drift      a worker clock running slow by maxDrift over the
+//	drift      a host clock running slow by maxDrift over the
 //	           fence's 13 s makes it fence 13×d/(1−d) late          0.27 s
-//	pause      a worker paused (or descheduled) for up to pauseBound 1.00 s
-//	                                                        total  1.77 s < 2 s
+//	                                                        total  0.77 s < 2 s
 //
 // So a clock may drift by at most maxDrift (2%: a crystal is off by 0.01%,
-// but a VM's clock that is not disciplined can be off by more), and a pause
-// longer than pauseBound is outside what the fence can cover: the job of a
-// worker paused that long may run on after its lease expired. The overlap
-// check excuses exactly those jobs (and counts them); every other invariant
-// holds under any pause.
+// but a VM's clock that is not disciplined can be off by more). A pause of
+// the worker process is not in the budget: the supervisor does not wait for
+// the worker, so pauses of any length (and deaths) are drawn and the checks
+// make no exception for them. A suspend of the worker's host freezes the
+// supervisor too; on wake it checks first (machine.wake), and a job past its
+// deadline never runs again. pauseBound is only where the pauses drawn
+// cluster (the fence's old budget for a paused worker).
 const (
 	renew      = time.Second
 	grace      = 5 * time.Second

@@ -8,14 +8,16 @@ import (
 
 // Breaks are deliberate faults in the simulated system, not in the
 // weather: with one set, a suite of seeds must fail, or its checks could
-// not fail at all. They live in the driver, between the worker's decision
-// and its effect, so the product code stays untouched.
+// not fail at all. They live in the driver and the simulated supervisor,
+// between a decision and its effect, so the product code stays untouched.
 var breaks = map[string]string{
-	"late-fence": "the fence's stops take effect 3×renew late: past the daemon's expiry",
-	"no-fence":   "the fence's stops are ignored",
+	"late-fence":      "the fence's stops, the worker's and the supervisor's, take effect 3×renew late: past the daemon's expiry",
+	"no-fence":        "the fence's stops, the worker's and the supervisor's, are ignored",
+	"deaf-supervisor": "the supervisor ignores its deadline: only a live, running worker fences",
+	"lost-as-attempt": "the worker reports a lost job as failed, an attempt",
 }
 
-// breaker carries out a worker's stop, or breaks it.
+// breaker carries out a worker's stop or a supervisor's kill, or breaks it.
 type breaker struct {
 	s    *Sim
 	name string
@@ -36,4 +38,24 @@ func (b *breaker) stop(w *simWorker, st worker.Stop) {
 	default:
 		st.Run.Stop(st.Kill)
 	}
+}
+
+// supervise is the supervisor's kill of r, its deadline passed (atWake: on
+// the host's wake).
+func (b *breaker) supervise(r *simRun, atWake bool) {
+	switch b.name {
+	case "late-fence":
+		b.s.after(3*renew, func() { r.kill(false) })
+	case "no-fence", "deaf-supervisor":
+	default:
+		r.kill(atWake)
+	}
+}
+
+// outcome is what the worker reports, or breaks it.
+func (b *breaker) outcome(o worker.Outcome) worker.Outcome {
+	if b.name == "lost-as-attempt" && o.Outcome == "lost" {
+		o.Outcome = "failed"
+	}
+	return o
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
-	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
 )
@@ -23,9 +22,13 @@ import (
 //
 //  1. no job runs on two workers at once: the execution intervals of a job's
 //     runs (start to the moment a stop takes effect) never overlap; sharper,
-//     the worker fences before the daemon expires: when a lease expires, its
-//     job has stopped. Both except for a run whose worker was paused past
-//     pauseBound just then, or died while it ran;
+//     the job stops before the daemon expires its lease: when a lease expires
+//     (or its worker reports it lost), its job has stopped. With no
+//     exception: whether the worker is alive, dead or paused, the job's
+//     supervisor holds the fence; a job on a suspended host, which stands
+//     still, is judged when the host wakes (killed then, its execution ended
+//     at the suspend; or it runs on, and any expiry or second run meanwhile is
+//     a violation);
 //  2. nothing acknowledged is lost across a crash (the table rebuilt from the
 //     crash image equals the one before it); the log has no gaps and replays;
 //  3. fold(log) == live table: an incremental fold of every event appended
@@ -34,11 +37,15 @@ import (
 //  4. tokens of a job strictly grow; a stale call changes nothing and a stale
 //     report is always recorded (and the same one answered the same);
 //  5. a report on the current lease gets its first answer forever; attempts
-//     equal accepted reports, at most one;
+//     equal accepted reports that are not losses, at most one; a loss is
+//     folded as an expiry (a run fails, "worker lost"; an evaluation goes back
+//     to the queue, or is cancelled if it was revoked); a job its supervisor
+//     killed, or whose run directory went, is never reported as an attempt;
 //  6. the daemon's absence expires nothing: every lease.expired (and every
 //     worker.unreachable) comes after more than toleration (grace) of silence
-//     not counting the daemon's absences; a sleep past grace is recorded as
-//     daemon.resumed by the first sweep, which decides nothing else;
+//     not counting the daemon's absences, on the global clock (the daemon's
+//     wall clock steps; its stamps are not trusted); a sleep past grace is
+//     recorded as daemon.resumed by the first sweep, before anything else;
 //
 // plus liveness: once the faults stop, every job ends within livenessBound.
 type checker struct {
@@ -55,7 +62,7 @@ type checker struct {
 	stale    map[string]uint64        // stale report content -> its record
 	open     map[string][]*interval   // job -> its runs executing now
 	running  map[uint64]*interval     // lease -> its run, while it executes
-	long     map[*simWorker][]span    // pauses past pauseBound
+	runs     map[uint64]*simRun       // lease -> its run, once started
 
 	submitted map[string]bool
 	deadline  time.Duration
@@ -74,14 +81,17 @@ type interval struct {
 	w        *simWorker
 	lease    uint64
 	from, to time.Duration
-	orphaned bool // its worker died while it ran on
+	// On a suspended host the job stands still: what happened meanwhile is
+	// a violation only if it runs on when the host wakes.
+	frozen  bool
+	pending string
 }
 
 func newChecker(s *Sim) *checker {
 	return &checker{s: s, fold: projection.New(),
 		tokens: map[string]uint64{}, leases: map[uint64]string{}, heard: map[uint64]time.Duration{},
 		seen: map[string]time.Duration{}, answers: map[uint64]uint64{}, reported: map[string]int{}, stale: map[string]uint64{},
-		open: map[string][]*interval{}, running: map[uint64]*interval{}, long: map[*simWorker][]span{}, submitted: map[string]bool{}}
+		open: map[string][]*interval{}, running: map[uint64]*interval{}, runs: map[uint64]*simRun{}, submitted: map[string]bool{}}
 }
 
 // eventsSince reads the events appended after seq before.
@@ -136,14 +146,21 @@ func (k *checker) afterDaemon(what string, before uint64) []eventlog.Event {
 		}
 		k.observe(e)
 	}
+	for _, e := range evs {
+		if e.Type == eventlog.TypeLost {
+			k.lost(&e)
+		}
+	}
 	k.table(what)
 	return evs
 }
 
 // observe keeps what later checks need of an event, and checks tokens and
-// the daemon's absence.
+// the daemon's absence. Events are observed in the step that appended them:
+// their time is now on the global clock, whatever the daemon's wall clock
+// stamped on them (it may have stepped).
 func (k *checker) observe(e *eventlog.Event) {
-	t := time.Duration(e.Time - clocktest.Epoch.UnixNano())
+	t := k.s.now
 	k.s.hist.observe(e, t)
 	switch e.Type {
 	case eventlog.TypeAcquired:
@@ -159,6 +176,16 @@ func (k *checker) observe(e *eventlog.Event) {
 	case eventlog.TypeReported:
 		k.seen[e.Worker] = t
 		k.reported[e.Job]++
+		// A job its supervisor killed, or whose run directory went, is lost:
+		// never an attempt.
+		if r := k.runs[e.Lease]; r != nil && r.ended && r.outcome.Outcome == eventlog.OutcomeLost.String() {
+			k.s.fail("lease %d (job %s): A LOSS COUNTED AS AN ATTEMPT: its job ended %q (%s), reported %s", e.Lease, e.Job, r.outcome.Outcome, r.outcome.Reason, e.Outcome)
+		}
+	case eventlog.TypeLost:
+		k.seen[e.Worker] = t
+		k.s.stats.Lost++
+		// A worker says a job is lost once it has stopped (or never ran).
+		k.stopped(e, "REPORTED LOST WHILE ITS JOB STILL RUNS", "a loss is reported only once the job stopped")
 	case eventlog.TypeWorkerReachable:
 		k.seen[e.Worker] = t
 	case eventlog.TypeQueued:
@@ -172,21 +199,31 @@ func (k *checker) observe(e *eventlog.Event) {
 		if silent := k.present(k.heard[e.Lease], t); silent <= toleration {
 			k.s.fail("lease %d (job %s) expired after %v of silence once the daemon's absences are taken out: not more than toleration", e.Lease, e.Job, silent)
 		}
-		// The worker fences before the daemon expires (§7.1): by now the
+		// The job stops before the daemon expires (§7.1): by now the
 		// lease's job must have stopped.
-		if iv := k.running[e.Lease]; iv != nil {
-			if why := k.excused(iv); why != "" {
-				k.s.stats.Excused++
-				k.s.tracef("  (lease %d expired while its job still runs on %s: excused, %s)", e.Lease, iv.w.id, why)
-			} else {
-				k.s.fail("lease %d (job %s) EXPIRED WHILE ITS JOB STILL RUNS on %s (since %.4fs): the worker did not fence in time",
-					e.Lease, e.Job, iv.w.id, iv.from.Seconds())
-			}
-		}
+		k.stopped(e, "EXPIRED WHILE ITS JOB STILL RUNS", "the fence did not hold")
 	case eventlog.TypeWorkerUnreachable:
 		if silent := k.present(k.seen[e.Worker], t); silent <= grace {
 			k.s.fail("worker %s marked unreachable after %v of silence once the daemon's absences are taken out: not more than grace", e.Worker, silent)
 		}
+	}
+}
+
+// lost: a lost report is folded exactly like an expiry: a run fails, "worker
+// lost"; an evaluation is queued again, or cancelled if it was revoked. That
+// it is no attempt, the table check says (attempts == lease.reported).
+func (k *checker) lost(e *eventlog.Event) {
+	j, ok := k.fold.Job(e.Job)
+	if !ok {
+		k.s.fail("lease %d reported lost: job %s is not in the fold", e.Lease, e.Job)
+		return
+	}
+	switch {
+	case j.Kind == eventlog.KindRun && j.State == fsm.Failed && j.Reason == eventlog.ReasonWorkerLost:
+	case j.Kind == eventlog.KindEvaluation && j.State == fsm.Queued && j.Lease == 0:
+	case j.Kind == eventlog.KindEvaluation && j.State == fsm.Cancelled && j.Reason == eventlog.ReasonRevokedLost:
+	default:
+		k.s.fail("lease %d reported lost left %s job %s %s (%q), not as an expiry would", e.Lease, j.Kind, e.Job, j.State, j.Reason)
 	}
 }
 
@@ -210,21 +247,19 @@ func (k *checker) absent(from, to time.Duration, counts bool) {
 }
 
 // resumed: the first sweep after a sleep past grace appends daemon.resumed
-// with (at least) the whole sleep as its gap, first. When the daemon's last
-// tick before the sleep was a sweep, which decided everything due then, it
-// decides nothing else: the absence expires nothing. (After a restart the
-// last tick is the start, which decides nothing: what was due at the last
-// event before the crash is decided now, by the same present time. The
-// oracle in observe covers both.)
-func (k *checker) resumed(before uint64, slept time.Duration, swept bool) {
+// with (at least) the whole sleep as its gap, first, before it decides
+// anything. What it decides next was due when the daemon was last present
+// (its last sweep or command before the sleep, which may come after the
+// last sweep): the oracle in observe judges each expiry with the sleep taken
+// out.
+func (k *checker) resumed(before uint64, slept time.Duration) {
 	evs := k.eventsSince(before)
-	ok := len(evs) > 0 && evs[0].Type == eventlog.TypeDaemonResumed && time.Duration(evs[0].Gap) >= slept
-	if !ok || (swept && len(evs) != 1) {
+	if len(evs) == 0 || evs[0].Type != eventlog.TypeDaemonResumed || time.Duration(evs[0].Gap) < slept {
 		var types []string
 		for _, e := range evs {
 			types = append(types, e.String())
 		}
-		k.s.fail("the first sweep after a sleep of %v appended %v, want daemon.resumed with the gap first (and alone after a sweep)", slept, types)
+		k.s.fail("the first sweep after a sleep of %v appended %v, want daemon.resumed with the gap first", slept, types)
 	}
 }
 
@@ -354,12 +389,18 @@ func (k *checker) report(r reqReport, before views, reply any, err error) {
 	switch {
 	case err == nil:
 		a := reply.(api.ReportReply)
-		if first, ok := k.answers[r.lease]; ok && first != a.Seq {
+		first, answered := k.answers[r.lease]
+		if answered && first != a.Seq {
 			k.s.fail("lease %d: first answer seq %d, now seq %d", r.lease, first, a.Seq)
 		}
 		k.answers[r.lease] = a.Seq
-		if e, gerr := k.s.daemon.log.Get(a.Seq); gerr != nil || e.Type != eventlog.TypeReported || e.Lease != r.lease {
-			k.s.fail("report on lease %d answered seq %d, which holds %s (%v)", r.lease, a.Seq, e.String(), gerr)
+		// The first answer is this report's own record: lease.lost for a
+		// loss, lease.reported for the rest.
+		e, gerr := k.s.daemon.log.Get(a.Seq)
+		lost := e.Type == eventlog.TypeLost
+		if gerr != nil || (e.Type != eventlog.TypeReported && !lost) || e.Lease != r.lease ||
+			(!answered && lost != (r.r.Outcome == eventlog.OutcomeLost.String())) {
+			k.s.fail("report on lease %d (%s) answered seq %d, which holds %s (%v)", r.lease, r.r.Outcome, a.Seq, e.String(), gerr)
 		}
 	case errors.As(err, &ae) && ae.Code == api.CodeStaleLease:
 		after := k.views()
@@ -391,59 +432,69 @@ func (k *checker) runStarted(r *simRun) {
 	iv := &interval{job: r.job, w: r.m.w, lease: r.lease, from: k.s.now, to: -1}
 	r.iv = iv
 	for _, o := range k.open[r.job] {
-		if why := k.excused(o); why != "" {
-			k.s.stats.Excused++
-			k.s.tracef("  (job %s now runs twice, on %s (lease %d) and %s (lease %d): excused, %s)", r.job, o.w.id, o.lease, r.m.w.id, r.lease, why)
-			continue
-		}
-		k.s.fail("job %s RUNS TWICE: on %s since %.4fs (lease %d) and now on %s (lease %d)",
-			r.job, o.w.id, o.from.Seconds(), o.lease, r.m.w.id, r.lease)
+		k.violation(o, fmt.Sprintf("job %s RUNS TWICE: on %s since %.4fs (lease %d) and now on %s (lease %d)",
+			r.job, o.w.id, o.from.Seconds(), o.lease, r.m.w.id, r.lease))
 	}
 	k.open[r.job] = append(k.open[r.job], iv)
 	k.running[r.lease] = iv
+	k.runs[r.lease] = r
 }
 
-func (k *checker) runEnded(r *simRun) {
-	r.iv.to = k.s.now
+// runEnded: the run's execution ended at to (now, or the suspend it never
+// woke from).
+func (k *checker) runEnded(r *simRun, to time.Duration) {
+	r.iv.to = to
 	delete(k.running, r.lease)
 	k.open[r.job] = slices.DeleteFunc(k.open[r.job], func(o *interval) bool { return o == r.iv })
 }
 
-// excused says why a run may still execute past its lease: its worker was
-// paused past pauseBound just now, or died while it ran. A pause that ended
-// more than a few renews ago is no excuse: once resumed, a worker checks its
-// fence within renew/4 and a kill takes effect within killDelay.
-func (k *checker) excused(o *interval) string {
-	if o.orphaned {
-		return "its worker died while it ran on"
+// stopped: lease e.Lease ended (expired, or reported lost) on the daemon,
+// so its job must have stopped.
+func (k *checker) stopped(e *eventlog.Event, what, why string) {
+	if iv := k.running[e.Lease]; iv != nil {
+		k.violation(iv, fmt.Sprintf("lease %d (job %s) %s on %s (since %.4fs): %s", e.Lease, e.Job, what, iv.w.id, iv.from.Seconds(), why))
 	}
-	for _, p := range k.long[o.w] {
-		if p.to > max(o.from, k.s.now-3*renew) && p.from < k.s.now {
-			return fmt.Sprintf("its worker was paused for %v, past the bound of %v", p.to-p.from, pauseBound)
+}
+
+// violation fails the run, or, for a job on a suspended host, waits for the
+// wake: a job killed then never ran again.
+func (k *checker) violation(iv *interval, msg string) {
+	if iv.frozen {
+		if iv.pending == "" {
+			iv.pending = fmt.Sprintf("t=%.4fs: %s, and it ran on when its host woke", k.s.now.Seconds(), msg)
 		}
-	}
-	return ""
-}
-
-func (k *checker) pausedFor(w *simWorker, d time.Duration) {
-	if d > pauseBound {
-		k.s.stats.LongPauses++
-		k.long[w] = append(k.long[w], span{k.s.now, k.s.now + d})
-	}
-}
-
-// diedFor: the runs of a dead worker that go on are watched by nobody.
-func (k *checker) diedFor(w *simWorker, _ time.Duration, runsSurvive bool) {
-	if !runsSurvive {
 		return
 	}
-	for _, job := range slices.Sorted(maps.Keys(k.open)) {
-		for _, o := range k.open[job] {
-			if o.w == w {
-				o.orphaned = true
-			}
+	k.s.fail("%s", msg)
+}
+
+// suspended: the jobs on m's host stand still.
+func (k *checker) suspended(m *machine) {
+	for _, iv := range k.onHost(m) {
+		iv.frozen = true
+	}
+}
+
+// woke: m's host woke; its supervisors have killed what was past its
+// deadline (those executions ended at the suspend). What runs on must not
+// have been overtaken meanwhile.
+func (k *checker) woke(m *machine) {
+	for _, iv := range k.onHost(m) {
+		iv.frozen = false
+		if iv.pending != "" {
+			k.s.fail("%s", iv.pending)
 		}
 	}
+}
+
+func (k *checker) onHost(m *machine) []*interval {
+	var out []*interval
+	for _, id := range slices.Sorted(maps.Keys(k.running)) {
+		if iv := k.running[id]; iv.w == m.w {
+			out = append(out, iv)
+		}
+	}
+	return out
 }
 
 // submitting: a client sends job id for the first time.

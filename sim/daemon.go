@@ -25,6 +25,9 @@ import (
 // nothing to grant is parked until a job is queued or its wait ends, as
 // Service.AcquireWait does.
 //
+// Its clock is the service's own (DESIGN §4): the wall clock read at open,
+// then its host's boottime clock's count since (wallstep.go).
+//
 // Faults: a sleep (the process stopped: nothing is handled and the sweeper
 // does not tick; requests wait in the socket until it wakes, then the first
 // sweep runs before them) and a crash (the store keeps what was synced and a
@@ -39,14 +42,14 @@ type daemon struct {
 	up     bool
 	asleep bool
 
-	sleptAt  time.Duration
-	crashAt  time.Duration
-	preCrash []byte  // the table's snapshot when it crashed
-	inbox    []*call // requests that arrived while asleep
-	parked   []*parked
-	sweepGen int  // a sleep or a crash cancels the sweeps scheduled before it
-	swept    bool // a sweep ran since the daemon (re)opened
-	crashes  int
+	sleptAt    time.Duration
+	wallOffset time.Duration // the wall clock's steps so far (wallstep.go)
+	crashAt    time.Duration
+	preCrash   []byte  // the table's snapshot when it crashed
+	inbox      []*call // requests that arrived while asleep
+	parked     []*parked
+	sweepGen   int // a sleep or a crash cancels the sweeps scheduled before it
+	crashes    int
 }
 
 type parked struct {
@@ -55,9 +58,15 @@ type parked struct {
 	deadline time.Duration
 }
 
-type simClock struct{ s *Sim }
+// bootClock is the daemon's host's CLOCK_BOOTTIME: the global clock.
+type bootClock struct{ s *Sim }
 
-func (c simClock) Now() time.Time { return c.s.wallNow() }
+func (c bootClock) Now() time.Time { return c.s.wallNow() }
+
+// wallClock is the daemon's host's wall clock: the global clock, stepped.
+type wallClock struct{ d *daemon }
+
+func (c wallClock) Now() time.Time { return c.d.s.wallNow().Add(c.d.wallOffset) }
 
 var bg = context.Background()
 
@@ -81,13 +90,13 @@ func (d *daemon) open() error {
 	for i := range seed {
 		seed[i] = byte(d.s.rng.Uint32())
 	}
-	svc, err := lease.Open(log, lease.Options{Config: leaseConfig(), Clock: simClock{d.s}, Entropy: rand.NewChaCha8(seed),
+	svc, err := lease.Open(log, lease.Options{Config: leaseConfig(), Wall: wallClock{d}, Boot: bootClock{d.s}, Entropy: rand.NewChaCha8(seed),
 		Logger: zerolog.Nop(), SnapshotEvery: 40})
 	if err != nil {
 		_ = log.Close()
 		return fmt.Errorf("sim: open the service: %w", err)
 	}
-	d.log, d.svc, d.api, d.up, d.swept = log, svc, worker.InProcess(svc), true, false
+	d.log, d.svc, d.api, d.up = log, svc, worker.InProcess(svc), true
 	d.s.tracef("daemon: open (seq %d)", log.LastSeq())
 	d.s.check.opened(before)
 	d.scheduleSweep(leaseConfig().SweepEvery())
@@ -119,7 +128,6 @@ func (d *daemon) sweep() {
 		d.s.fail("sweep: %v", err)
 		return
 	}
-	d.swept = true
 	d.stepped("sweep", before)
 	d.s.hist.sweep(d.s.now, d.s.check.eventsSince(before))
 }
@@ -295,12 +303,10 @@ func (d *daemon) wake() {
 	d.asleep = false
 	d.s.tracef("daemon wakes after %v", slept)
 	d.s.check.absent(d.sleptAt, d.s.now, slept > grace)
-	before, swept := d.log.LastSeq(), d.swept
+	before := d.log.LastSeq()
 	d.sweep()
 	if slept > grace {
-		// The daemon's last tick before the sleep was a sweep (which decided
-		// all that was due then), or its start (which decides nothing).
-		d.s.check.resumed(before, slept, swept)
+		d.s.check.resumed(before, slept)
 	}
 	inbox := d.inbox
 	d.inbox = nil

@@ -19,7 +19,9 @@ import (
 // The sequential model of the lease service, one job at a time (the
 // history is partitioned per job: every operation concerns one job, and
 // jobs share nothing the model tracks). It knows no clock: expiry is an
-// operation of its own (the sweeper's decision). It does not know sequence
+// operation of its own (the sweeper's decision), and a lost report ends a
+// lease exactly as an expiry does (lostState), answered like a report and
+// never an attempt. It does not know sequence
 // numbers either: a report's answer, a stale report's record and a token
 // granted by an acquire whose answer nobody saw are bound when first
 // observed, and must be the same ever after; tokens must grow.
@@ -218,6 +220,12 @@ func stepJob(j mjob, in input, out output) (bool, mjob) {
 			j = j.clone()
 			l := &j.leases[i]
 			l.live, l.reported, l.answer = false, true, out.seq
+			if in.outcome == eventlog.OutcomeLost.String() {
+				// A loss ends the lease as an expiry does, and answers like
+				// a report: never an attempt.
+				j.state = lostState(j.kind, l.mode)
+				return true, j
+			}
 			j.state = fsm.Reported
 			j.attempts++
 			return true, j
@@ -293,17 +301,23 @@ func stepJob(j mjob, in input, out output) (bool, mjob) {
 		j = j.clone()
 		l := &j.leases[i]
 		l.live = false
-		switch {
-		case j.kind == "run":
-			j.state = fsm.Failed
-		case l.mode != 0:
-			j.state = fsm.Cancelled
-		default:
-			j.state = fsm.Queued
-		}
+		j.state = lostState(j.kind, l.mode)
 		return out.state == j.state.String(), j
 	}
 	return false, j
+}
+
+// lostState is where a job goes when its worker is lost (an expiry, or a
+// lost report): a run fails; an evaluation is queued again, or cancelled if
+// it was revoked.
+func lostState(kind string, mode eventlog.RevokeMode) fsm.State {
+	switch {
+	case kind == "run":
+		return fsm.Failed
+	case mode != 0:
+		return fsm.Cancelled
+	}
+	return fsm.Queued
 }
 
 func equal(a, b any) bool {

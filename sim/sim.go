@@ -16,13 +16,19 @@
 // the real lease.Service on a real Pebble store on vfs.NewCrashableMem, with
 // a manual clock that is the simulator's global clock. The workers are the
 // real worker.Core — the decisions of worker.Worker: heartbeats, directives,
-// self-fencing, reports, orphans, re-attach — driven by a loop shaped like
-// Worker's goroutines, each with its own drifting clock. Their jobs are
-// simulated runs whose execution intervals are tracked on the global clock.
+// self-fencing, the deadlines it gives its jobs' supervisors, reports (lost
+// ones too, and what a refused report becomes), orphans, re-attach — driven
+// by a loop shaped like Worker's goroutines, each on its host's drifting
+// boottime clock. Their jobs are simulated runs, each under a simulated
+// supervisor that kills it at its fence deadline whatever the worker does;
+// their execution intervals are tracked on the global clock.
 //
 // Faults are drawn per seed: worker pauses and deaths (with restarts that
-// re-attach), network partitions, daemon sleeps past grace, daemon crashes
-// with a CrashClone that keeps 0, 50 or 100% of unsynced data. After every
+// re-attach; the jobs outlive the worker's process, and their run
+// directories may be removed meanwhile), worker hosts that suspend,
+// network partitions, daemon sleeps past grace, daemon crashes with a
+// CrashClone that keeps 0, 50 or 100% of unsynced data, and steps of the
+// daemon's wall clock. After every
 // step the checker holds the invariants of DESIGN §7 (check.go); once the
 // faults stop, every job must end within a stated bound (liveness); and the
 // history of every call, with call and return times, must be linearizable
@@ -69,16 +75,18 @@ type Result struct {
 // Stats counts what a run exercised, so that a suite can tell whether its
 // seeds reach the paths that matter.
 type Stats struct {
-	Events, Steps                 int
-	SimTime                       time.Duration
-	Appended                      uint64
-	Jobs, Leases, Expired, Stale  int
-	Pauses, LongPauses, Deaths    int
-	Aimed                         int // pauses aimed at a fence
-	Crashes, Sleeps, Partitions   int
-	Fenced, Excused, Dropped, Dup int
-	Healed                        time.Duration // when the faults stopped
-	Quiet                         time.Duration // when every job had ended
+	Events, Steps                int
+	SimTime                      time.Duration
+	Appended                     uint64
+	Jobs, Leases, Expired, Stale int
+	Pauses, LongPauses, Deaths   int
+	Aimed                        int // pauses aimed at a fence
+	Suspends, WallSteps          int // hosts suspended; the daemon's wall clock stepped
+	Crashes, Sleeps, Partitions  int
+	Fenced, Supervised           int           // fences fallen in workers; jobs killed by supervisors
+	Lost, Dropped, Dup           int           // lost reports accepted
+	Healed                       time.Duration // when the faults stopped
+	Quiet                        time.Duration // when every job had ended
 }
 
 // Sim is one run. It is not safe for concurrent use: everything happens on
@@ -246,7 +254,7 @@ func (s *Sim) run() error {
 			if e.inc != e.w.inc {
 				continue // an event of an incarnation that died
 			}
-			if e.w.paused {
+			if e.w.frozen() {
 				e.w.deferred = append(e.w.deferred, e)
 				continue
 			}

@@ -165,7 +165,10 @@ func (t *totals) add(s Stats, l Linearizability) {
 	t.s.Sleeps += s.Sleeps
 	t.s.Partitions += s.Partitions
 	t.s.Fenced += s.Fenced
-	t.s.Excused += s.Excused
+	t.s.Suspends += s.Suspends
+	t.s.WallSteps += s.WallSteps
+	t.s.Supervised += s.Supervised
+	t.s.Lost += s.Lost
 	t.s.Dropped += s.Dropped
 	t.s.Dup += s.Dup
 	t.s.SimTime += s.SimTime
@@ -179,9 +182,11 @@ func (t *totals) String() string {
 	defer t.mu.Unlock()
 	s := t.s
 	return fmt.Sprintf("%d runs, %v simulated: %d events, %d appended; %d jobs, %d leases, %d expired, %d stale reports; "+
-		"%d pauses (%d past the bound, %d aimed at a fence), %d deaths, %d partitions, %d daemon sleeps, %d crashes; %d fences fell; "+
-		"%d messages lost, %d duplicated; %d overlaps excused; porcupine: %d operations in %v (slowest seed %v)",
+		"%d pauses (%d past a renew), %d host suspends, %d aimed at a fence, %d deaths, %d partitions, %d daemon sleeps, %d crashes, %d wall-clock steps; "+
+		"%d fences fell, %d jobs killed by their supervisor, %d losses reported; "+
+		"%d messages lost, %d duplicated; 0 overlaps (none excused); porcupine: %d operations in %v (slowest seed %v)",
 		t.runs, s.SimTime.Round(time.Second), s.Events, s.Appended, s.Jobs, s.Leases, s.Expired, s.Stale,
-		s.Pauses, s.LongPauses, s.Aimed, s.Deaths, s.Partitions, s.Sleeps, s.Crashes, s.Fenced, s.Dropped, s.Dup, s.Excused,
+		s.Pauses, s.LongPauses, s.Suspends, s.Aimed, s.Deaths, s.Partitions, s.Sleeps, s.Crashes, s.WallSteps,
+		s.Fenced, s.Supervised, s.Lost, s.Dropped, s.Dup,
 		t.ops, t.lin.Round(time.Millisecond), t.linMx.Round(time.Millisecond))
 }

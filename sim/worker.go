@@ -135,6 +135,9 @@ func (w *simWorker) heartbeatStep() {
 				w.core.Unacked()
 			} else {
 				a := w.core.Acked(now, w.local(), reply.(api.HeartbeatReply))
+				for _, d := range a.Fence {
+					d.Run.Fence(d.At)
+				}
 				w.apply(a.Stop, a.Forget)
 				for _, h := range a.Start {
 					w.s.tracef("%s: adopted lease %d renewed: starting its job", w.id, h.Lease())
@@ -237,6 +240,8 @@ func (w *simWorker) run(h *worker.Held) {
 	}
 	if w.core.Started(h, run, w.local()) {
 		run.Stop(true)
+	} else if d, ok := w.core.Deadline(h); ok {
+		run.Fence(d.At)
 	}
 	w.retry(func(done func(any, error)) { w.call(reqStart{w.id, g.Lease}, w.core.CallTimeout(), done) }, func(_ any, err error) {
 		if err != nil { // fenced off (stale, or not ours): the job must not run on
@@ -263,10 +268,32 @@ func (w *simWorker) await(h *worker.Held) {
 }
 
 // report is Worker.report: until the daemon answers for good, then forget.
+// A refusal is worker.Refused's to settle: send again with less, later, or
+// forget (stale, not ours, or a lost report refused: left to expire).
 func (w *simWorker) report(h *worker.Held, o worker.Outcome) {
 	g := h.Grant()
-	r := api.Report{Worker: w.id, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
-	w.retry(func(done func(any, error)) { w.call(reqReport{g.Lease, r}, w.core.CallTimeout(), done) }, func(any, error) { w.forget(h) })
+	later := worker.NewBackoff(w.core.Renew())
+	var send func(o worker.Outcome)
+	send = func(o worker.Outcome) {
+		o = w.s.brk.outcome(o)
+		r := api.Report{Worker: w.id, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
+		w.retry(func(done func(any, error)) { w.call(reqReport{g.Lease, r}, w.core.CallTimeout(), done) }, func(_ any, err error) {
+			if err == nil {
+				w.forget(h)
+				return
+			}
+			next, do := worker.Refused(o, err)
+			switch do {
+			case worker.Resend:
+				send(next)
+			case worker.Later:
+				w.after(later.Next(), func() { send(o) })
+			default:
+				w.forget(h)
+			}
+		})
+	}
+	send(o)
 }
 
 // forget is Worker.forget: a slot is free, the acquire loop may go on.
@@ -322,10 +349,12 @@ func (w *simWorker) fenceAt() (time.Duration, bool) {
 	return w.s.now + w.global(at.Sub(w.local())), true
 }
 
-// pause stops the process for d; its jobs run on.
+// pause stops the process for d; its jobs and their supervisors run on.
 func (w *simWorker) pause(d time.Duration) {
 	w.paused = true
-	w.s.check.pausedFor(w, d)
+	if d > pauseBound {
+		w.s.stats.LongPauses++
+	}
 	w.s.tracef("FAULT %s pauses for %v", w.id, d)
 	w.s.after(d, w.resume)
 }
@@ -335,7 +364,19 @@ func (w *simWorker) resume() {
 		return
 	}
 	w.paused = false
-	w.s.tracef("%s resumes (%d events waited)", w.id, len(w.deferred))
+	w.s.tracef("%s resumes", w.id)
+	w.thaw()
+}
+
+// frozen: the worker's events wait, its process paused or its host asleep.
+func (w *simWorker) frozen() bool { return w.paused || w.mach.suspended }
+
+// thaw runs the events that waited, once nothing holds the worker any more.
+func (w *simWorker) thaw() {
+	if w.frozen() || len(w.deferred) == 0 {
+		return
+	}
+	w.s.tracef("%s: %d events waited", w.id, len(w.deferred))
 	for _, e := range w.deferred {
 		e.at = w.s.now
 		w.s.push(e)
@@ -356,18 +397,27 @@ func (w *simWorker) die(down time.Duration, machine, wipe bool) {
 	w.s.tracef("FAULT %s dies (machine too: %v, worktrees wiped: %v); restarts in %v", w.id, machine, wipe, down)
 	if machine {
 		w.mach.crash(wipe)
+	} else if wipe {
+		w.mach.removeDir()
 	}
-	w.s.check.diedFor(w, down, !machine)
-	w.s.after(down, func() {
-		if !w.alive {
-			w.boot()
-		}
-	})
+	w.s.after(down, w.restart)
 }
 
-// heal: a paused worker resumes, a dead one boots.
+// restart boots a dead worker, once its host is awake.
+func (w *simWorker) restart() {
+	switch {
+	case w.alive:
+	case w.mach.suspended:
+		w.mach.onWake = append(w.mach.onWake, w.restart)
+	default:
+		w.boot()
+	}
+}
+
+// heal: a suspended host wakes, a paused worker resumes, a dead one boots.
 func (w *simWorker) heal() {
 	w.cutUntil = 0
+	w.mach.wake()
 	switch {
 	case !w.alive:
 		w.boot()
