@@ -15,6 +15,7 @@ var breaks = map[string]string{
 	"no-fence":        "the fence's stops, the worker's and the supervisor's, are ignored",
 	"deaf-supervisor": "the supervisor ignores its deadline: only a live, running worker fences",
 	"lost-as-attempt": "the worker reports a lost job as failed, an attempt",
+	"wall-deadlines":  "the daemon's deadlines run on its wall clock, which steps",
 }
 
 // breaker carries out a worker's stop or a supervisor's kill, or breaks it.

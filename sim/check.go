@@ -66,7 +66,8 @@ type checker struct {
 
 	submitted map[string]bool
 	deadline  time.Duration
-	checks    int // table checks so far
+	checks    int           // table checks so far
+	resume    time.Duration // a sleep past grace whose daemon.resumed is still to come
 }
 
 // rebuildEvery is how often (in table checks) the checker also rebuilds the
@@ -135,6 +136,9 @@ func (k *checker) afterDaemon(what string, before uint64) []eventlog.Event {
 	evs := k.eventsSince(before)
 	if len(evs) == 0 {
 		return nil
+	}
+	if k.resume > 0 {
+		k.resumed(what, evs)
 	}
 	for i := range evs {
 		e := &evs[i]
@@ -246,21 +250,28 @@ func (k *checker) absent(from, to time.Duration, counts bool) {
 	}
 }
 
-// resumed: the first sweep after a sleep past grace appends daemon.resumed
-// with (at least) the whole sleep as its gap, first, before it decides
-// anything. What it decides next was due when the daemon was last present
-// (its last sweep or command before the sleep, which may come after the
-// last sweep): the oracle in observe judges each expiry with the sleep taken
-// out.
-func (k *checker) resumed(before uint64, slept time.Duration) {
-	evs := k.eventsSince(before)
-	if len(evs) == 0 || evs[0].Type != eventlog.TypeDaemonResumed || time.Duration(evs[0].Gap) < slept {
-		var types []string
-		for _, e := range evs {
-			types = append(types, e.String())
-		}
-		k.s.fail("the first sweep after a sleep of %v appended %v, want daemon.resumed with the gap first", slept, types)
+// expectResume: the daemon woke from a sleep past grace. The first event
+// it appends next, by a sweep or by a command, is daemon.resumed with (at
+// least) the whole sleep as its gap, before anything is decided. What is
+// decided next was due when the daemon was last present (its last sweep or
+// command before the sleep, which may come after the last sweep): the
+// oracle in observe judges each expiry with the sleep taken out.
+func (k *checker) expectResume(slept time.Duration) { k.resume = slept }
+
+func (k *checker) resumed(what string, evs []eventlog.Event) {
+	slept := k.resume
+	k.resume = 0
+	if evs[0].Type != eventlog.TypeDaemonResumed || time.Duration(evs[0].Gap) < slept {
+		k.s.fail("the first step to write after a sleep of %v (%s) appended %s first, want daemon.resumed with the gap", slept, what, evs[0].String())
 	}
+}
+
+// skipResumed drops the daemon.resumed a command may record first.
+func skipResumed(evs []eventlog.Event) []eventlog.Event {
+	if len(evs) > 0 && evs[0].Type == eventlog.TypeDaemonResumed {
+		return evs[1:]
+	}
+	return evs
 }
 
 // table checks the live table: fold(log) == live, one live lease per job,
@@ -320,7 +331,7 @@ func (k *checker) table(what string) {
 // heartbeat: a heartbeat records one lease.heartbeat per lease it renews,
 // and nothing for a lease answered gone.
 func (k *checker) heartbeat(r reqHeartbeat, reply any, err error, before uint64) {
-	evs := k.eventsSince(before)
+	evs := skipResumed(k.eventsSince(before))
 	if len(evs) > 0 && evs[0].Type == eventlog.TypeWorkerReachable {
 		evs = evs[1:]
 	}
@@ -348,7 +359,7 @@ func (k *checker) heartbeat(r reqHeartbeat, reply any, err error, before uint64)
 // start: a refused start records nothing.
 func (k *checker) start(r reqStart, err error, before uint64) {
 	if err != nil {
-		if evs := k.eventsSince(before); len(evs) > 0 {
+		if evs := skipResumed(k.eventsSince(before)); len(evs) > 0 {
 			k.s.fail("start of lease %d by %s was refused (%v) and appended %s", r.lease, r.worker, err, evs[0].String())
 		}
 	}

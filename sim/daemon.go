@@ -90,8 +90,12 @@ func (d *daemon) open() error {
 	for i := range seed {
 		seed[i] = byte(d.s.rng.Uint32())
 	}
-	svc, err := lease.Open(log, lease.Options{Config: leaseConfig(), Wall: wallClock{d}, Boot: bootClock{d.s}, Entropy: rand.NewChaCha8(seed),
-		Logger: zerolog.Nop(), SnapshotEvery: 40})
+	opts := lease.Options{Config: leaseConfig(), Wall: wallClock{d}, Boot: bootClock{d.s}, Entropy: rand.NewChaCha8(seed),
+		Logger: zerolog.Nop(), SnapshotEvery: 40}
+	if d.s.brk.name == "wall-deadlines" {
+		opts.Clock = wallClock{d} // deadlines on the wall clock, as it steps
+	}
+	svc, err := lease.Open(log, opts)
 	if err != nil {
 		_ = log.Close()
 		return fmt.Errorf("sim: open the service: %w", err)
@@ -296,17 +300,22 @@ func (d *daemon) sleep(dur time.Duration) {
 	})
 }
 
-// wake: the first sweep sees the gap (daemon.resumed if past grace) before
-// any request is handled.
+// wake: the requests that waited and the sweeper's first tick race. Half
+// the time the sweep goes first, half the time the requests do: then the
+// first command that writes sees the gap itself, and records daemon.resumed
+// before it touches a deadline (DESIGN §4: every command checks for
+// absence).
 func (d *daemon) wake() {
 	slept := d.s.now - d.sleptAt
 	d.asleep = false
-	d.s.tracef("daemon wakes after %v", slept)
+	sweepFirst := d.s.rng.IntN(2) == 0
+	d.s.tracef("daemon wakes after %v (sweep first: %v)", slept, sweepFirst)
 	d.s.check.absent(d.sleptAt, d.s.now, slept > grace)
-	before := d.log.LastSeq()
-	d.sweep()
 	if slept > grace {
-		d.s.check.resumed(before, slept)
+		d.s.check.expectResume(slept)
+	}
+	if sweepFirst {
+		d.sweep()
 	}
 	inbox := d.inbox
 	d.inbox = nil
@@ -315,6 +324,9 @@ func (d *daemon) wake() {
 			return
 		}
 		d.handle(c)
+	}
+	if !sweepFirst && d.s.err == nil {
+		d.sweep()
 	}
 	for _, p := range slices.Clone(d.parked) {
 		if p.deadline <= d.s.now {
