@@ -56,7 +56,7 @@
 // a run this executor stopped is "cancelled" (Stop(false)) or "killed"
 // (Stop(true)), whatever its status; exit status 0 is "succeeded"; any
 // other status is "failed", reason "exit status N"; a run whose supervisor
-// is gone without an exit status is "failed", reason "agent vanished".
+// is gone without an exit status is "lost", reason "agent vanished".
 //
 // This package is Linux-only: it reads /proc, calls waitid, and its
 // supervisor needs PR_SET_CHILD_SUBREAPER.

@@ -28,8 +28,9 @@ import (
 //     works in the run directory): a run that watches it every Options.Poll,
 //     Done once the exit file appears or the process is gone; the worker
 //     renews its fence with Fence;
-//   - no live supervisor and no exit status: Done at once, "failed", reason
-//     "agent vanished".
+//   - no live supervisor and no exit status: Done at once, "lost", reason
+//     "agent vanished" (the host went down under it, or its group was
+//     killed: nobody knows what the job did).
 //
 // A run its supervisor stopped at the fence (.leaselog/fenced) is "lost",
 // whatever else is on disk. A stop recorded before the restart still

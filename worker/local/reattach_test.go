@@ -131,7 +131,7 @@ func TestReattachVanished(t *testing.T) {
 		t.Fatal(err)
 	}
 	outA := await(t, ra)
-	if outA.Outcome != "failed" || !strings.HasPrefix(outA.Reason, "agent vanished") {
+	if outA.Outcome != "lost" || !strings.HasPrefix(outA.Reason, "agent vanished") {
 		t.Fatalf("A's outcome %+v", outA)
 	}
 
@@ -140,7 +140,7 @@ func TestReattachVanished(t *testing.T) {
 	if !isDone(r) {
 		t.Fatal("a vanished run is not Done at once")
 	}
-	wantOutcome(t, r.Outcome(), "failed", "agent vanished")
+	wantOutcome(t, r.Outcome(), "lost", "agent vanished")
 }
 
 // The old daemon cancelled a job that ignores SIGTERM, then died: the new
@@ -170,7 +170,7 @@ func TestReattachWithoutPid(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := reattach(t, e, g)
-	wantOutcome(t, await(t, r), "failed", "agent vanished (no pid file)")
+	wantOutcome(t, await(t, r), "lost", "agent vanished (no pid file)")
 }
 
 // The job survives its daemon: a fake daemon (this test binary, run again)

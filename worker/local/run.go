@@ -229,7 +229,10 @@ func (r *run) collect(detail string) worker.Outcome {
 	case exitErr == nil:
 		out.Outcome, out.Reason = outcomeFailed, exited
 	case errors.Is(exitErr, fs.ErrNotExist):
-		out.Outcome, out.Reason = outcomeFailed, reasonVanished
+		// Nobody saw the job end: its supervisor died with it (the host went
+		// down, or someone killed the whole group). What it did is unknown,
+		// so it is the worker's loss, not the job's attempt.
+		out.Outcome, out.Reason = outcomeLost, reasonVanished
 		if detail != "" {
 			out.Reason += " (" + detail + ")"
 		}
