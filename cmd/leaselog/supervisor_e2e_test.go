@@ -281,3 +281,48 @@ func waitFenceRenewed(t *testing.T, runDir string) {
 		time.Sleep(5 * time.Millisecond) // a bounded poll: the worker writes a file
 	}
 }
+
+// What happens: the daemon, and with it its local worker, is down (SIGKILL)
+// for longer than the fence. Nothing renews the supervisor's deadline, so
+// the supervisor stops the job at it, on its own — a daemon that comes back
+// meanwhile must not find the job running on past what its lease allowed.
+// Restarted, the local worker reports the run lost: it fails "worker lost",
+// not an attempt, and no lease expired (the downtime was the daemon's own
+// absence).
+func TestE2EDaemonDownPastTheFenceLosesItsLocalJob(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() { killRuns(filepath.Join(dir, "data", "work")) })
+	d := startServe(t, dir, 1)
+	ev := d.follow(t, 0)
+	pidFile := filepath.Join(dir, "job.pid")
+	submit(t, d.c, "agent-1", "run", pidJob(pidFile))
+	running := ev.next("lease.running", "agent-1")
+	pid := waitPid(t, pidFile)
+
+	d.signal(syscall.SIGKILL)
+	d.wait()
+	down := time.Now()
+	stopped := waitDead(t, pid, 20*time.Second)
+	if stopped.Sub(down) > toleration-2*renew+time.Second {
+		t.Fatalf("the job stopped %v after its daemon died; its fence is %v", stopped.Sub(down), toleration-2*renew)
+	}
+	fenced := filepath.Join(dir, "data", "work", fmt.Sprintf("agent-1-%d", running.Lease), ".leaselog", "fenced")
+	if _, err := os.Stat(fenced); err != nil {
+		t.Fatalf("the job died but its supervisor did not record a fence: %v", err)
+	}
+
+	d = startServe(t, dir, 1)
+	ev = d.follow(t, running.Seq)
+	lost := ev.next("lease.lost", "agent-1")
+	if lost.Lease != running.Lease || lost.Worker != "local" {
+		t.Fatalf("lost %+v, want lease %d of local", lost, running.Lease)
+	}
+	if j := job(t, d.c, "agent-1"); j.State != "failed" || j.Reason != "worker lost" || j.Attempts != 0 {
+		t.Fatalf("job after its daemon was down past the fence: %+v", j)
+	}
+	for _, typ := range history(t, d.c, "agent-1") {
+		if typ == "lease.expired" || typ == "lease.reported" {
+			t.Fatalf("history %v: the daemon's own downtime expired a lease, or the loss was an attempt", history(t, d.c, "agent-1"))
+		}
+	}
+}
