@@ -81,6 +81,10 @@ type params struct {
 	submitEvery time.Duration // mean time between a client's submissions
 	unsynced    []int         // UnsyncedDataPercent of each crash, drawn in turn
 	breakName   string
+	// local: w0 is the local worker, on the daemon's host: it fences on the
+	// host's CLOCK_MONOTONIC, which stands still while the host suspends —
+	// and then the daemon sleeps with it.
+	local bool
 }
 
 func drawParams(r *rand.Rand, brk string) params {
@@ -102,12 +106,13 @@ func drawParams(r *rand.Rand, brk string) params {
 		// fencing: the fence falls late), a third as fast, a third between.
 		p.drift = append(p.drift, []float64{-maxDrift, maxDrift, (2*r.Float64() - 1) * maxDrift}[r.IntN(3)])
 	}
+	p.local = r.IntN(3) == 0
 	return p
 }
 
 func (p params) String() string {
-	return fmt.Sprintf("workers=%d capacity=%v drift=%.4f clients=%d jobs=%d drop=%.3f dup=%.3f late=%.3f latency≤%v faults every ~%v",
-		p.workers, p.capacity, p.drift, p.clients, p.jobs, p.pDrop, p.pDup, p.pLate, p.maxLatency, p.faultEvery)
+	return fmt.Sprintf("workers=%d capacity=%v drift=%.4f local=%v clients=%d jobs=%d drop=%.3f dup=%.3f late=%.3f latency≤%v faults every ~%v",
+		p.workers, p.capacity, p.drift, p.local, p.clients, p.jobs, p.pDrop, p.pDup, p.pLate, p.maxLatency, p.faultEvery)
 }
 
 // upTo draws a duration in [0, bound], half the time from its last tenth:

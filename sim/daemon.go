@@ -292,9 +292,10 @@ func (d *daemon) sleep(dur time.Duration) {
 	d.s.stats.Sleeps++
 	d.asleep, d.sleptAt = true, d.s.now
 	d.sweepGen++
+	gen := d.sweepGen // a crash and another sleep void this one's wake
 	d.s.tracef("FAULT daemon sleeps for %v", dur)
 	d.s.after(dur, func() {
-		if d.up && d.asleep {
+		if d.up && d.asleep && gen == d.sweepGen {
 			d.wake()
 		}
 	})
@@ -361,9 +362,18 @@ func (d *daemon) crash(downtime time.Duration, pct int) {
 	d.s.after(downtime, d.restart)
 }
 
+// restartLater: a restart waits for its suspended host to wake.
+func (d *daemon) restartLater() bool {
+	if m := d.s.workers[0].mach; m.daemonHost() {
+		m.onWake = append(m.onWake, d.restart)
+		return true
+	}
+	return false
+}
+
 // restart opens the crash image: what was acknowledged must all be there.
 func (d *daemon) restart() {
-	if d.up {
+	if d.up || d.restartLater() {
 		return
 	}
 	before := d.preCrash

@@ -32,6 +32,12 @@ type machine struct {
 	suspended   bool
 	suspendedAt time.Duration
 	onWake      []func() // what waits for the host to wake (a worker's restart)
+
+	// monotonic: the daemon's own host, whose fence clock is CLOCK_MONOTONIC
+	// (hostclock.For): it stands still while the host suspends, for the
+	// daemon sleeps then too, and its absence counts against nobody.
+	monotonic bool
+	slept     time.Duration // how long the host has been suspended, in all
 }
 
 var _ worker.Executor = (*machine)(nil)
@@ -39,12 +45,31 @@ var _ worker.Executor = (*machine)(nil)
 func newMachine(w *simWorker) *machine { return &machine{w: w, runs: make(map[uint64]*simRun)} }
 
 // clock is the host's fence clock: CLOCK_BOOTTIME, drifting at the worker's
-// rate, counting a suspend. The worker and the supervisors read it alike.
+// rate, counting a suspend (or CLOCK_MONOTONIC on the daemon's host). The
+// worker and the supervisors read it alike.
 func (m *machine) clock() time.Time { return m.w.local() }
 
-// globalAt is when, on the global clock, the host's clock reads t.
+// daemonHost: this is the daemon's host, suspended now: nothing of the
+// daemon runs either (it neither crashes nor restarts).
+func (m *machine) daemonHost() bool { return m.monotonic && m.suspended }
+
+// stood is how much of the global clock the fence clock has not counted:
+// the suspends of a monotonic host.
+func (m *machine) stood() time.Duration {
+	if !m.monotonic {
+		return 0
+	}
+	d := m.slept
+	if m.suspended {
+		d += m.w.s.now - m.suspendedAt
+	}
+	return d
+}
+
+// globalAt is when, on the global clock, the host's clock reads t (if the
+// host does not suspend before).
 func (m *machine) globalAt(t time.Time) time.Duration {
-	return time.Duration(math.Ceil(float64(t.Sub(clocktest.Epoch)) / m.w.rate))
+	return time.Duration(math.Ceil(float64(t.Sub(clocktest.Epoch))/m.w.rate)) + m.stood()
 }
 
 // Start starts the job of g under a supervisor: it runs from now until it
@@ -155,7 +180,7 @@ func (m *machine) wake() {
 		return
 	}
 	s := m.w.s
-	m.suspended = false
+	m.suspended, m.slept = false, m.slept+s.now-m.suspendedAt
 	s.tracef("%s's host wakes after %v", m.w.id, s.now-m.suspendedAt)
 	for _, id := range slices.Sorted(maps.Keys(m.runs)) {
 		if r := m.runs[id]; !r.ended && r.frozen {

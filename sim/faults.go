@@ -15,7 +15,9 @@ import (
 //	partition  28%  a worker's link is cut both ways for 0–2×toleration; when
 //	                past the fence, the worker is also paused, or its host
 //	                suspended, just before its fence falls
-//	sleep      12%  the daemon stops for 0–grace or grace–2×toleration
+//	sleep      12%  the daemon stops for 0–grace or grace–2×toleration; with
+//	                a local worker (a third of the seeds), half the time its
+//	                host suspends, the local worker and its jobs with it
 //	crash      12%  the daemon dies for 0–toleration; the store keeps 0, 50 or
 //	                100% of what was not synced
 //	suspend    12%  a worker's host (worker, supervisors, jobs) freezes for
@@ -66,7 +68,10 @@ func (f *faults) inject() {
 		}
 	case n < 7:
 		if w.alive && !w.mach.suspended {
-			w.die(f.uniform(0, 2*toleration), s.rng.IntN(2) == 0, s.rng.IntN(3) == 0)
+			// The local worker's host is the daemon's: it is not taken down
+			// alone (a daemon crash is the daemon's own fault).
+			machine := s.rng.IntN(2) == 0 && !w.mach.monotonic
+			w.die(f.uniform(0, 2*toleration), machine, s.rng.IntN(3) == 0)
 		}
 	case n < 14:
 		d := f.uniform(0, 2*toleration)
@@ -80,24 +85,55 @@ func (f *faults) inject() {
 			if s.rng.IntN(3) > 0 {
 				d = f.uniform(grace+1, 2*toleration)
 			}
-			s.daemon.sleep(d)
+			// With a local worker, half the daemon's sleeps are its host's
+			// suspends, which the local worker and its jobs sleep through.
+			if w0 := s.workers[0]; w0.mach.monotonic && s.rng.IntN(2) == 0 {
+				f.suspend(w0, d)
+			} else {
+				s.daemon.sleep(d)
+			}
 		}
 	case n < 20:
-		if s.daemon.up {
+		if s.daemon.up && !s.workers[0].mach.daemonHost() {
 			pct := []int{0, 50, 100}[s.rng.IntN(3)]
 			s.daemon.crash(f.uniform(0, toleration), pct)
 		}
 	case n < 23:
-		if !w.mach.suspended {
-			d := upTo(s.rng, renew)
-			if s.rng.IntN(2) == 0 {
-				d = f.uniform(0, 3*toleration)
-			}
-			w.mach.suspend(d)
+		d := upTo(s.rng, renew)
+		if s.rng.IntN(2) == 0 {
+			d = f.uniform(0, 3*toleration)
 		}
+		f.suspend(w, d)
 	default:
 		s.daemon.stepWall(f.wallStep())
 	}
+}
+
+// suspend suspends w's host for d, unless it is suspended already. The
+// daemon's own host (the local worker's) suspends with the daemon, when the
+// daemon is up and awake, and for longer than grace unless
+// Options.ShortLocalSuspends: the daemon counts a shorter gap on its boottime
+// clock against the local worker, whose monotonic fence does not count it —
+// a job could outlive its lease by up to the suspend (see ShortLocalSuspends).
+// It reports whether the host was suspended.
+func (f *faults) suspend(w *simWorker, d time.Duration) bool {
+	m, dm := w.mach, f.s.daemon
+	switch {
+	case m.suspended:
+		return false
+	case !m.monotonic:
+		m.suspend(d)
+		return true
+	case dm.up && !dm.asleep:
+		if d <= grace && !f.s.opts.ShortLocalSuspends {
+			d = f.uniform(grace+1, 2*toleration)
+		}
+		f.s.stats.LocalSuspends++
+		dm.sleep(d)
+		m.suspend(d)
+		return true
+	}
+	return false
 }
 
 // pauseAtFence pauses w, or suspends its host (a third of the time), while
@@ -131,8 +167,7 @@ func (f *faults) pauseAtFence(w *simWorker, cut time.Duration) {
 				return
 			}
 			s.stats.Aimed++
-			if suspend {
-				w.mach.suspend(d)
+			if suspend && f.suspend(w, d) {
 				return
 			}
 			s.stats.Pauses++

@@ -56,6 +56,15 @@ type Options struct {
 	// Break, when set, is a named fault injected into the simulated system
 	// itself, for showing that the checks catch it (see breaks.go).
 	Break string
+	// ShortLocalSuspends lets the daemon's host (with the local worker)
+	// suspend for grace or less. The daemon does not count a gap that short
+	// as its absence, but its boottime clock counts the suspend against the
+	// local worker's leases, while the local worker fences on CLOCK_MONOTONIC,
+	// which does not: a lease already silent can then expire while its job
+	// still runs. Off by default until the daemon takes its host's suspends
+	// out of every deadline (or measures deadlines on CLOCK_MONOTONIC when a
+	// worker shares its host); -sim.shortlocal turns it on.
+	ShortLocalSuspends bool
 }
 
 // DefaultSteps is how many events the faulty phase runs by default: about a
@@ -82,6 +91,7 @@ type Stats struct {
 	Pauses, LongPauses, Deaths   int
 	Aimed                        int // pauses aimed at a fence
 	Suspends, WallSteps          int // hosts suspended; the daemon's wall clock stepped
+	LocalSuspends                int // the daemon's host suspended, with the local worker
 	Crashes, Sleeps, Partitions  int
 	Fenced, Supervised           int           // fences fallen in workers; jobs killed by supervisors
 	Lost, Dropped, Dup           int           // lost reports accepted

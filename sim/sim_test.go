@@ -18,6 +18,7 @@ var (
 	flagSeed  = flag.Uint64("sim.seed", 0, "run just this seed, with its trace")
 	flagSteps = flag.Int("sim.steps", DefaultSteps, "events in the faulty phase of each run")
 	flagBreak = flag.String("sim.break", "", "break the simulated system on purpose (see breaks.go)")
+	flagShort = flag.Bool("sim.shortlocal", false, "let the daemon's host suspend for grace or less (Options.ShortLocalSuspends)")
 )
 
 // porcupineTimeout bounds the linearizability check of one seed.
@@ -91,7 +92,7 @@ func TestSimulation(t *testing.T) {
 // the run's trace.
 func runSeed(t *testing.T, seed uint64, verbose bool) (Stats, Linearizability) {
 	t.Helper()
-	res := Run(Options{Seed: seed, Steps: *flagSteps, Trace: verbose, Break: *flagBreak})
+	res := Run(Options{Seed: seed, Steps: *flagSteps, Trace: verbose, Break: *flagBreak, ShortLocalSuspends: *flagShort})
 	var lin Linearizability
 	err := res.Err
 	if err == nil {
@@ -108,9 +109,12 @@ func runSeed(t *testing.T, seed uint64, verbose bool) (Stats, Linearizability) {
 	if *flagBreak != "" {
 		cmd += " -sim.break=" + *flagBreak
 	}
+	if *flagShort {
+		cmd += " -sim.shortlocal"
+	}
 	trace := res.Trace
 	if !verbose {
-		trace = Run(Options{Seed: seed, Steps: *flagSteps, Trace: true, Break: *flagBreak}).Trace
+		trace = Run(Options{Seed: seed, Steps: *flagSteps, Trace: true, Break: *flagBreak, ShortLocalSuspends: *flagShort}).Trace
 	}
 	path := writeTrace(seed, trace)
 	t.Fatalf("seed %d: %v\nreplay: %s\ntrace: %s\nlast steps:\n%s", seed, err, cmd, path, tail(trace, 60))
@@ -166,6 +170,7 @@ func (t *totals) add(s Stats, l Linearizability) {
 	t.s.Partitions += s.Partitions
 	t.s.Fenced += s.Fenced
 	t.s.Suspends += s.Suspends
+	t.s.LocalSuspends += s.LocalSuspends
 	t.s.WallSteps += s.WallSteps
 	t.s.Supervised += s.Supervised
 	t.s.Lost += s.Lost
@@ -182,11 +187,11 @@ func (t *totals) String() string {
 	defer t.mu.Unlock()
 	s := t.s
 	return fmt.Sprintf("%d runs, %v simulated: %d events, %d appended; %d jobs, %d leases, %d expired, %d stale reports; "+
-		"%d pauses (%d past a renew), %d host suspends, %d aimed at a fence, %d deaths, %d partitions, %d daemon sleeps, %d crashes, %d wall-clock steps; "+
+		"%d pauses (%d past a renew), %d host suspends (%d of the daemon's host, with the local worker), %d aimed at a fence, %d deaths, %d partitions, %d daemon sleeps, %d crashes, %d wall-clock steps; "+
 		"%d fences fell, %d jobs killed by their supervisor, %d losses reported; "+
 		"%d messages lost, %d duplicated; 0 overlaps (none excused); porcupine: %d operations in %v (slowest seed %v)",
 		t.runs, s.SimTime.Round(time.Second), s.Events, s.Appended, s.Jobs, s.Leases, s.Expired, s.Stale,
-		s.Pauses, s.LongPauses, s.Suspends, s.Aimed, s.Deaths, s.Partitions, s.Sleeps, s.Crashes, s.WallSteps,
+		s.Pauses, s.LongPauses, s.Suspends, s.LocalSuspends, s.Aimed, s.Deaths, s.Partitions, s.Sleeps, s.Crashes, s.WallSteps,
 		s.Fenced, s.Supervised, s.Lost, s.Dropped, s.Dup,
 		t.ops, t.lin.Round(time.Millisecond), t.linMx.Round(time.Millisecond))
 }

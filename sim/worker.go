@@ -47,14 +47,17 @@ type simWorker struct {
 func newSimWorker(s *Sim, i int) *simWorker {
 	w := &simWorker{s: s, idx: i, id: fmt.Sprintf("w%d", i), capacity: s.p.capacity[i], rate: 1 + s.p.drift[i]}
 	w.mach = newMachine(w)
+	w.mach.monotonic = i == 0 && s.p.local
 	return w
 }
 
 func (w *simWorker) name() string { return w.id }
 
-// local is the worker's own clock (monotonic, drifting).
+// local is the worker's fence clock, its host's (drifting): CLOCK_BOOTTIME,
+// or CLOCK_MONOTONIC for the local worker, which stands still while the
+// host suspends.
 func (w *simWorker) local() time.Time {
-	return clocktest.Epoch.Add(time.Duration(float64(w.s.now) * w.rate))
+	return clocktest.Epoch.Add(time.Duration(float64(w.s.now-w.mach.stood()) * w.rate))
 }
 
 // global is how long a wait of d on the worker's clock takes on the global one.
