@@ -385,3 +385,29 @@ func waitSupervisorLog(t *testing.T, e *Executor, g api.Grant, want string) {
 		time.Sleep(5 * time.Millisecond) // a bounded poll: the supervisor writes a file
 	}
 }
+
+// The supervisor itself is SIGKILLed: nobody holds the job's fence any more,
+// so the job dies with it (Pdeathsig) rather than run on unwatched; the run
+// is lost. What the job started in sessions of its own is beyond a dead
+// supervisor's reach (docs/reliability.md says so), and is cleaned up here.
+func TestSupervisorKilledTakesTheJob(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Minute)
+	ready := fifo(t, "ready")
+	g := grant(t, "headless", 1, api.Spec{Run: treeJob(ready, "")})
+	r := start(t, e, g)
+	readFIFO(t, ready)
+	job, gc := treePids(t, e, g)
+	t.Cleanup(func() { _ = syscall.Kill(gc, syscall.SIGKILL) })
+	if err := syscall.Kill(pidOf(t, e, g), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	out := await(t, r)
+	for deadline := time.Now().Add(waitBound); processAlive(job); {
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d outlived its supervisor by %v", job, waitBound)
+		}
+		time.Sleep(5 * time.Millisecond) // a bounded poll: the job is not our child
+	}
+	wantOutcome(t, out, "lost", "agent vanished (supervisor: signal: killed)")
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -97,9 +98,15 @@ func (s *supervisor) run(cmd string) error {
 	// the job gets them as 1 and 2 and nothing else of ours.
 	syscall.CloseOnExec(3)
 	syscall.CloseOnExec(4)
+	// Pdeathsig: if the supervisor itself is killed, nobody holds the fence
+	// any more, so the job must not run on; its own descendants are beyond
+	// this (only a cgroup would hold them). The signal follows the thread
+	// that forked: keep it for the supervisor's life.
+	runtime.LockOSThread()
 	pid, err := syscall.ForkExec("/bin/sh", []string{"sh", "-c", cmd}, &syscall.ProcAttr{
 		Env:   os.Environ(),
 		Files: []uintptr{0, 3, 4},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	if err != nil {
 		return fmt.Errorf("start /bin/sh: %w", err)
