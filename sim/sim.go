@@ -299,8 +299,19 @@ func (s *Sim) heal() {
 	s.tracef("HEAL: faults stop; every job must end within %v", s.check.livenessBound())
 	s.faults.heal()
 	s.net.heal()
-	s.daemon.heal()
-	for _, w := range s.workers {
+	// A suspend of the daemon's host lasts longer than grace (faults.suspend):
+	// one under way sleeps on until then, the daemon and the local worker with it.
+	w0 := s.workers[0]
+	if m := w0.mach; m.daemonHost() && !s.opts.ShortLocalSuspends {
+		s.at(m.suspendedAt+grace+time.Millisecond, func() {
+			s.daemon.heal()
+			w0.heal()
+		})
+	} else {
+		s.daemon.heal()
+		w0.heal()
+	}
+	for _, w := range s.workers[1:] {
 		w.heal()
 	}
 	for _, c := range s.clients {
