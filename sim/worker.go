@@ -388,8 +388,10 @@ func (w *simWorker) thaw() {
 }
 
 // die ends the incarnation; down is how long until it boots again. The
-// machine may die with it (its jobs die at once); a job that survives runs
-// on, unwatched, until a new incarnation re-attaches to it.
+// machine may die with it (its jobs die at once, and wipe loses their run
+// directories); a job that survives runs on under its supervisor, which
+// kills it at its deadline unless a new incarnation re-attaches and renews
+// it first. wipe, when the machine lives, removes one run directory.
 func (w *simWorker) die(down time.Duration, machine, wipe bool) {
 	if !w.alive {
 		return
@@ -397,7 +399,7 @@ func (w *simWorker) die(down time.Duration, machine, wipe bool) {
 	w.s.stats.Deaths++
 	w.alive, w.paused, w.deferred = false, false, nil
 	w.inc++
-	w.s.tracef("FAULT %s dies (machine too: %v, worktrees wiped: %v); restarts in %v", w.id, machine, wipe, down)
+	w.s.tracef("FAULT %s dies (machine too: %v, run directories wiped: %v); restarts in %v", w.id, machine, wipe, down)
 	if machine {
 		w.mach.crash(wipe)
 	} else if wipe {
