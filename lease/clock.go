@@ -21,6 +21,18 @@ func SystemClock() Clock { return systemClock{} }
 // suspend.
 func BoottimeClock() Clock { return hostclock.Boottime }
 
+// MonotonicClock is the host's CLOCK_MONOTONIC: it never steps and stops
+// while the host sleeps.
+func MonotonicClock() Clock { return hostclock.Monotonic }
+
+// sleeper is a Clock that knows how long its host has slept since it
+// started: CLOCK_BOOTTIME's count less CLOCK_MONOTONIC's. The service takes
+// every sleep of its host as its own absence, however short (awakeLocked):
+// the local worker fences on CLOCK_MONOTONIC, which a sleep stops, so a
+// sleep the daemon counted against workers would move its expiries closer
+// to that worker's fence by the whole sleep.
+type sleeper interface{ Slept() time.Duration }
+
 // lifeClock is the daemon's clock for one life (DESIGN §4): the wall clock
 // read once, when the service opens, plus the time CLOCK_BOOTTIME has counted
 // since. Within a life it never steps — setting the wall clock, by hand or by
@@ -36,14 +48,29 @@ type lifeClock struct {
 	start time.Time // the wall clock at Open (or the last event's time)
 	boot  Clock     // CLOCK_BOOTTIME, or a test's stand-in
 	boot0 time.Time // boot's reading at Open
+	mono  Clock     // CLOCK_MONOTONIC, or a test's stand-in; nil: sleeps unseen
+	mono0 time.Time // mono's reading at Open
 }
 
-func newLifeClock(wall, boot Clock, floor int64) *lifeClock {
+func newLifeClock(wall, boot, mono Clock, floor int64) *lifeClock {
 	start := wall.Now()
 	if f := time.Unix(0, floor); start.Before(f) {
 		start = f
 	}
-	return &lifeClock{start: start.Round(0), boot: boot, boot0: boot.Now()}
+	c := &lifeClock{start: start.Round(0), boot: boot, boot0: boot.Now(), mono: mono}
+	if mono != nil {
+		c.mono0 = mono.Now()
+	}
+	return c
+}
+
+// Slept is how long the host has slept since Open: what CLOCK_BOOTTIME
+// counted and CLOCK_MONOTONIC did not.
+func (c *lifeClock) Slept() time.Duration {
+	if c.mono == nil {
+		return 0
+	}
+	return max(0, c.boot.Now().Sub(c.boot0)-c.mono.Now().Sub(c.mono0))
 }
 
 func (c *lifeClock) Now() time.Time {

@@ -135,6 +135,54 @@ func TestSuspendIsAbsence(t *testing.T) {
 	}
 }
 
+// TestShortSleepIsAbsence: the host sleeps for less than grace (CLOCK_BOOTTIME
+// counts it, CLOCK_MONOTONIC does not). The local worker fences on
+// CLOCK_MONOTONIC and did not see the sleep, so the daemon must not count it
+// either: the next command records daemon.resumed with the sleep as its gap,
+// and a lease silent for toleration of the host's waking time only — not
+// counting the sleep — does not expire a moment sooner.
+func TestShortSleepIsAbsence(t *testing.T) {
+	wall, boot, mono := clocktest.New(clocktest.Epoch), clocktest.New(time.Unix(5000, 0)), clocktest.New(time.Unix(4000, 0))
+	f := &lifeFixture{t: t, fs: vfs.NewMem(), wall: wall, boot: boot, mono: mono}
+	f.open()
+	t.Cleanup(func() { _ = f.log.Close() })
+	awake := func(d time.Duration) { wall.Advance(d); boot.Advance(d); mono.Advance(d) }
+	sleep := 3 * testConfig.Renew // past the fence's slack of 2×renew, short of grace
+	_, _, err := f.svc.Submit(ctx, "r1", eventlog.KindRun, nil)
+	f.must(err)
+	gs, err := f.svc.Acquire(ctx, "w1", 1)
+	f.must(err)
+	last := f.log.LastSeq()
+
+	awake(testConfig.Renew)
+	wall.Advance(sleep)
+	boot.Advance(sleep)
+	_, _, err = f.svc.Submit(ctx, "r2", eventlog.KindRun, nil) // any command that writes
+	f.must(err)
+	evs := eventsAfter(t, f.log, last)
+	if len(evs) == 0 || evs[0].Type != eventlog.TypeDaemonResumed || evs[0].Gap != int64(sleep) {
+		t.Fatalf("after a sleep of %v: %v; want daemon.resumed{%v} first", sleep, evs, sleep)
+	}
+
+	// w1 is silent from the grant on: toleration of waking time after it,
+	// its lease expires, and not one sweep before.
+	for awakeFor := testConfig.Renew; ; awakeFor += testConfig.SweepEvery() {
+		f.must(f.svc.Sweep())
+		l, err := f.svc.Lease(ctx, gs[0].Lease)
+		f.must(err)
+		if !l.Live() {
+			if awakeFor <= testConfig.Toleration {
+				t.Fatalf("lease expired after %v awake (and a sleep of %v): the sleep counted against its worker", awakeFor, sleep)
+			}
+			break
+		}
+		if awakeFor > testConfig.Toleration+testConfig.SweepEvery() {
+			t.Fatalf("lease still live %v awake after its grant", awakeFor)
+		}
+		awake(testConfig.SweepEvery())
+	}
+}
+
 // TestWallClockBridgesRestarts: across a restart the wall clock dates the
 // new life, so the downtime is recorded (daemon.started{gap}); a wall clock
 // that stepped back meanwhile starts the life at the last event's time, so
@@ -172,6 +220,7 @@ type lifeFixture struct {
 	t          *testing.T
 	fs         vfs.FS
 	wall, boot *clocktest.Clock
+	mono       *clocktest.Clock // nil: the service sees no sleep but as a gap
 	log        *eventlog.Log
 	svc        *lease.Service
 }
@@ -188,7 +237,11 @@ func (f *lifeFixture) open() {
 	f.t.Helper()
 	log, err := eventlog.Open("data", eventlog.Options{FS: f.fs, Logger: zerolog.Nop()})
 	f.must(err)
-	svc, err := lease.Open(log, lease.Options{Config: testConfig, Wall: f.wall, Boot: f.boot, Entropy: rand.New(rand.NewSource(1))})
+	opts := lease.Options{Config: testConfig, Wall: f.wall, Boot: f.boot, Entropy: rand.New(rand.NewSource(1))}
+	if f.mono != nil {
+		opts.Mono = f.mono
+	}
+	svc, err := lease.Open(log, opts)
 	f.must(err)
 	f.log, f.svc = log, svc
 }

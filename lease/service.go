@@ -55,8 +55,10 @@ type Options struct {
 	// Tests and the simulation inject a Clock, or set Wall and Boot.
 	Clock Clock
 	// Wall and Boot feed the default clock; nil means the host's wall clock
-	// and CLOCK_BOOTTIME.
-	Wall, Boot Clock
+	// and CLOCK_BOOTTIME. Mono, with Boot, tells how long the host slept
+	// (every sleep is the daemon's absence); nil means CLOCK_MONOTONIC when
+	// Boot is nil too, and no sleep seen but as a gap otherwise.
+	Wall, Boot, Mono Clock
 	// Entropy feeds event ULIDs; nil means crypto/rand. Tests pass a seeded source.
 	Entropy io.Reader
 	Logger  zerolog.Logger
@@ -83,6 +85,8 @@ type Service struct {
 		table    *projection.Table
 		entropy  *ulid.MonotonicEntropy
 		lastSeen int64  // when (Clock, ns) the daemon last swept or committed: the gap to it is absence past grace
+		slept    time.Duration // the host's sleep (sleeper) already recorded as absence, or seen while present
+		sleptNow time.Duration // the reading awakeLocked took; recorded once its commit is staged
 		lastSnap uint64 // seq of the last snapshot written
 		snapAt   int64  // when (Clock, ns) it was written, or the service opened
 		err      error  // sticky: the service failed
@@ -114,8 +118,11 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 		}
 		if opts.Boot == nil {
 			opts.Boot = BoottimeClock()
+			if opts.Mono == nil {
+				opts.Mono = MonotonicClock()
+			}
 		}
-		opts.Clock = newLifeClock(opts.Wall, opts.Boot, table.LastTime())
+		opts.Clock = newLifeClock(opts.Wall, opts.Boot, opts.Mono, table.LastTime())
 	}
 	s := &Service{log: log, cfg: opts.Config, clock: opts.Clock, logger: opts.Logger,
 		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st}
@@ -159,18 +166,31 @@ func (s *Service) Log() *eventlog.Log { return s.log }
 // touches a deadline (DESIGN §4): if the daemon's last sweep or commit is
 // more than grace ago on its clock, the daemon itself was absent — asleep,
 // stopped, starved — and the whole gap is recorded first, as daemon.resumed,
-// which takes it out of every deadline. It returns that event, or nil when
+// which takes it out of every deadline. A sleep of the host shorter than that
+// is the daemon's absence too (its clock knows how long the host slept: see
+// sleeper), and is recorded as daemon.resumed with the sleep as its gap;
+// erring this way only delays expiries. It returns that event, or nil when
 // the daemon was present (and then counts it as seen now: moving lastSeen on
 // hides no gap, since none was pending). commitLocked applies it to every
 // command's events; Sweep, which judges deadlines, calls it through
 // commitLocked before it judges.
 func (s *Service) awakeLocked(now int64) []eventlog.Event {
-	if gap := now - s.mu.lastSeen; gap > int64(s.cfg.Grace) {
-		return []eventlog.Event{{Type: eventlog.TypeDaemonResumed, Gap: gap}}
+	if sl, ok := s.clock.(sleeper); ok {
+		s.mu.sleptNow = sl.Slept()
 	}
-	s.mu.lastSeen = max(s.mu.lastSeen, now)
-	return nil
+	gap := now - s.mu.lastSeen
+	if slept := s.mu.sleptNow - s.mu.slept; gap <= int64(s.cfg.Grace) && slept >= minSleep {
+		gap = min(gap, int64(slept))
+	} else if gap <= int64(s.cfg.Grace) {
+		s.mu.lastSeen, s.mu.slept = max(s.mu.lastSeen, now), s.mu.sleptNow
+		return nil
+	}
+	return []eventlog.Event{{Type: eventlog.TypeDaemonResumed, Gap: gap}}
 }
+
+// minSleep is the shortest sleep of the host taken as absence: shorter than
+// any suspend, longer than the two clocks' readings can differ by.
+const minSleep = time.Millisecond
 
 // commitLocked stamps evs (time, ULID), stages them into the log and folds
 // them into the table, after the daemon.resumed that awakeLocked asks for, if
@@ -216,7 +236,7 @@ func (s *Service) commitLocked(now int64, evs []eventlog.Event) ([]eventlog.Even
 		}
 		return nil, nil, err
 	}
-	s.mu.lastSeen = max(s.mu.lastSeen, now)
+	s.mu.lastSeen, s.mu.slept = max(s.mu.lastSeen, now), s.mu.sleptNow
 	queued := false
 	for i := range evs {
 		queued = queued || evs[i].Type == eventlog.TypeQueued
