@@ -84,12 +84,12 @@ type Service struct {
 		sync.Mutex
 		table    *projection.Table
 		entropy  *ulid.MonotonicEntropy
-		lastSeen int64  // when (Clock, ns) the daemon last swept or committed: the gap to it is absence past grace
+		lastSeen int64         // when (Clock, ns) the daemon last swept or committed: the gap to it is absence past grace
 		slept    time.Duration // the host's sleep (sleeper) already recorded as absence, or seen while present
 		sleptNow time.Duration // the reading awakeLocked took; recorded once its commit is staged
-		lastSnap uint64 // seq of the last snapshot written
-		snapAt   int64  // when (Clock, ns) it was written, or the service opened
-		err      error  // sticky: the service failed
+		lastSnap uint64        // seq of the last snapshot written
+		snapAt   int64         // when (Clock, ns) it was written, or the service opened
+		err      error         // sticky: the service failed
 		stopping bool
 		queued   chan struct{} // closed (and replaced) when a job is queued
 	}
