@@ -55,7 +55,7 @@ func (e *Executor) Reattach(ctx context.Context, g api.Grant) (worker.Run, bool,
 	} else if err != nil {
 		return nil, false, fmt.Errorf("local: re-attach lease %d (job %s): %w", g.Lease, g.Job.ID, err)
 	}
-	if b, err := readSmall(r.path(stopFile), 64); err == nil {
+	if b, err := supervise.ReadSmall(r.path(stopFile), 64); err == nil {
 		r.mu.mode = parseStopMode(string(b))
 	}
 
@@ -153,7 +153,7 @@ func isSupervisor(pid int) bool {
 }
 
 func readPid(path string) (int, error) {
-	b, err := readSmall(path, 64)
+	b, err := supervise.ReadSmall(path, 64)
 	if err != nil {
 		return 0, err
 	}

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -281,7 +279,7 @@ func nonEmpty(s string) []string {
 
 // readExit reads the status the supervisor wrote.
 func readExit(path string) (int, error) {
-	b, err := readSmall(path, 64)
+	b, err := supervise.ReadSmall(path, 64)
 	if err != nil {
 		return 0, err
 	}
@@ -296,11 +294,11 @@ func readExit(path string) (int, error) {
 // not valid JSON, or too large to report, is left out, and the note says so:
 // the exit status still decides the outcome.
 func readResult(path string) (json.RawMessage, string) {
-	b, err := readSmall(path, maxResult)
+	b, err := supervise.ReadSmall(path, maxResult)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, ""
-	case errors.Is(err, errTooLarge):
+	case errors.Is(err, supervise.ErrTooLarge):
 		return nil, fmt.Sprintf("result ignored: larger than %d bytes", maxResult)
 	case err != nil:
 		return nil, "result ignored: " + err.Error()
@@ -312,32 +310,6 @@ func readResult(path string) (json.RawMessage, string) {
 		return nil, "result ignored: not valid JSON"
 	}
 	return buf.Bytes(), ""
-}
-
-var errTooLarge = errors.New("local: file too large")
-
-// readSmall reads a file of a run directory, of at most limit bytes. The job
-// can write there, so it refuses anything but a regular file: a named pipe
-// in place of a result must not hang the worker.
-func readSmall(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", filepath.Base(path))
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, errTooLarge
-	}
-	return b, nil
 }
 
 // Fence moves the fence deadline the run's supervisor holds to at, a

@@ -159,7 +159,7 @@ var ErrNoFence = errors.New("supervise: no fence deadline")
 
 // ReadFence reads the fence deadline of the .leaselog folder state.
 func ReadFence(state string) (hostclock.Clock, time.Time, error) {
-	b, err := readSmall(filepath.Join(state, FenceFile), 128)
+	b, err := ReadSmall(filepath.Join(state, FenceFile), 128)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, time.Time{}, ErrNoFence
 	}
@@ -193,9 +193,14 @@ func writeFileAtomic(path string, data []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// readSmall reads a small regular file. The job can write in the folder, so
-// anything else is refused: a named pipe must not hang its supervisor.
-func readSmall(path string, limit int64) ([]byte, error) {
+// ErrTooLarge is what ReadSmall returns, wrapped, for a file past its limit.
+var ErrTooLarge = errors.New("file too large")
+
+// ReadSmall reads a small regular file of a run directory, of at most limit
+// bytes. The job can write in the folder, so anything else is refused: a
+// named pipe in place of a file must not hang its reader (the supervisor, or
+// the worker).
+func ReadSmall(path string, limit int64) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
@@ -211,7 +216,7 @@ func readSmall(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", filepath.Base(path), limit)
+		return nil, fmt.Errorf("%s: %w: over %d bytes", filepath.Base(path), ErrTooLarge, limit)
 	}
 	return b, nil
 }

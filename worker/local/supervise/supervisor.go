@@ -150,7 +150,7 @@ func (s *supervisor) onStop(sig os.Signal) (startGrace bool) {
 	if s.killed {
 		return false
 	}
-	b, err := readSmall(filepath.Join(s.state, StopFile), 64)
+	b, err := ReadSmall(filepath.Join(s.state, StopFile), 64)
 	mode := strings.TrimSpace(string(b))
 	switch {
 	case err == nil && mode == "kill":
