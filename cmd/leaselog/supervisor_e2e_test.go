@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/worker/local/supervise"
 )
 
@@ -30,6 +31,15 @@ func init() { supervise.Init() }
 // job's own (exec), so the test sees exactly when it dies.
 func pidJob(path string) string {
 	return fmt.Sprintf("echo $$ > %[1]q.tmp && mv %[1]q.tmp %[1]q; exec sleep 60", path)
+}
+
+// runPidJob submits run job id as a pidJob writing to dir/<id>.pid, and
+// returns its lease.running event and the job's pid once it runs.
+func runPidJob(t *testing.T, d *daemonProc, ev *events, dir, id string) (running api.Event, pid int) {
+	t.Helper()
+	pidFile := filepath.Join(dir, id+".pid")
+	submit(t, d.c, id, "run", pidJob(pidFile))
+	return ev.next("lease.running", id), waitPid(t, pidFile)
 }
 
 // waitPid waits for a job to write its pid to path.
@@ -76,10 +86,7 @@ func TestE2EWorkerKilledJobStopsBeforeExpiry(t *testing.T) {
 	ev := d.follow(t, 0)
 	work := filepath.Join(dir, "w1")
 	w := startWorker(t, d.url, "w1", work)
-	pidFile := filepath.Join(dir, "job.pid")
-	submit(t, d.c, "agent-1", "run", pidJob(pidFile))
-	running := ev.next("lease.running", "agent-1")
-	pid := waitPid(t, pidFile)
+	running, pid := runPidJob(t, d, ev, dir, "agent-1")
 
 	// Twice the toleration: only renewed deadlines keep the job alive.
 	for until := time.Now().Add(2 * toleration); time.Now().Before(until); {
@@ -169,10 +176,7 @@ level = "debug"
 			ev := d.follow(t, 0)
 			work := filepath.Join(dir, "w1")
 			w := startWorker(t, d.url, "w1", work)
-			pidFile := filepath.Join(dir, "job.pid")
-			submit(t, d.c, "agent-1", "run", pidJob(pidFile))
-			running := ev.next("lease.running", "agent-1")
-			pid := waitPid(t, pidFile)
+			running, pid := runPidJob(t, d, ev, dir, "agent-1")
 			w.signal(syscall.SIGKILL)
 			w.wait()
 			if tc.jobDies {
@@ -294,10 +298,7 @@ func TestE2EDaemonDownPastTheFenceLosesItsLocalJob(t *testing.T) {
 	t.Cleanup(func() { killRuns(filepath.Join(dir, "data", "work")) })
 	d := startServe(t, dir, 1)
 	ev := d.follow(t, 0)
-	pidFile := filepath.Join(dir, "job.pid")
-	submit(t, d.c, "agent-1", "run", pidJob(pidFile))
-	running := ev.next("lease.running", "agent-1")
-	pid := waitPid(t, pidFile)
+	running, pid := runPidJob(t, d, ev, dir, "agent-1")
 
 	d.signal(syscall.SIGKILL)
 	d.wait()
