@@ -56,15 +56,14 @@ func leaseConfig() lease.Config {
 }
 
 // livenessBound is how long after the faults stop every job must have ended,
-// given n jobs not ended yet and a total capacity of c: a suspend of the
-// daemon's host under way ends within grace; messages still in flight arrive
-// within maxDelay; a lease granted by a lost answer expires
+// given n jobs not ended yet and a total capacity of c: messages still in
+// flight arrive within maxDelay; a lease granted by a lost answer expires
 // within toleration plus a sweep; a fenced worker takes work again within a
 // heartbeat; and then the jobs run, at most c at a time, each within maxJob
 // plus a few renews for the acquire, the start, the report and its retries.
 func livenessBound(n, c int) time.Duration {
 	rounds := (n + c - 1) / max(c, 1)
-	return grace + maxDelay + toleration + leaseConfig().SweepEvery() + 4*renew + time.Duration(rounds)*(maxJob+4*renew)
+	return maxDelay + toleration + leaseConfig().SweepEvery() + 4*renew + time.Duration(rounds)*(maxJob+4*renew)
 }
 
 // params is what a seed draws before the run: the cast and the weather.

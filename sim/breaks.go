@@ -16,6 +16,7 @@ var breaks = map[string]string{
 	"deaf-supervisor": "the supervisor ignores its deadline: only a live, running worker fences",
 	"lost-as-attempt": "the worker reports a lost job as failed, an attempt",
 	"wall-deadlines":  "the daemon's deadlines run on its wall clock, which steps",
+	"sleep-unseen":    "the daemon does not see its host's sleeps shorter than grace",
 }
 
 // breaker carries out a worker's stop or a supervisor's kill, or breaks it.

@@ -114,6 +114,7 @@ func (k *checker) eventsSince(before uint64) []eventlog.Event {
 
 // opened is the daemon (re)opened: its table must be the fold of its log.
 func (k *checker) opened(before uint64) {
+	k.resume = 0 // a restart records its downtime as daemon.started
 	if before > 0 {
 		// After a restart the incremental fold starts again from the log:
 		// the crash image must hold every event the fold had seen.

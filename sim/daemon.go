@@ -43,6 +43,7 @@ type daemon struct {
 	asleep bool
 
 	sleptAt    time.Duration
+	hostSleep  bool          // the sleep is its host's suspend: absence however short
 	wallOffset time.Duration // the wall clock's steps so far (wallstep.go)
 	crashAt    time.Duration
 	preCrash   []byte  // the table's snapshot when it crashed
@@ -62,6 +63,17 @@ type parked struct {
 type bootClock struct{ s *Sim }
 
 func (c bootClock) Now() time.Time { return c.s.wallNow() }
+
+// monoClock is the daemon's host's CLOCK_MONOTONIC: the boottime clock less
+// the suspends of its host (the local worker's, when there is one).
+type monoClock struct{ s *Sim }
+
+func (c monoClock) Now() time.Time {
+	if w := c.s.workers; len(w) > 0 && w[0].mach.monotonic {
+		return c.s.wallNow().Add(-w[0].mach.stood())
+	}
+	return c.s.wallNow()
+}
 
 // wallClock is the daemon's host's wall clock: the global clock, stepped.
 type wallClock struct{ d *daemon }
@@ -90,10 +102,13 @@ func (d *daemon) open() error {
 	for i := range seed {
 		seed[i] = byte(d.s.rng.Uint32())
 	}
-	opts := lease.Options{Config: leaseConfig(), Wall: wallClock{d}, Boot: bootClock{d.s}, Entropy: rand.NewChaCha8(seed),
+	opts := lease.Options{Config: leaseConfig(), Wall: wallClock{d}, Boot: bootClock{d.s}, Mono: monoClock{d.s}, Entropy: rand.NewChaCha8(seed),
 		Logger: zerolog.Nop(), SnapshotEvery: 40}
-	if d.s.brk.name == "wall-deadlines" {
+	switch d.s.brk.name {
+	case "wall-deadlines":
 		opts.Clock = wallClock{d} // deadlines on the wall clock, as it steps
+	case "sleep-unseen":
+		opts.Mono = opts.Boot // the host's sleeps go unseen unless past grace
 	}
 	svc, err := lease.Open(log, opts)
 	if err != nil {
@@ -288,9 +303,9 @@ func (d *daemon) unpark(p *parked, err error) {
 
 // sleep stops the daemon's process for dur: nothing is handled, the sweeper
 // does not tick.
-func (d *daemon) sleep(dur time.Duration) {
+func (d *daemon) sleep(dur time.Duration, host bool) {
 	d.s.stats.Sleeps++
-	d.asleep, d.sleptAt = true, d.s.now
+	d.asleep, d.sleptAt, d.hostSleep = true, d.s.now, host
 	d.sweepGen++
 	gen := d.sweepGen // a crash and another sleep void this one's wake
 	d.s.tracef("FAULT daemon sleeps for %v", dur)
@@ -311,8 +326,11 @@ func (d *daemon) wake() {
 	d.asleep = false
 	sweepFirst := d.s.rng.IntN(2) == 0
 	d.s.tracef("daemon wakes after %v (sweep first: %v)", slept, sweepFirst)
-	d.s.check.absent(d.sleptAt, d.s.now, slept > grace)
-	if slept > grace {
+	// A gap past grace is absence; so is a suspend of the daemon's host,
+	// however short (one its clocks can tell: a millisecond).
+	absent := slept > grace || (d.hostSleep && slept >= time.Millisecond)
+	d.s.check.absent(d.sleptAt, d.s.now, absent)
+	if absent {
 		d.s.check.expectResume(slept)
 	}
 	if sweepFirst {

@@ -90,7 +90,7 @@ func (f *faults) inject() {
 			if w0 := s.workers[0]; w0.mach.monotonic && s.rng.IntN(2) == 0 {
 				f.suspend(w0, d)
 			} else {
-				s.daemon.sleep(d)
+				s.daemon.sleep(d, false)
 			}
 		}
 	case n < 20:
@@ -111,11 +111,10 @@ func (f *faults) inject() {
 
 // suspend suspends w's host for d, unless it is suspended already. The
 // daemon's own host (the local worker's) suspends with the daemon, when the
-// daemon is up and awake, and for longer than grace unless
-// Options.ShortLocalSuspends: the daemon counts a shorter gap on its boottime
-// clock against the local worker, whose monotonic fence does not count it —
-// a job could outlive its lease by up to the suspend (see ShortLocalSuspends).
-// It reports whether the host was suspended.
+// daemon is up and awake, for any time: the daemon takes every sleep of its
+// host as its absence (its boottime clock less its monotonic one), as the
+// local worker's monotonic fence does not count it. It reports whether the
+// host was suspended.
 func (f *faults) suspend(w *simWorker, d time.Duration) bool {
 	m, dm := w.mach, f.s.daemon
 	switch {
@@ -125,11 +124,8 @@ func (f *faults) suspend(w *simWorker, d time.Duration) bool {
 		m.suspend(d)
 		return true
 	case dm.up && !dm.asleep:
-		if d <= grace && !f.s.opts.ShortLocalSuspends {
-			d = f.uniform(grace+1, 2*toleration)
-		}
 		f.s.stats.LocalSuspends++
-		dm.sleep(d)
+		dm.sleep(d, true)
 		m.suspend(d)
 		return true
 	}

@@ -56,15 +56,6 @@ type Options struct {
 	// Break, when set, is a named fault injected into the simulated system
 	// itself, for showing that the checks catch it (see breaks.go).
 	Break string
-	// ShortLocalSuspends lets the daemon's host (with the local worker)
-	// suspend for grace or less. The daemon does not count a gap that short
-	// as its absence, but its boottime clock counts the suspend against the
-	// local worker's leases, while the local worker fences on CLOCK_MONOTONIC,
-	// which does not: a lease already silent can then expire while its job
-	// still runs. Off by default until the daemon takes its host's suspends
-	// out of every deadline (or measures deadlines on CLOCK_MONOTONIC when a
-	// worker shares its host); -sim.shortlocal turns it on.
-	ShortLocalSuspends bool
 }
 
 // DefaultSteps is how many events the faulty phase runs by default: about a
@@ -299,19 +290,8 @@ func (s *Sim) heal() {
 	s.tracef("HEAL: faults stop; every job must end within %v", s.check.livenessBound())
 	s.faults.heal()
 	s.net.heal()
-	// A suspend of the daemon's host lasts longer than grace (faults.suspend):
-	// one under way sleeps on until then, the daemon and the local worker with it.
-	w0 := s.workers[0]
-	if m := w0.mach; m.daemonHost() && !s.opts.ShortLocalSuspends {
-		s.at(m.suspendedAt+grace+time.Millisecond, func() {
-			s.daemon.heal()
-			w0.heal()
-		})
-	} else {
-		s.daemon.heal()
-		w0.heal()
-	}
-	for _, w := range s.workers[1:] {
+	s.daemon.heal()
+	for _, w := range s.workers {
 		w.heal()
 	}
 	for _, c := range s.clients {

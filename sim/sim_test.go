@@ -18,7 +18,6 @@ var (
 	flagSeed  = flag.Uint64("sim.seed", 0, "run just this seed, with its trace")
 	flagSteps = flag.Int("sim.steps", DefaultSteps, "events in the faulty phase of each run")
 	flagBreak = flag.String("sim.break", "", "break the simulated system on purpose (see breaks.go)")
-	flagShort = flag.Bool("sim.shortlocal", false, "let the daemon's host suspend for grace or less (Options.ShortLocalSuspends)")
 )
 
 // porcupineTimeout bounds the linearizability check of one seed.
@@ -92,7 +91,7 @@ func TestSimulation(t *testing.T) {
 // the run's trace.
 func runSeed(t *testing.T, seed uint64, verbose bool) (Stats, Linearizability) {
 	t.Helper()
-	res := Run(Options{Seed: seed, Steps: *flagSteps, Trace: verbose, Break: *flagBreak, ShortLocalSuspends: *flagShort})
+	res := Run(Options{Seed: seed, Steps: *flagSteps, Trace: verbose, Break: *flagBreak})
 	var lin Linearizability
 	err := res.Err
 	if err == nil {
@@ -109,12 +108,9 @@ func runSeed(t *testing.T, seed uint64, verbose bool) (Stats, Linearizability) {
 	if *flagBreak != "" {
 		cmd += " -sim.break=" + *flagBreak
 	}
-	if *flagShort {
-		cmd += " -sim.shortlocal"
-	}
 	trace := res.Trace
 	if !verbose {
-		trace = Run(Options{Seed: seed, Steps: *flagSteps, Trace: true, Break: *flagBreak, ShortLocalSuspends: *flagShort}).Trace
+		trace = Run(Options{Seed: seed, Steps: *flagSteps, Trace: true, Break: *flagBreak}).Trace
 	}
 	path := writeTrace(seed, trace)
 	t.Fatalf("seed %d: %v\nreplay: %s\ntrace: %s\nlast steps:\n%s", seed, err, cmd, path, tail(trace, 60))
