@@ -211,9 +211,10 @@ func (w *simWorker) acquireStep() {
 
 // adoptOrphans is Worker.adoptOrphans; then continues the acquire loop.
 func (w *simWorker) adoptOrphans(then func()) {
+	mark := w.core.ListMark()
 	w.call(reqWorkerLeases{w.id}, w.core.CallTimeout(), func(reply any, err error) {
 		if err == nil {
-			for _, g := range w.core.Orphans(reply.([]api.Grant)) {
+			for _, g := range w.core.Orphans(reply.([]api.Grant), mark) {
 				w.s.tracef("%s: adopting lease %d (%s), whose grant was lost", w.id, g.Lease, g.Job.ID)
 				w.core.Adopt(g)
 			}

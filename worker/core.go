@@ -33,6 +33,11 @@ type Core struct {
 	lastTurn time.Time // the worker's clock at the loop's last turn
 	woke     bool      // the loop overslept, and has not sent a heartbeat since
 	wakeBeat bool      // the heartbeat sent after a wake is in flight
+
+	// The leases let go of (Forget) since the lease list in flight was asked
+	// for, each with the count of let-gos when it went (see ListMark).
+	letGo  map[uint64]uint64
+	letGos uint64
 }
 
 // Held is one lease a worker holds. Its driver keeps the pointer for the
@@ -75,7 +80,8 @@ func (h *Held) Run() Run { return h.run }
 // once and assumes timing until the daemon says otherwise; now is the
 // worker's clock when it starts.
 func NewCore(capacity int, timing api.Timing, now time.Time) *Core {
-	return &Core{capacity: capacity, timing: timing, held: make(map[uint64]*Held), born: now, lastAck: now}
+	return &Core{capacity: capacity, timing: timing, held: make(map[uint64]*Held), born: now, lastAck: now,
+		letGo: make(map[uint64]uint64)}
 }
 
 // fence is how long after its base a lease's job stops.
@@ -386,14 +392,31 @@ func (c *Core) Adopt(g api.Grant) *Held {
 	return h
 }
 
-// Orphans returns the grants among gs the worker does not hold: live leases
-// the daemon holds for it whose grant was lost on the way. Left alone they
-// would expire without ever running.
-func (c *Core) Orphans(gs []api.Grant) []api.Grant {
+// ListMark is to be taken when the worker asks for its lease list, and
+// handed to Orphans with the answer. One list at a time.
+func (c *Core) ListMark() uint64 { return c.letGos }
+
+// Orphans returns the grants among gs, the answer to a lease list asked for
+// at mark (ListMark), that the worker does not hold: live leases the daemon
+// holds for it whose grant was lost on the way. Left alone they would expire
+// without ever running. A lease the worker let go of since it asked is no
+// orphan: the list may have been made before the daemon heard the report
+// that ended it — a lost one puts its job back in the queue, and adopting it
+// again would run the job beside its next holder (simulation seeds 39584,
+// 95528).
+func (c *Core) Orphans(gs []api.Grant, mark uint64) []api.Grant {
 	var out []api.Grant
 	for _, g := range gs {
-		if _, known := c.held[g.Lease]; !known {
-			out = append(out, g)
+		_, known := c.held[g.Lease]
+		if at, ok := c.letGo[g.Lease]; known || (ok && at > mark) {
+			continue
+		}
+		out = append(out, g)
+	}
+	// What went before mark cannot be in a list asked for after it.
+	for id, at := range c.letGo {
+		if at <= mark {
+			delete(c.letGo, id)
 		}
 	}
 	return out
@@ -433,6 +456,8 @@ func (c *Core) Ended(h *Held) (o Outcome, report bool) {
 func (c *Core) Forget(h *Held) bool {
 	if c.held[h.grant.Lease] == h {
 		delete(c.held, h.grant.Lease)
+		c.letGos++
+		c.letGo[h.grant.Lease] = c.letGos
 		return true
 	}
 	return false

@@ -182,3 +182,24 @@ func TestCoreLateAnswerStartsNothing(t *testing.T) {
 		t.Fatalf("a fresh answer: start %v, unfenced %v; want lease 9 started and the fence lifted", a.Start, a.Unfenced)
 	}
 }
+
+// A lease list asked for before the worker let a lease go (its report was
+// answered) may answer after, still showing the lease: it is no orphan, for
+// a lost lease's job is back in the queue and may already run elsewhere. A
+// list asked for after the let-go is believed again (simulation seeds 39584,
+// 95528).
+func TestCoreLeaseLetGoIsNoOrphan(t *testing.T) {
+	c := NewCore(2, coreTiming, t0)
+	h, _ := c.Take(api.Grant{Lease: 9, Timing: coreTiming}, at(0), at(0))
+	mark := c.ListMark() // the list is asked for while lease 9 is held
+	if !c.Forget(h) {    // its report is answered: let go
+		t.Fatal("lease 9 was not held")
+	}
+	stale := []api.Grant{{Lease: 9}, {Lease: 11}}
+	if got := c.Orphans(stale, mark); len(got) != 1 || got[0].Lease != 11 {
+		t.Fatalf("orphans of a list asked for before lease 9 was let go: %v; want only 11", got)
+	}
+	if got := c.Orphans(stale, c.ListMark()); len(got) != 2 {
+		t.Fatalf("orphans of a list asked for after: %v; want both", got)
+	}
+}

@@ -225,6 +225,9 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 // still granted its leases, and left alone they would expire without ever
 // running. Their jobs start once the next heartbeat renews them.
 func (w *Worker) adoptOrphans(ctx context.Context) {
+	w.mu.Lock()
+	mark := w.mu.core.ListMark()
+	w.mu.Unlock()
 	callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(0))
 	grants, err := w.opts.Daemon.WorkerLeases(callCtx, w.opts.ID)
 	cancel()
@@ -232,7 +235,7 @@ func (w *Worker) adoptOrphans(ctx context.Context) {
 		return // the daemon is still out of reach; the next failure asks again
 	}
 	w.mu.Lock()
-	orphans := w.mu.core.Orphans(grants)
+	orphans := w.mu.core.Orphans(grants, mark)
 	for _, g := range orphans {
 		w.mu.core.Adopt(g)
 	}
