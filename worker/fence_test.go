@@ -11,34 +11,15 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/clocktest"
 )
-
-// fakeClock is a worker's fence clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // holdingDaemon holds its first acquire for hold on the worker's clock, as
 // a long poll waits for a job, then grants one lease, saying how long it
 // held the request when say is set.
 type holdingDaemon struct {
 	*fakeDaemon
-	clock *fakeClock
+	clock *clocktest.Clock
 	hold  time.Duration
 	say   bool
 	once  sync.Once
@@ -49,7 +30,7 @@ func (d *holdingDaemon) Acquire(ctx context.Context, worker string, max int, wai
 	var gs []api.Grant
 	d.once.Do(func() {
 		d.sent <- d.clock.Now()
-		d.clock.advance(d.hold)
+		d.clock.Advance(d.hold)
 		g := grant(3, "first")
 		if d.say {
 			g.HeldSeconds = d.hold.Seconds()
@@ -76,7 +57,7 @@ func TestIdleWorkerTakesItsFirstJob(t *testing.T) {
 	}
 	for _, say := range []bool{true, false} {
 		t.Run(map[bool]string{true: "held_seconds", false: "no held_seconds"}[say], func(t *testing.T) {
-			clock := newFakeClock()
+			clock := clocktest.New(clocktest.Epoch)
 			d := &holdingDaemon{fakeDaemon: newFakeDaemon(), clock: clock, hold: hold, say: say, sent: make(chan time.Time, 1)}
 			e := newFakeExecutor()
 			newTestWorker(t, d, e, clock.Now)
@@ -109,7 +90,7 @@ func TestIdleWorkerTakesItsFirstJob(t *testing.T) {
 // lease gives its run's supervisor the deadline its send time + toleration
 // − 2×renew.
 func TestDeadlinesFollowHeartbeats(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.New(clocktest.Epoch)
 	d, e := newFakeDaemon(), newFakeExecutor()
 	d.queue = []api.Grant{grant(3, "j1")}
 	start := clock.Now()
@@ -120,7 +101,7 @@ func TestDeadlinesFollowHeartbeats(t *testing.T) {
 		t.Fatalf("first deadline %v after the grant, want %v", got.Sub(start), fence)
 	}
 	for i := 1; i <= 3; i++ {
-		clock.advance(timing.Config().Renew) // the next heartbeat is due
+		clock.Advance(timing.Config().Renew) // the next heartbeat is due
 		want := start.Add(time.Duration(i)*timing.Config().Renew + fence)
 		for {
 			got := receive(t, run.fenced, fmt.Sprintf("the deadline of heartbeat %d", i))

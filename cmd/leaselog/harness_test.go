@@ -100,7 +100,15 @@ func (p *proc) output() string { return p.out.String() }
 
 func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startProcIn(t, name, "", nil, args...)
+}
+
+// startProcIn is startProc with a working directory and an environment
+// ("" and nil: the test's own).
+func startProcIn(t *testing.T, name, cwd string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	p.cmd.Dir, p.cmd.Env = cwd, env
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -34,26 +34,6 @@ func childEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// startProcIn is startProc with a working directory and an environment.
-func startProcIn(t *testing.T, name, cwd string, env []string, args ...string) *proc {
-	t.Helper()
-	p := &proc{t: t, name: name, cmd: exec.Command(binary, args...), done: make(chan struct{})}
-	p.cmd.Dir, p.cmd.Env = cwd, env
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("--- %s output:\n%s", p.name, p.output())
-		}
-	})
-	return p
-}
-
 // listening waits for serve's "listening" line and returns the address
 // clients use, or fails if serve exits first.
 func listening(t *testing.T, p *proc) string {
