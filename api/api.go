@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
 )
@@ -249,7 +249,7 @@ func LeaseOf(l projection.Lease) Lease {
 
 // EventOf converts a log event. It copies what it keeps, so e may alias an
 // iterator.
-func EventOf(e *eventlog.Event) Event {
+func EventOf(e *event.Event) Event {
 	c := e.Clone()
 	e = &c
 	return Event{

@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"fmt"
+	"github.com/leaselog/leaselog/event"
 	"sync/atomic"
 	"testing"
 
@@ -35,8 +36,8 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
-func benchEvent(i int) Event {
-	return Event{Type: TypeHeartbeat, Time: 1_767_225_600_000_000_000 + int64(i), Job: fmt.Sprintf("job-%06d", i%1000),
+func benchEvent(i int) event.Event {
+	return event.Event{Type: event.TypeHeartbeat, Time: 1_767_225_600_000_000_000 + int64(i), Job: fmt.Sprintf("job-%06d", i%1000),
 		Lease: uint64(i), Worker: fmt.Sprintf("worker-%02d", i%64)}
 }
 
@@ -53,7 +54,7 @@ func benchAppend(b *testing.B, n int) {
 	}
 	defer l.Close()
 	parallel(b, n, func(i int) error {
-		evs := [1]Event{benchEvent(i)}
+		evs := [1]event.Event{benchEvent(i)}
 		return l.Append(evs[:])
 	})
 }
@@ -73,7 +74,7 @@ func benchRawAppend(b *testing.B, n int) {
 		batch := db.NewBatch()
 		defer batch.Close()
 		k := eventKey(nil, e.Seq)
-		if err := batch.Set(k, appendRecord(nil, &e), nil); err != nil {
+		if err := batch.Set(k, event.AppendRecord(nil, &e), nil); err != nil {
 			return err
 		}
 		for _, k := range [][]byte{typeIndexKey(nil, e.Type, e.Seq), stringIndexKey(nil, prefixJob, e.Job, e.Seq), stringIndexKey(nil, prefixWorker, e.Worker, e.Seq)} {

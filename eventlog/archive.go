@@ -18,10 +18,10 @@ import (
 // durable event.
 
 // Record is one key and value of the archive. The key is the reader's own;
-// the log stores it under the archive's prefix.
-type Record struct {
-	Key, Value []byte
-}
+// the log stores it under the archive's prefix. It is an alias of a plain
+// struct so that a reader (projection.Record) names the same type without
+// importing the log.
+type Record = struct{ Key, Value []byte }
 
 // MaxArchiveKeyLen bounds an archive record's key.
 const MaxArchiveKeyLen = 1024

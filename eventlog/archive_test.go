@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 )
 
@@ -23,14 +24,14 @@ func TestStageWritesArchiveWithItsEvents(t *testing.T) {
 	if log.Format() != eventlog.CurrentFormat {
 		t.Fatalf("new store of format %d", log.Format())
 	}
-	derive := func(evs []eventlog.Event) ([]eventlog.Record, error) {
+	derive := func(evs []event.Event) ([]eventlog.Record, error) {
 		var recs []eventlog.Record
 		for _, e := range evs {
 			recs = append(recs, eventlog.Record{Key: []byte(fmt.Sprint("k", e.Seq)), Value: []byte(e.Job)})
 		}
 		return recs, nil
 	}
-	c, err := log.Stage([]eventlog.Event{{Type: eventlog.TypeQueued, Job: "j1", Kind: eventlog.KindRun}, {Type: eventlog.TypeCancelled, Job: "j1"}}, derive)
+	c, err := log.Stage([]event.Event{{Type: event.TypeQueued, Job: "j1", Kind: event.KindRun}, {Type: event.TypeCancelled, Job: "j1"}}, derive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestStageWritesArchiveWithItsEvents(t *testing.T) {
 	}
 
 	boom := errors.New("fold refused")
-	_, err = log.Stage([]eventlog.Event{{Type: eventlog.TypeQueued, Job: "j2", Kind: eventlog.KindRun}}, func([]eventlog.Event) ([]eventlog.Record, error) {
+	_, err = log.Stage([]event.Event{{Type: event.TypeQueued, Job: "j2", Kind: event.KindRun}}, func([]event.Event) ([]eventlog.Record, error) {
 		return []eventlog.Record{{Key: []byte("k3"), Value: []byte("j2")}}, boom
 	})
 	if !errors.Is(err, boom) {
@@ -51,10 +52,10 @@ func TestStageWritesArchiveWithItsEvents(t *testing.T) {
 	if _, err := log.Archived([]byte("k3")); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("record of a refused stage: %v", err)
 	}
-	if err := log.Append([]eventlog.Event{{Type: eventlog.TypeDaemonStopping}}); err != nil || log.LastSeq() != 3 {
+	if err := log.Append([]event.Event{{Type: event.TypeDaemonStopping}}); err != nil || log.LastSeq() != 3 {
 		t.Fatalf("the refused stage used up a seq: last %d, %v", log.LastSeq(), err)
 	}
-	if _, err := log.Stage([]eventlog.Event{{Type: eventlog.TypeDaemonStopping}}, func([]eventlog.Event) ([]eventlog.Record, error) {
+	if _, err := log.Stage([]event.Event{{Type: event.TypeDaemonStopping}}, func([]event.Event) ([]eventlog.Record, error) {
 		return []eventlog.Record{{Key: nil}}, nil
 	}); err == nil {
 		t.Fatal("an empty archive key was accepted")

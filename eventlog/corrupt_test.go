@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"errors"
+	"github.com/leaselog/leaselog/event"
 	"strings"
 	"testing"
 
@@ -18,7 +19,7 @@ func TestCorruptStorageIsNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	evs := []Event{{Type: TypeQueued, Job: "j1", Kind: KindRun}, {Type: TypeAcquired, Job: "j1", Worker: "w1"}, {Type: TypeDaemonStopping}}
+	evs := []event.Event{{Type: event.TypeQueued, Job: "j1", Kind: event.KindRun}, {Type: event.TypeAcquired, Job: "j1", Worker: "w1"}, {Type: event.TypeDaemonStopping}}
 	if err := l.Append(evs); err != nil {
 		t.Fatal(err)
 	}

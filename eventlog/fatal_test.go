@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/leaselog/leaselog/event"
 	"os"
 	"os/exec"
 	"strconv"
@@ -96,7 +97,7 @@ func child(role, dir string) {
 	}
 	spec := []byte(`{"pad":"` + strings.Repeat("x", 10<<10) + `"}`)
 	append := func(i int) {
-		e := []Event{{Type: TypeQueued, Job: fmt.Sprint("j", i), Kind: KindRun, Spec: spec}}
+		e := []event.Event{{Type: event.TypeQueued, Job: fmt.Sprint("j", i), Kind: event.KindRun, Spec: spec}}
 		if err := l.Append(e); err != nil {
 			fmt.Println(err)
 			return

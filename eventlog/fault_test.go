@@ -3,6 +3,7 @@ package eventlog
 import (
 	"errors"
 	"fmt"
+	"github.com/leaselog/leaselog/event"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,8 +71,8 @@ func openFault(t *testing.T, f *faultFS, fat *fatals, opts Options) *Log {
 	return l
 }
 
-func heartbeat(i int) []Event {
-	return []Event{{Type: TypeHeartbeat, Job: "j", Worker: "w", Lease: uint64(i + 1)}}
+func heartbeat(i int) []event.Event {
+	return []event.Event{{Type: event.TypeHeartbeat, Job: "j", Worker: "w", Lease: uint64(i + 1)}}
 }
 
 // checkFailStop checks that l refuses every write with ErrFailed, wakes a
@@ -221,7 +222,7 @@ func TestPebblePanicFailsTheLog(t *testing.T) {
 	// the sticky error, as if they had been staged a moment earlier. Large
 	// records fill the WAL writer's blocks, which is when it takes up the
 	// failure and starts refusing records, by panicking.
-	big := []Event{{Type: TypeQueued, Job: "big", Kind: KindRun, Spec: []byte(strings.Repeat("x", 40<<10))}}
+	big := []event.Event{{Type: event.TypeQueued, Job: "big", Kind: event.KindRun, Spec: []byte(strings.Repeat("x", 40<<10))}}
 	var err error
 	for i := 0; i < 20 && !strings.Contains(fmt.Sprint(err), "panicked"); i++ {
 		l.failure.Store(nil)
@@ -284,7 +285,7 @@ func TestReadErrorsAreErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 50 {
-		if err := l.Append([]Event{{Type: TypeQueued, Job: fmt.Sprint("j", i), Kind: KindRun}}); err != nil {
+		if err := l.Append([]event.Event{{Type: event.TypeQueued, Job: fmt.Sprint("j", i), Kind: event.KindRun}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -302,7 +303,7 @@ func TestReadErrorsAreErrors(t *testing.T) {
 	}
 	defer l.Close()
 	f.armed.Store(true)
-	for _, q := range []Query{{}, {ReadAhead: true}, {Job: "j7"}, {Type: TypeQueued}, {After: 20}} {
+	for _, q := range []Query{{}, {ReadAhead: true}, {Job: "j7"}, {Type: event.TypeQueued}, {After: 20}} {
 		it := l.Query(q)
 		n := 0
 		for it.Next() {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/leaselog/leaselog/event"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -14,7 +15,7 @@ import (
 // worker, a time window (Since, Until) narrows what is read of the type index
 // or the log to the runs of the time index in the window (timeindex.go).
 type Query struct {
-	Type   Type
+	Type   event.Type
 	Job    string
 	Worker string
 	After  uint64 // only events with Seq > After (a cursor)
@@ -42,7 +43,7 @@ type Iter struct {
 	events *pebble.Iterator // nil for a scan of the log itself
 	prefix int              // length of the index prefix before the seq suffix
 	seen   int
-	ev     Event
+	ev     event.Event
 	key    []byte // scratch for event keys
 	err    error
 	primed bool
@@ -232,7 +233,7 @@ func (it *Iter) load() bool {
 		it.err = fmt.Errorf("eventlog: read seq %d: %w", seq, err)
 		return false
 	}
-	if err := decodeAliased(seq, val, &it.ev); err != nil {
+	if err := event.DecodeAliased(seq, val, &it.ev); err != nil {
 		it.err = err
 		return false
 	}
@@ -250,7 +251,7 @@ func (it *Iter) matches() bool {
 
 // Event returns the current event. It aliases the iterator's memory and is
 // valid until the next call to Next; Clone it to keep it.
-func (it *Iter) Event() *Event { return &it.ev }
+func (it *Iter) Event() *event.Event { return &it.ev }
 
 // Err returns the error that stopped the iteration, if any.
 func (it *Iter) Err() error { return it.err }

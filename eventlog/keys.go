@@ -3,6 +3,7 @@ package eventlog
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/leaselog/leaselog/event"
 )
 
 // Key prefixes. One byte each, so that every family is one contiguous span
@@ -46,9 +47,9 @@ func snapshotKey(dst []byte, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(dst, seq)
 }
 
-func typeIndexPrefix(dst []byte, t Type) []byte { return append(dst, prefixType, byte(t)) }
+func typeIndexPrefix(dst []byte, t event.Type) []byte { return append(dst, prefixType, byte(t)) }
 
-func typeIndexKey(dst []byte, t Type, seq uint64) []byte {
+func typeIndexKey(dst []byte, t event.Type, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(typeIndexPrefix(dst, t), seq)
 }
 

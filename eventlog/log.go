@@ -1,6 +1,6 @@
 // Package eventlog is leaselog's only source of truth: an append-only log of
-// lease events kept in Pebble. It owns the event record and its binary
-// encoding, the keyspace, the secondary indexes, snapshots, iteration, and the
+// lease events kept in Pebble. It stores the records of package event and
+// owns the keyspace, the secondary indexes, snapshots, iteration, and the
 // ordered group commit that makes appends durable. No other package imports
 // Pebble.
 //
@@ -44,6 +44,7 @@ package eventlog
 import (
 	"errors"
 	"fmt"
+	"github.com/leaselog/leaselog/event"
 	"os"
 	"strings"
 	"sync"
@@ -64,6 +65,15 @@ var ErrFailed = errors.New("eventlog: log failed; reopen to recover")
 // ErrLocked is returned by Open when another process (or another Log in this
 // one) has the store open: one writer per store.
 var ErrLocked = errors.New("eventlog: store in use by another process")
+
+// ErrCorrupt is returned, wrapped with the key or sequence number at fault,
+// when stored bytes cannot be what this package wrote. It is the record
+// codec's own sentinel, so one errors.Is covers a bad record and a bad key.
+var ErrCorrupt = event.ErrCorrupt
+
+// ErrNewerFormat is returned when a record or the store was written by a newer
+// format than this build reads.
+var ErrNewerFormat = event.ErrNewerFormat
 
 // ErrClosed is returned by calls on a closed log.
 var ErrClosed = errors.New("eventlog: closed")
@@ -304,7 +314,7 @@ func (c *Commit) Wait() error {
 // Append appends evs and returns once they are durable. It assigns each event
 // its sequence number (and, for TypeAcquired, its lease: the fencing token is
 // the acquired event's own sequence number) in place.
-func (l *Log) Append(evs []Event) error {
+func (l *Log) Append(evs []event.Event) error {
 	c, err := l.Stage(evs, nil)
 	if err != nil {
 		return err
@@ -326,7 +336,7 @@ func (l *Log) Append(evs []Event) error {
 // the pipeline; the archive records it returns are written in the same batch,
 // so that a record derived from an event is durable exactly when the event
 // is. An error from derive writes nothing, and is returned.
-func (l *Log) Stage(evs []Event, derive func(evs []Event) ([]Record, error)) (*Commit, error) {
+func (l *Log) Stage(evs []event.Event, derive func(evs []event.Event) ([]Record, error)) (*Commit, error) {
 	if len(evs) == 0 {
 		return nil, errors.New("eventlog: append of no events")
 	}
@@ -350,7 +360,7 @@ func (l *Log) Stage(evs []Event, derive func(evs []Event) ([]Record, error)) (*C
 	for i := range evs {
 		e := &evs[i]
 		e.Seq = first + uint64(i)
-		if e.Type == TypeAcquired {
+		if e.Type == event.TypeAcquired {
 			e.Lease = e.Seq
 		}
 		if err := l.addLocked(b, e, &run); err != nil {
@@ -403,11 +413,11 @@ func (l *Log) applyLocked(b *pebble.Batch, what string) (err error) {
 
 // addLocked writes e and its index entries into b, reusing l.mu.scratch. run
 // is the run of the event before e, and becomes e's.
-func (l *Log) addLocked(b *pebble.Batch, e *Event, run *runState) error {
+func (l *Log) addLocked(b *pebble.Batch, e *event.Event, run *runState) error {
 	s := l.mu.scratch[:0]
 	s = eventKey(s, e.Seq)
 	k := len(s)
-	s = appendRecord(s, e)
+	s = event.AppendRecord(s, e)
 	if err := b.Set(s[:k], s[k:], nil); err != nil {
 		return err
 	}
@@ -438,7 +448,7 @@ func (l *Log) addLocked(b *pebble.Batch, e *Event, run *runState) error {
 }
 
 // validate refuses what would corrupt the keyspace or could never be read back.
-func validate(e *Event) error {
+func validate(e *event.Event) error {
 	if !e.Type.Known() {
 		return fmt.Errorf("eventlog: append: unknown event type %d", e.Type)
 	}
@@ -573,16 +583,16 @@ func (l *Log) closeDB() {
 }
 
 // Get returns the event with sequence number seq, copied.
-func (l *Log) Get(seq uint64) (Event, error) {
+func (l *Log) Get(seq uint64) (event.Event, error) {
 	v, closer, err := l.db.Get(eventKey(nil, seq))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return Event{}, fmt.Errorf("eventlog: seq %d: %w", seq, ErrNotFound)
+		return event.Event{}, fmt.Errorf("eventlog: seq %d: %w", seq, ErrNotFound)
 	}
 	if err != nil {
-		return Event{}, fmt.Errorf("eventlog: get seq %d: %w", seq, err)
+		return event.Event{}, fmt.Errorf("eventlog: get seq %d: %w", seq, err)
 	}
 	defer closer.Close()
-	return Decode(seq, v)
+	return event.Decode(seq, v)
 }
 
 // ErrNotFound is returned by Get for a sequence number the log does not hold.

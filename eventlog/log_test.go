@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 )
 
@@ -23,9 +24,9 @@ func openMem(t testing.TB, fs vfs.FS) *eventlog.Log {
 	return l
 }
 
-func collect(t testing.TB, it *eventlog.Iter) []eventlog.Event {
+func collect(t testing.TB, it *eventlog.Iter) []event.Event {
 	t.Helper()
-	var out []eventlog.Event
+	var out []event.Event
 	for it.Next() {
 		out = append(out, it.Event().Clone())
 	}
@@ -35,7 +36,7 @@ func collect(t testing.TB, it *eventlog.Iter) []eventlog.Event {
 	return out
 }
 
-func seqs(evs []eventlog.Event) []uint64 {
+func seqs(evs []event.Event) []uint64 {
 	out := make([]uint64, len(evs))
 	for i, e := range evs {
 		out[i] = e.Seq
@@ -46,9 +47,9 @@ func seqs(evs []eventlog.Event) []uint64 {
 func TestAppendAssignsGapFreeSeqs(t *testing.T) {
 	l := openMem(t, vfs.NewMem())
 	defer l.Close()
-	batch := []eventlog.Event{
-		{Type: eventlog.TypeQueued, Job: "j1", Kind: eventlog.KindRun},
-		{Type: eventlog.TypeAcquired, Job: "j1", Worker: "w1"},
+	batch := []event.Event{
+		{Type: event.TypeQueued, Job: "j1", Kind: event.KindRun},
+		{Type: event.TypeAcquired, Job: "j1", Worker: "w1"},
 	}
 	if err := l.Append(batch); err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func TestAppendAssignsGapFreeSeqs(t *testing.T) {
 	if batch[0].Seq != 1 || batch[1].Seq != 2 || batch[1].Lease != 2 {
 		t.Fatalf("seqs %d,%d lease %d; want 1,2 lease 2 (an acquired event's lease is its seq)", batch[0].Seq, batch[1].Seq, batch[1].Lease)
 	}
-	if err := l.Append([]eventlog.Event{{Type: eventlog.TypeRunning, Job: "j1", Lease: 2, Worker: "w1"}}); err != nil {
+	if err := l.Append([]event.Event{{Type: event.TypeRunning, Job: "j1", Lease: 2, Worker: "w1"}}); err != nil {
 		t.Fatal(err)
 	}
 	got := collect(t, l.Iter(1))
@@ -84,7 +85,7 @@ func TestConcurrentAppendersKeepOrder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				ev := []eventlog.Event{{Type: eventlog.TypeHeartbeat, Job: fmt.Sprintf("j%d", w), Worker: fmt.Sprintf("w%d", w), Lease: uint64(i + 1)}}
+				ev := []event.Event{{Type: event.TypeHeartbeat, Job: fmt.Sprintf("j%d", w), Worker: fmt.Sprintf("w%d", w), Lease: uint64(i + 1)}}
 				if err := l.Append(ev); err != nil {
 					t.Error(err)
 					return
@@ -122,7 +123,7 @@ func TestOnCommitSeesEveryCommit(t *testing.T) {
 	}
 	defer l.Close()
 	for i := 0; i < 3; i++ {
-		if err := l.Append([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}}); err != nil {
+		if err := l.Append([]event.Event{{Type: event.TypeDaemonStarted}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -136,7 +137,7 @@ func TestOnCommitSeesEveryCommit(t *testing.T) {
 func TestStagedEventsInvisibleToIteratorsUntilDurable(t *testing.T) {
 	l := openMem(t, vfs.NewMem())
 	defer l.Close()
-	c, err := l.Stage([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}}, nil)
+	c, err := l.Stage([]event.Event{{Type: event.TypeDaemonStarted}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,14 +159,14 @@ func TestStagedEventsInvisibleToIteratorsUntilDurable(t *testing.T) {
 func TestQueryUsesIndexes(t *testing.T) {
 	l := openMem(t, vfs.NewMem())
 	defer l.Close()
-	evs := []eventlog.Event{
-		{Type: eventlog.TypeQueued, Job: "a", Kind: eventlog.KindRun},
-		{Type: eventlog.TypeQueued, Job: "ab", Kind: eventlog.KindRun}, // "a" must not match "ab"
-		{Type: eventlog.TypeAcquired, Job: "a", Worker: "w1"},
-		{Type: eventlog.TypeAcquired, Job: "ab", Worker: "w2"},
-		{Type: eventlog.TypeStaleReport, Job: "a", Lease: 3, Worker: "w1", Time: 100},
-		{Type: eventlog.TypeStaleReport, Job: "ab", Lease: 4, Worker: "w2", Time: 200},
-		{Type: eventlog.TypeStaleReport, Job: "a", Lease: 3, Worker: "w1", Time: 300},
+	evs := []event.Event{
+		{Type: event.TypeQueued, Job: "a", Kind: event.KindRun},
+		{Type: event.TypeQueued, Job: "ab", Kind: event.KindRun}, // "a" must not match "ab"
+		{Type: event.TypeAcquired, Job: "a", Worker: "w1"},
+		{Type: event.TypeAcquired, Job: "ab", Worker: "w2"},
+		{Type: event.TypeStaleReport, Job: "a", Lease: 3, Worker: "w1", Time: 100},
+		{Type: event.TypeStaleReport, Job: "ab", Lease: 4, Worker: "w2", Time: 200},
+		{Type: event.TypeStaleReport, Job: "a", Lease: 3, Worker: "w1", Time: 300},
 	}
 	if err := l.Append(evs); err != nil {
 		t.Fatal(err)
@@ -177,10 +178,10 @@ func TestQueryUsesIndexes(t *testing.T) {
 		{eventlog.Query{Job: "a"}, []uint64{1, 3, 5, 7}},
 		{eventlog.Query{Job: "ab"}, []uint64{2, 4, 6}},
 		{eventlog.Query{Worker: "w2"}, []uint64{4, 6}},
-		{eventlog.Query{Type: eventlog.TypeStaleReport}, []uint64{5, 6, 7}},
-		{eventlog.Query{Type: eventlog.TypeStaleReport, Job: "a"}, []uint64{5, 7}},
-		{eventlog.Query{Type: eventlog.TypeStaleReport, Worker: "w1", After: 5}, []uint64{7}},
-		{eventlog.Query{Type: eventlog.TypeStaleReport, Since: 150, Until: 300}, []uint64{6}},
+		{eventlog.Query{Type: event.TypeStaleReport}, []uint64{5, 6, 7}},
+		{eventlog.Query{Type: event.TypeStaleReport, Job: "a"}, []uint64{5, 7}},
+		{eventlog.Query{Type: event.TypeStaleReport, Worker: "w1", After: 5}, []uint64{7}},
+		{eventlog.Query{Type: event.TypeStaleReport, Since: 150, Until: 300}, []uint64{6}},
 		{eventlog.Query{Limit: 2, After: 1}, []uint64{2, 3}},
 		{eventlog.Query{Job: "nobody"}, nil},
 	} {
@@ -193,13 +194,13 @@ func TestQueryUsesIndexes(t *testing.T) {
 func TestAppendRefusesWhatWouldCorruptTheKeyspace(t *testing.T) {
 	l := openMem(t, vfs.NewMem())
 	defer l.Close()
-	for _, e := range []eventlog.Event{
+	for _, e := range []event.Event{
 		{Type: 0},
 		{Type: 200},
-		{Type: eventlog.TypeQueued, Job: "a\x00b"},
-		{Type: eventlog.TypeQueued, Worker: strings.Repeat("w", eventlog.MaxIDLen+1)},
+		{Type: event.TypeQueued, Job: "a\x00b"},
+		{Type: event.TypeQueued, Worker: strings.Repeat("w", eventlog.MaxIDLen+1)},
 	} {
-		if err := l.Append([]eventlog.Event{e}); err == nil {
+		if err := l.Append([]event.Event{e}); err == nil {
 			t.Errorf("Append(%+v) succeeded", e)
 		}
 	}
@@ -211,18 +212,18 @@ func TestAppendRefusesWhatWouldCorruptTheKeyspace(t *testing.T) {
 func TestReopenContinuesTheSequence(t *testing.T) {
 	fs := vfs.NewMem()
 	l := openMem(t, fs)
-	if err := l.Append([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}, {Type: eventlog.TypeDaemonStopping}}); err != nil {
+	if err := l.Append([]event.Event{{Type: event.TypeDaemonStarted}, {Type: event.TypeDaemonStopping}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Append([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}}); !errors.Is(err, eventlog.ErrClosed) {
+	if err := l.Append([]event.Event{{Type: event.TypeDaemonStarted}}); !errors.Is(err, eventlog.ErrClosed) {
 		t.Fatalf("append after close: %v", err)
 	}
 	l = openMem(t, fs)
 	defer l.Close()
-	e := []eventlog.Event{{Type: eventlog.TypeDaemonStarted}}
+	e := []event.Event{{Type: event.TypeDaemonStarted}}
 	if err := l.Append(e); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestReopenContinuesTheSequence(t *testing.T) {
 		t.Fatalf("seq after reopen %d, want 3", e[0].Seq)
 	}
 	got, err := l.Get(2)
-	if err != nil || got.Type != eventlog.TypeDaemonStopping {
+	if err != nil || got.Type != event.TypeDaemonStopping {
 		t.Fatalf("Get(2) = %+v, %v", got, err)
 	}
 	if _, err := l.Get(9); !errors.Is(err, eventlog.ErrNotFound) {
@@ -257,7 +258,7 @@ func TestSnapshots(t *testing.T) {
 	}
 	defer l.Close()
 	for i := 0; i < 4; i++ {
-		if err := l.Append([]eventlog.Event{{Type: eventlog.TypeDaemonStarted}}); err != nil {
+		if err := l.Append([]event.Event{{Type: event.TypeDaemonStarted}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"fmt"
+	"github.com/leaselog/leaselog/event"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -112,7 +113,7 @@ func (it *Iter) nextAhead() bool {
 			}
 			seq, rec := ra.cur.seqs[ra.pos], ra.cur.buf[start:ra.cur.ends[ra.pos]]
 			ra.pos++
-			if err := decodeAliased(seq, rec, &it.ev); err != nil {
+			if err := event.DecodeAliased(seq, rec, &it.ev); err != nil {
 				it.err = err
 				return false
 			}

@@ -9,6 +9,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 // A snapshot is an opaque serialisation of the projection as of a sequence
 // number, stored beside the log so that a restart replays only the tail. The
 // log does not interpret it; it only guards it with a checksum and keeps the

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/leaselog/leaselog/event"
 	"math"
 	"slices"
 
@@ -201,7 +202,7 @@ func (l *Log) indexRuns(from, last uint64, run *runState, write, mark bool) (mis
 			return 0, err
 		}
 		defer it.Close()
-		var e Event
+		var e event.Event
 		var s []byte
 		for ok := it.First(); ok; ok = it.Next() {
 			seq, err := seqSuffix(it.Key())
@@ -212,7 +213,7 @@ func (l *Log) indexRuns(from, last uint64, run *runState, write, mark bool) (mis
 			if err != nil {
 				return missing, fmt.Errorf("read seq %d: %w", seq, err)
 			}
-			if err := decodeAliased(seq, v, &e); err != nil {
+			if err := event.DecodeAliased(seq, v, &e); err != nil {
 				return missing, err
 			}
 			if !run.starts(e.Time) {

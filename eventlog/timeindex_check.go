@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/leaselog/leaselog/event"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -41,7 +42,7 @@ func (l *Log) CheckTimeIndex() error {
 	defer runs.Close()
 
 	var run runState
-	var e Event
+	var e event.Event
 	var clock []byte
 	n := 0
 	indexed := runs.First()
@@ -54,7 +55,7 @@ func (l *Log) CheckTimeIndex() error {
 		if err != nil {
 			return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
 		}
-		if err := decodeAliased(seq, v, &e); err != nil {
+		if err := event.DecodeAliased(seq, v, &e); err != nil {
 			return err
 		}
 		if !run.starts(e.Time) {

@@ -3,6 +3,7 @@ package eventlog
 import (
 	"errors"
 	"fmt"
+	"github.com/leaselog/leaselog/event"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -43,19 +44,19 @@ func randomTimes(r *rand.Rand, n int) []int64 {
 // randomLog appends n events with randomTimes in batches of random sizes,
 // reopening the log now and then (the last run is recovered at Open), and
 // returns the open log and what it holds.
-func randomLog(t *testing.T, r *rand.Rand, fs vfs.FS, n int) (*Log, []Event) {
+func randomLog(t *testing.T, r *rand.Rand, fs vfs.FS, n int) (*Log, []event.Event) {
 	t.Helper()
 	l, err := Open("data", Options{FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	times := randomTimes(r, n)
-	var all []Event
+	var all []event.Event
 	for len(all) < n {
 		k := min(1+r.IntN(8), n-len(all))
-		batch := make([]Event, k)
+		batch := make([]event.Event, k)
 		for i := range batch {
-			batch[i] = Event{Type: Type(1 + r.IntN(3)), Time: times[len(all)+i], Job: fmt.Sprintf("j%d", r.IntN(4))}
+			batch[i] = event.Event{Type: event.Type(1 + r.IntN(3)), Time: times[len(all)+i], Job: fmt.Sprintf("j%d", r.IntN(4))}
 		}
 		if err := l.Append(batch); err != nil {
 			t.Fatal(err)
@@ -75,7 +76,7 @@ func randomLog(t *testing.T, r *rand.Rand, fs vfs.FS, n int) (*Log, []Event) {
 
 // bruteForce answers q by filtering every event, as Query did before the
 // time index.
-func bruteForce(all []Event, q Query) []uint64 {
+func bruteForce(all []event.Event, q Query) []uint64 {
 	var out []uint64
 	for _, e := range all {
 		if q.Limit > 0 && len(out) >= q.Limit {
@@ -105,7 +106,7 @@ func querySeqs(t *testing.T, l *Log, q Query) []uint64 {
 // randomQuery picks a query with a time window whose bounds are near the
 // log's times: on them, a nanosecond either side, on second boundaries, or
 // far away; one bound or both.
-func randomQuery(r *rand.Rand, all []Event) Query {
+func randomQuery(r *rand.Rand, all []event.Event) Query {
 	bound := func() int64 {
 		t := all[r.IntN(len(all))].Time
 		switch r.IntN(6) {
@@ -128,7 +129,7 @@ func randomQuery(r *rand.Rand, all []Event) Query {
 		q.Until = all[r.IntN(len(all))].Time + 1
 	}
 	if r.IntN(2) == 0 {
-		q.Type = Type(1 + r.IntN(3))
+		q.Type = event.Type(1 + r.IntN(3))
 	}
 	if r.IntN(6) == 0 {
 		q.Job = fmt.Sprintf("j%d", r.IntN(4))
@@ -299,9 +300,9 @@ func TestTimeIndexBackfill(t *testing.T) {
 	check(l, "tail indexed")
 
 	// And appends carry on from the recovered run.
-	more := make([]Event, 50)
+	more := make([]event.Event, 50)
 	for i, tm := range randomTimes(r, len(more)) {
-		more[i] = Event{Type: TypeQueued, Time: tm, Job: "j9"}
+		more[i] = event.Event{Type: event.TypeQueued, Time: tm, Job: "j9"}
 	}
 	if err := l.Append(more); err != nil {
 		t.Fatal(err)
@@ -341,19 +342,19 @@ func TestTimeIndexRuns(t *testing.T) {
 	defer l.Close()
 	const s = int64(1e9)
 	times := []int64{5 * s, 5*s + 1, 6 * s, 6*s + s - 1, 5 * s, -1, -1, 0}
-	var evs []Event
+	var evs []event.Event
 	for _, tm := range times {
-		evs = append(evs, Event{Type: TypeDaemonStarted, Time: tm})
+		evs = append(evs, event.Event{Type: event.TypeDaemonStarted, Time: tm})
 	}
 	if err := l.Append(evs); err != nil {
 		t.Fatal(err)
 	}
 	// A batch refused part-way leaves the run where it was.
-	bad := []Event{{Type: TypeDaemonStarted, Time: 9 * s}, {Type: TypeDaemonStarted, Time: 9 * s, Job: strings.Repeat("x", MaxIDLen+1)}}
+	bad := []event.Event{{Type: event.TypeDaemonStarted, Time: 9 * s}, {Type: event.TypeDaemonStarted, Time: 9 * s, Job: strings.Repeat("x", MaxIDLen+1)}}
 	if err := l.Append(bad); err == nil {
 		t.Fatal("append of an oversized job id succeeded")
 	}
-	if err := l.Append([]Event{{Type: TypeDaemonStarted, Time: 0}}); err != nil {
+	if err := l.Append([]event.Event{{Type: event.TypeDaemonStarted, Time: 0}}); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
@@ -393,9 +394,9 @@ func TestCorruptTimeIndexIsNamed(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { l.Close() })
-		var evs []Event
+		var evs []event.Event
 		for i := range 6 {
-			evs = append(evs, Event{Type: TypeQueued, Job: "j", Kind: KindRun, Time: int64(i/2) * s})
+			evs = append(evs, event.Event{Type: event.TypeQueued, Job: "j", Kind: event.KindRun, Time: int64(i/2) * s})
 		}
 		if err := l.Append(evs); err != nil {
 			t.Fatal(err)
@@ -413,7 +414,7 @@ func TestCorruptTimeIndexIsNamed(t *testing.T) {
 		{"short run key", func(l *Log) error { return l.db.Set([]byte{prefixRun, 0, 0, 0, 0, 0, 0, 0, 3, 0}, nil, pebble.Sync) }, []byte{prefixRun, 0, 0, 0, 0, 0, 0, 0, 3, 0}, nil},
 		// A query that follows the log (After) reads the runs by seq.
 		{"short run value", func(l *Log) error { return l.db.Set(runKey(nil, 5), []byte{1, 2, 3}, pebble.Sync) }, runKey(nil, 5),
-			[]Query{{Type: TypeQueued, Since: 1, Until: 3 * s, After: 4}, {Since: 1, After: 5}}},
+			[]Query{{Type: event.TypeQueued, Since: 1, Until: 3 * s, After: 4}, {Since: 1, After: 5}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := setup(t)
@@ -422,7 +423,7 @@ func TestCorruptTimeIndexIsNamed(t *testing.T) {
 			}
 			qs := tc.qs
 			if qs == nil {
-				qs = []Query{{Type: TypeQueued, Since: 1, Until: 2 * s}, {Since: 1, Until: 2 * s}}
+				qs = []Query{{Type: event.TypeQueued, Since: 1, Until: 2 * s}, {Since: 1, Until: 2 * s}}
 			}
 			for _, q := range qs {
 				it := l.Query(q)
@@ -441,7 +442,7 @@ func TestCorruptTimeIndexIsNamed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Append([]Event{{Type: TypeDaemonStarted, Time: s}}); err != nil {
+		if err := l.Append([]event.Event{{Type: event.TypeDaemonStarted, Time: s}}); err != nil {
 			t.Fatal(err)
 		}
 		b := l.db.NewBatch()

@@ -22,7 +22,7 @@ import (
 
 	lfsm "github.com/looplab/fsm"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 )
 
 // State is the state of a job.
@@ -82,9 +82,9 @@ func (s State) Live() bool { return s == Acquired || s == Running }
 func (s State) Terminal() bool { return s == Reported || s == Cancelled || s == Failed }
 
 // Kinds lists the job kinds the machine is declared for.
-func Kinds() []eventlog.Kind { return []eventlog.Kind{eventlog.KindRun, eventlog.KindEvaluation} }
+func Kinds() []event.Kind { return []event.Kind{event.KindRun, event.KindEvaluation} }
 
-func ev(t eventlog.Type, dst State, src ...State) lfsm.EventDesc {
+func ev(t event.Type, dst State, src ...State) lfsm.EventDesc {
 	d := lfsm.EventDesc{Name: t.String(), Dst: dst.String()}
 	for _, s := range src {
 		d.Src = append(d.Src, s.String())
@@ -95,35 +95,35 @@ func ev(t eventlog.Type, dst State, src ...State) lfsm.EventDesc {
 // Declaration is the single definition of the machine for a kind, in the form
 // looplab/fsm takes. A self-transition (heartbeat, revoke) is declared once per
 // source state, since each keeps its own state.
-func Declaration(k eventlog.Kind) lfsm.Events {
+func Declaration(k event.Kind) lfsm.Events {
 	events := lfsm.Events{
-		ev(eventlog.TypeQueued, Queued, None),
-		ev(eventlog.TypeAcquired, Acquired, Queued),
-		ev(eventlog.TypeRunning, Running, Acquired),
-		ev(eventlog.TypeHeartbeat, Acquired, Acquired),
-		ev(eventlog.TypeHeartbeat, Running, Running),
-		ev(eventlog.TypeRevoked, Acquired, Acquired),
-		ev(eventlog.TypeRevoked, Running, Running),
+		ev(event.TypeQueued, Queued, None),
+		ev(event.TypeAcquired, Acquired, Queued),
+		ev(event.TypeRunning, Running, Acquired),
+		ev(event.TypeHeartbeat, Acquired, Acquired),
+		ev(event.TypeHeartbeat, Running, Running),
+		ev(event.TypeRevoked, Acquired, Acquired),
+		ev(event.TypeRevoked, Running, Running),
 		// A worker may report without having started: a checkout that failed.
-		ev(eventlog.TypeReported, Reported, Acquired, Running),
+		ev(event.TypeReported, Reported, Acquired, Running),
 	}
 	switch k {
-	case eventlog.KindRun:
+	case event.KindRun:
 		events = append(events,
-			ev(eventlog.TypeCancelled, Cancelled, Queued),
+			ev(event.TypeCancelled, Cancelled, Queued),
 			// A run whose worker is lost fails: its agent's session cannot be resumed elsewhere.
 			// Lost is the same loss said by the worker itself rather than found by the sweeper.
-			ev(eventlog.TypeExpired, Failed, Acquired, Running),
-			ev(eventlog.TypeLost, Failed, Acquired, Running),
+			ev(event.TypeExpired, Failed, Acquired, Running),
+			ev(event.TypeLost, Failed, Acquired, Running),
 		)
-	case eventlog.KindEvaluation:
+	case event.KindEvaluation:
 		events = append(events,
 			// An evaluation whose worker is lost goes back to the queue; if it had been
 			// revoked, it is cancelled instead of queued.
-			ev(eventlog.TypeExpired, Expired, Acquired, Running),
-			ev(eventlog.TypeLost, Expired, Acquired, Running),
-			ev(eventlog.TypeQueued, Queued, Expired),
-			ev(eventlog.TypeCancelled, Cancelled, Queued, Expired),
+			ev(event.TypeExpired, Expired, Acquired, Running),
+			ev(event.TypeLost, Expired, Acquired, Running),
+			ev(event.TypeQueued, Queued, Expired),
+			ev(event.TypeCancelled, Cancelled, Queued, Expired),
 		)
 	default:
 		return nil
@@ -133,12 +133,12 @@ func Declaration(k eventlog.Kind) lfsm.Events {
 
 // table[kind][state][type] is the state after the event, plus one; 0 means the
 // event is not allowed in that state.
-var table [3][numStates][eventlog.NumTypes]uint8
+var table [3][numStates][event.NumTypes]uint8
 
 func init() {
 	for _, k := range Kinds() {
 		for s := None; s < numStates; s++ {
-			for _, t := range eventlog.Types() {
+			for _, t := range event.Types() {
 				dst, ok, err := viaLibrary(k, s, t)
 				if err != nil {
 					panic(err) // the declaration itself is broken: nothing can run
@@ -154,7 +154,7 @@ func init() {
 // viaLibrary asks looplab/fsm what the declaration says event t does to a job
 // of kind k in state s. It builds a fresh FSM per question and so is slow; it is
 // for init and tests only.
-func viaLibrary(k eventlog.Kind, s State, t eventlog.Type) (State, bool, error) {
+func viaLibrary(k event.Kind, s State, t event.Type) (State, bool, error) {
 	m := lfsm.NewFSM(s.String(), Declaration(k), nil)
 	if !m.Can(t.String()) {
 		return None, false, nil
@@ -171,8 +171,8 @@ func viaLibrary(k eventlog.Kind, s State, t eventlog.Type) (State, bool, error) 
 // Next returns the state a job of kind k in state s is in after event t, and
 // whether t is allowed there at all. Events that are not job transitions
 // (stale reports, worker and daemon events) are never allowed.
-func Next(k eventlog.Kind, s State, t eventlog.Type) (State, bool) {
-	if int(k) >= len(table) || s >= numStates || int(t) >= eventlog.NumTypes {
+func Next(k event.Kind, s State, t event.Type) (State, bool) {
+	if int(k) >= len(table) || s >= numStates || int(t) >= event.NumTypes {
 		return None, false
 	}
 	v := table[k][s][t]
@@ -184,7 +184,7 @@ func Next(k eventlog.Kind, s State, t eventlog.Type) (State, bool) {
 
 // Diagram renders the machine for kind k as a Mermaid state diagram, as drawn
 // by looplab/fsm, with the None pseudo-state shown as Mermaid's start [*].
-func Diagram(k eventlog.Kind) (string, error) {
+func Diagram(k event.Kind) (string, error) {
 	m := lfsm.NewFSM(None.String(), Declaration(k), nil)
 	out, err := lfsm.VisualizeForMermaidWithGraphType(m, lfsm.StateDiagram)
 	if err != nil {

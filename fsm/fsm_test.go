@@ -7,7 +7,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 )
 
 // TestTableMatchesLibrary checks every (kind, state, event) cell of the derived
@@ -16,7 +16,7 @@ func TestTableMatchesLibrary(t *testing.T) {
 	cells := 0
 	for _, k := range Kinds() {
 		for s := None; s < numStates; s++ {
-			for _, typ := range eventlog.Types() {
+			for _, typ := range event.Types() {
 				want, wantOK, err := viaLibrary(k, s, typ)
 				if err != nil {
 					t.Fatal(err)
@@ -29,7 +29,7 @@ func TestTableMatchesLibrary(t *testing.T) {
 			}
 		}
 	}
-	if want := len(Kinds()) * int(numStates) * (eventlog.NumTypes - 1); cells != want {
+	if want := len(Kinds()) * int(numStates) * (event.NumTypes - 1); cells != want {
 		t.Fatalf("checked %d cells, want %d", cells, want)
 	}
 }
@@ -38,35 +38,35 @@ func TestTableMatchesLibrary(t *testing.T) {
 // the declaration that drops one fails here and not in production.
 func TestLeasesPageEdges(t *testing.T) {
 	for _, tc := range []struct {
-		kind     eventlog.Kind
+		kind     event.Kind
 		from     State
-		event    eventlog.Type
+		event    event.Type
 		to       State
 		accepted bool
 	}{
-		{eventlog.KindRun, None, eventlog.TypeQueued, Queued, true},
-		{eventlog.KindRun, Queued, eventlog.TypeAcquired, Acquired, true},
-		{eventlog.KindRun, Acquired, eventlog.TypeRunning, Running, true},
-		{eventlog.KindRun, Running, eventlog.TypeHeartbeat, Running, true},
-		{eventlog.KindRun, Running, eventlog.TypeReported, Reported, true},
-		{eventlog.KindRun, Acquired, eventlog.TypeExpired, Failed, true},
-		{eventlog.KindRun, Running, eventlog.TypeExpired, Failed, true},
-		{eventlog.KindRun, Queued, eventlog.TypeCancelled, Cancelled, true},
-		{eventlog.KindEvaluation, Acquired, eventlog.TypeExpired, Expired, true},
-		{eventlog.KindEvaluation, Running, eventlog.TypeExpired, Expired, true},
-		{eventlog.KindEvaluation, Expired, eventlog.TypeQueued, Queued, true},
+		{event.KindRun, None, event.TypeQueued, Queued, true},
+		{event.KindRun, Queued, event.TypeAcquired, Acquired, true},
+		{event.KindRun, Acquired, event.TypeRunning, Running, true},
+		{event.KindRun, Running, event.TypeHeartbeat, Running, true},
+		{event.KindRun, Running, event.TypeReported, Reported, true},
+		{event.KindRun, Acquired, event.TypeExpired, Failed, true},
+		{event.KindRun, Running, event.TypeExpired, Failed, true},
+		{event.KindRun, Queued, event.TypeCancelled, Cancelled, true},
+		{event.KindEvaluation, Acquired, event.TypeExpired, Expired, true},
+		{event.KindEvaluation, Running, event.TypeExpired, Expired, true},
+		{event.KindEvaluation, Expired, event.TypeQueued, Queued, true},
 		// A loss the worker reports is an expiry: a run fails, an evaluation is queued again.
-		{eventlog.KindRun, Acquired, eventlog.TypeLost, Failed, true},
-		{eventlog.KindRun, Running, eventlog.TypeLost, Failed, true},
-		{eventlog.KindEvaluation, Acquired, eventlog.TypeLost, Expired, true},
-		{eventlog.KindEvaluation, Running, eventlog.TypeLost, Expired, true},
-		{eventlog.KindEvaluation, Queued, eventlog.TypeLost, None, false},
-		{eventlog.KindRun, Reported, eventlog.TypeLost, None, false},
-		{eventlog.KindRun, Expired, eventlog.TypeQueued, None, false},
-		{eventlog.KindRun, Reported, eventlog.TypeReported, None, false},
-		{eventlog.KindRun, Queued, eventlog.TypeRunning, None, false},
-		{eventlog.KindRun, Running, eventlog.TypeStaleReport, None, false},
-		{eventlog.KindEvaluation, Cancelled, eventlog.TypeAcquired, None, false},
+		{event.KindRun, Acquired, event.TypeLost, Failed, true},
+		{event.KindRun, Running, event.TypeLost, Failed, true},
+		{event.KindEvaluation, Acquired, event.TypeLost, Expired, true},
+		{event.KindEvaluation, Running, event.TypeLost, Expired, true},
+		{event.KindEvaluation, Queued, event.TypeLost, None, false},
+		{event.KindRun, Reported, event.TypeLost, None, false},
+		{event.KindRun, Expired, event.TypeQueued, None, false},
+		{event.KindRun, Reported, event.TypeReported, None, false},
+		{event.KindRun, Queued, event.TypeRunning, None, false},
+		{event.KindRun, Running, event.TypeStaleReport, None, false},
+		{event.KindEvaluation, Cancelled, event.TypeAcquired, None, false},
 	} {
 		got, ok := Next(tc.kind, tc.from, tc.event)
 		if ok != tc.accepted || (ok && got != tc.to) {
@@ -76,13 +76,13 @@ func TestLeasesPageEdges(t *testing.T) {
 }
 
 func TestNextOutOfRange(t *testing.T) {
-	if _, ok := Next(eventlog.Kind(9), Queued, eventlog.TypeAcquired); ok {
+	if _, ok := Next(event.Kind(9), Queued, event.TypeAcquired); ok {
 		t.Error("unknown kind accepted")
 	}
-	if _, ok := Next(eventlog.KindRun, State(200), eventlog.TypeAcquired); ok {
+	if _, ok := Next(event.KindRun, State(200), event.TypeAcquired); ok {
 		t.Error("unknown state accepted")
 	}
-	if _, ok := Next(eventlog.KindRun, Queued, eventlog.Type(200)); ok {
+	if _, ok := Next(event.KindRun, Queued, event.Type(200)); ok {
 		t.Error("unknown type accepted")
 	}
 }
@@ -107,7 +107,7 @@ func TestDiagram(t *testing.T) {
 		case "diagram":
 			var kind string
 			d.ScanArgs(t, "kind", &kind)
-			k, err := eventlog.ParseKind(kind)
+			k, err := event.ParseKind(kind)
 			if err != nil {
 				return err.Error()
 			}
@@ -119,14 +119,14 @@ func TestDiagram(t *testing.T) {
 		case "table":
 			var kind string
 			d.ScanArgs(t, "kind", &kind)
-			k, err := eventlog.ParseKind(kind)
+			k, err := event.ParseKind(kind)
 			if err != nil {
 				return err.Error()
 			}
 			var b strings.Builder
 			for _, s := range append([]State{None}, States()...) {
 				var moves []string
-				for _, typ := range eventlog.Types() {
+				for _, typ := range event.Types() {
 					if to, ok := Next(k, s, typ); ok {
 						moves = append(moves, fmt.Sprintf("%s→%s", typ, to))
 					}
@@ -145,7 +145,7 @@ func TestDiagram(t *testing.T) {
 func BenchmarkNext(b *testing.B) {
 	var s State
 	for i := 0; i < b.N; i++ {
-		s, _ = Next(eventlog.KindEvaluation, Running, eventlog.TypeHeartbeat)
+		s, _ = Next(event.KindEvaluation, Running, event.TypeHeartbeat)
 	}
 	_ = s
 }

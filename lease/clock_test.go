@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/lease"
@@ -33,14 +34,14 @@ func TestEveryCommandRecordsAbsenceFirst(t *testing.T) {
 		{"start", func(s *lease.Service) error { _, err := s.Start(ctx, "w1", busyEval); return err }},
 		{"heartbeat", func(s *lease.Service) error { _, err := s.Heartbeat(ctx, "w1", []uint64{busyRun}); return err }},
 		{"report", func(s *lease.Service) error {
-			_, err := s.Report(ctx, "w1", busyRun, lease.Report{Outcome: eventlog.OutcomeSucceeded})
+			_, err := s.Report(ctx, "w1", busyRun, lease.Report{Outcome: event.OutcomeSucceeded})
 			return err
 		}},
 		{"report lost", func(s *lease.Service) error {
-			_, err := s.Report(ctx, "w1", busyEval, lease.Report{Outcome: eventlog.OutcomeLost})
+			_, err := s.Report(ctx, "w1", busyEval, lease.Report{Outcome: event.OutcomeLost})
 			return err
 		}},
-		{"submit", func(s *lease.Service) error { _, _, err := s.Submit(ctx, "new", eventlog.KindRun, nil); return err }},
+		{"submit", func(s *lease.Service) error { _, _, err := s.Submit(ctx, "new", event.KindRun, nil); return err }},
 		{"cancel", func(s *lease.Service) error { _, err := s.Cancel(ctx, "q1"); return err }},
 		{"kill", func(s *lease.Service) error { _, err := s.Kill(ctx, "r1"); return err }},
 		{"stop", func(s *lease.Service) error { return s.Stop(ctx) }},
@@ -56,11 +57,11 @@ func TestEveryCommandRecordsAbsenceFirst(t *testing.T) {
 			f.must(tc.call(f.svc))
 			f.must(f.svc.Sweep()) // records the gap if the command did not
 			evs := eventsAfter(t, f.log, last)
-			if len(evs) == 0 || evs[0].Type != eventlog.TypeDaemonResumed || evs[0].Gap < int64(jump) {
+			if len(evs) == 0 || evs[0].Type != event.TypeDaemonResumed || evs[0].Gap < int64(jump) {
 				t.Fatalf("after a gap of %v, %s appended %v; want daemon.resumed first", jump, tc.name, evs)
 			}
 			for _, e := range evs {
-				if e.Type == eventlog.TypeExpired || e.Type == eventlog.TypeWorkerUnreachable || (e.Type == eventlog.TypeDaemonResumed && e.Seq != evs[0].Seq) {
+				if e.Type == event.TypeExpired || e.Type == event.TypeWorkerUnreachable || (e.Type == event.TypeDaemonResumed && e.Seq != evs[0].Seq) {
 					t.Errorf("%s after the gap: %s", tc.name, e.String())
 				}
 			}
@@ -78,7 +79,7 @@ func TestEveryCommandRecordsAbsenceFirst(t *testing.T) {
 func TestWallClockStepsExpireNothing(t *testing.T) {
 	wall, boot := clocktest.New(clocktest.Epoch), clocktest.New(time.Unix(5000, 0))
 	f := newLifeFixture(t, wall, boot)
-	_, _, err := f.svc.Submit(ctx, "r1", eventlog.KindRun, nil)
+	_, _, err := f.svc.Submit(ctx, "r1", event.KindRun, nil)
 	f.must(err)
 	gs, err := f.svc.Acquire(ctx, "w1", 1)
 	f.must(err)
@@ -99,7 +100,7 @@ func TestWallClockStepsExpireNothing(t *testing.T) {
 	}
 	evs := eventsAfter(t, f.log, last)
 	for _, e := range evs {
-		if e.Type == eventlog.TypeExpired || e.Type == eventlog.TypeDaemonResumed {
+		if e.Type == event.TypeExpired || e.Type == event.TypeDaemonResumed {
 			t.Fatalf("after wall-clock steps: %s", e.String())
 		}
 	}
@@ -119,7 +120,7 @@ func TestWallClockStepsExpireNothing(t *testing.T) {
 func TestSuspendIsAbsence(t *testing.T) {
 	wall, boot := clocktest.New(clocktest.Epoch), clocktest.New(time.Unix(5000, 0))
 	f := newLifeFixture(t, wall, boot)
-	_, _, err := f.svc.Submit(ctx, "r1", eventlog.KindRun, nil)
+	_, _, err := f.svc.Submit(ctx, "r1", event.KindRun, nil)
 	f.must(err)
 	gs, err := f.svc.Acquire(ctx, "w1", 1)
 	f.must(err)
@@ -130,7 +131,7 @@ func TestSuspendIsAbsence(t *testing.T) {
 	f.must(err)
 	f.must(f.svc.Sweep())
 	evs := eventsAfter(t, f.log, last)
-	if len(evs) != 2 || evs[0].Type != eventlog.TypeDaemonResumed || evs[0].Gap != int64(time.Hour) || evs[1].Type != eventlog.TypeHeartbeat {
+	if len(evs) != 2 || evs[0].Type != event.TypeDaemonResumed || evs[0].Gap != int64(time.Hour) || evs[1].Type != event.TypeHeartbeat {
 		t.Fatalf("after a suspend of 1h: %v; want daemon.resumed{1h}, then the heartbeat", evs)
 	}
 }
@@ -148,7 +149,7 @@ func TestShortSleepIsAbsence(t *testing.T) {
 	t.Cleanup(func() { _ = f.log.Close() })
 	awake := func(d time.Duration) { wall.Advance(d); boot.Advance(d); mono.Advance(d) }
 	sleep := 3 * testConfig.Renew // past the fence's slack of 2×renew, short of grace
-	_, _, err := f.svc.Submit(ctx, "r1", eventlog.KindRun, nil)
+	_, _, err := f.svc.Submit(ctx, "r1", event.KindRun, nil)
 	f.must(err)
 	gs, err := f.svc.Acquire(ctx, "w1", 1)
 	f.must(err)
@@ -157,10 +158,10 @@ func TestShortSleepIsAbsence(t *testing.T) {
 	awake(testConfig.Renew)
 	wall.Advance(sleep)
 	boot.Advance(sleep)
-	_, _, err = f.svc.Submit(ctx, "r2", eventlog.KindRun, nil) // any command that writes
+	_, _, err = f.svc.Submit(ctx, "r2", event.KindRun, nil) // any command that writes
 	f.must(err)
 	evs := eventsAfter(t, f.log, last)
-	if len(evs) == 0 || evs[0].Type != eventlog.TypeDaemonResumed || evs[0].Gap != int64(sleep) {
+	if len(evs) == 0 || evs[0].Type != event.TypeDaemonResumed || evs[0].Gap != int64(sleep) {
 		t.Fatalf("after a sleep of %v: %v; want daemon.resumed{%v} first", sleep, evs, sleep)
 	}
 
@@ -191,7 +192,7 @@ func TestWallClockBridgesRestarts(t *testing.T) {
 	wall, boot := clocktest.New(clocktest.Epoch), clocktest.New(time.Unix(5000, 0))
 	f := newLifeFixture(t, wall, boot)
 	boot.Advance(30 * time.Second)
-	_, _, err := f.svc.Submit(ctx, "r1", eventlog.KindRun, nil)
+	_, _, err := f.svc.Submit(ctx, "r1", event.KindRun, nil)
 	f.must(err)
 	f.must(f.log.Close())
 	for _, tc := range []struct {
@@ -208,7 +209,7 @@ func TestWallClockBridgesRestarts(t *testing.T) {
 		f.open()
 		e, err := f.log.Get(f.log.LastSeq())
 		f.must(err)
-		if e.Type != eventlog.TypeDaemonStarted || e.Gap != int64(tc.gap) || !time.Unix(0, e.Time).Equal(tc.started) {
+		if e.Type != event.TypeDaemonStarted || e.Gap != int64(tc.gap) || !time.Unix(0, e.Time).Equal(tc.started) {
 			t.Errorf("%s: %s at %v, want daemon.started gap=%v at %v", tc.name, e.String(), time.Unix(0, e.Time).UTC(), tc.gap, tc.started)
 		}
 		f.must(f.log.Close())
@@ -253,10 +254,10 @@ func (f *lifeFixture) must(err error) {
 	}
 }
 
-func eventsAfter(t *testing.T, log *eventlog.Log, seq uint64) []eventlog.Event {
+func eventsAfter(t *testing.T, log *eventlog.Log, seq uint64) []event.Event {
 	t.Helper()
 	it := log.Iter(seq + 1)
-	var out []eventlog.Event
+	var out []event.Event
 	for it.Next() {
 		out = append(out, it.Event().Clone())
 	}

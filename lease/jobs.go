@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/projection"
 )
@@ -20,11 +20,11 @@ const MaxSpecLen = 256 << 10
 // refused with ErrJobExists. The spec must be a JSON object; it is stored in
 // canonical form (keys sorted, no spaces), so two encodings of the same object
 // are the same spec.
-func (s *Service) Submit(ctx context.Context, id string, kind eventlog.Kind, spec []byte) (projection.Job, bool, error) {
+func (s *Service) Submit(ctx context.Context, id string, kind event.Kind, spec []byte) (projection.Job, bool, error) {
 	if err := CheckID("job", id); err != nil {
 		return projection.Job{}, false, err
 	}
-	if kind != eventlog.KindRun && kind != eventlog.KindEvaluation {
+	if kind != event.KindRun && kind != event.KindEvaluation {
 		return projection.Job{}, false, fmt.Errorf("%w: kind must be run or evaluation", ErrInvalid)
 	}
 	spec, err := canonicalSpec(spec)
@@ -51,7 +51,7 @@ func (s *Service) Submit(ctx context.Context, id string, kind eventlog.Kind, spe
 		s.mu.Unlock()
 		return projection.Job{}, false, ErrStopping
 	}
-	_, c, err := s.commitLocked(s.now(), []eventlog.Event{{Type: eventlog.TypeQueued, Job: id, Kind: kind, Spec: spec}})
+	_, c, err := s.commitLocked(s.now(), []event.Event{{Type: event.TypeQueued, Job: id, Kind: kind, Spec: spec}})
 	if err == nil {
 		j, _ = s.mu.table.Job(id)
 	}
@@ -96,15 +96,15 @@ func compactJSON(b []byte) ([]byte, error) {
 // once; a leased one is revoked, and its worker is told at its next heartbeat
 // and still reports. A job that has ended is returned as it is.
 func (s *Service) Cancel(ctx context.Context, id string) (projection.Job, error) {
-	return s.revoke(ctx, id, eventlog.RevokeCancel)
+	return s.revoke(ctx, id, event.RevokeCancel)
 }
 
 // Kill is Cancel that tells the worker to stop the job at once.
 func (s *Service) Kill(ctx context.Context, id string) (projection.Job, error) {
-	return s.revoke(ctx, id, eventlog.RevokeKill)
+	return s.revoke(ctx, id, event.RevokeKill)
 }
 
-func (s *Service) revoke(ctx context.Context, id string, mode eventlog.RevokeMode) (projection.Job, error) {
+func (s *Service) revoke(ctx context.Context, id string, mode event.RevokeMode) (projection.Job, error) {
 	if err := CheckID("job", id); err != nil {
 		return projection.Job{}, err
 	}
@@ -119,17 +119,17 @@ func (s *Service) revoke(ctx context.Context, id string, mode eventlog.RevokeMod
 		}
 		return j, err
 	}
-	var evs []eventlog.Event
+	var evs []event.Event
 	switch {
 	case j.State == fsm.Queued:
-		reason := eventlog.ReasonCancelled
-		if mode == eventlog.RevokeKill {
-			reason = eventlog.ReasonKilled
+		reason := event.ReasonCancelled
+		if mode == event.RevokeKill {
+			reason = event.ReasonKilled
 		}
-		evs = []eventlog.Event{{Type: eventlog.TypeCancelled, Job: id, Reason: reason}}
+		evs = []event.Event{{Type: event.TypeCancelled, Job: id, Reason: reason}}
 	case j.State.Live():
 		if l, _ := s.mu.table.Lease(j.Lease); l.Mode < mode {
-			evs = []eventlog.Event{{Type: eventlog.TypeRevoked, Job: id, Lease: l.ID, Worker: l.Worker, Mode: mode}}
+			evs = []event.Event{{Type: event.TypeRevoked, Job: id, Lease: l.ID, Worker: l.Worker, Mode: mode}}
 		}
 	}
 	if len(evs) == 0 {
@@ -165,11 +165,11 @@ func (s *Service) Stop(ctx context.Context) error {
 		return nil
 	}
 	s.mu.stopping = true
-	var evs []eventlog.Event
+	var evs []event.Event
 	for _, j := range s.mu.table.Queued(0) {
-		evs = append(evs, eventlog.Event{Type: eventlog.TypeCancelled, Job: j.ID, Reason: eventlog.ReasonDaemonStopped})
+		evs = append(evs, event.Event{Type: event.TypeCancelled, Job: j.ID, Reason: event.ReasonDaemonStopped})
 	}
-	evs = append(evs, eventlog.Event{Type: eventlog.TypeDaemonStopping})
+	evs = append(evs, event.Event{Type: event.TypeDaemonStopping})
 	_, c, err := s.commitLocked(s.now(), evs)
 	close(s.mu.queued) // wake every waiting acquire: it will find the daemon stopping
 	s.mu.queued = make(chan struct{})

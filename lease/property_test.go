@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"pgregory.net/rapid"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/internal/clocktest"
@@ -108,8 +109,8 @@ func (h *harness) table() (snap []byte, jobs []projection.Job, leases []projecti
 var (
 	jobIDs    = rapid.SampledFrom([]string{"j0", "j1", "j2", "j3", "j4"})
 	workerIDs = rapid.SampledFrom([]string{"w0", "w1", "w2"})
-	kinds     = rapid.SampledFrom([]eventlog.Kind{eventlog.KindRun, eventlog.KindEvaluation})
-	outcomes  = rapid.SampledFrom([]eventlog.Outcome{eventlog.OutcomeSucceeded, eventlog.OutcomeFailed, eventlog.OutcomeCancelled, eventlog.OutcomeKilled, eventlog.OutcomeLost})
+	kinds     = rapid.SampledFrom([]event.Kind{event.KindRun, event.KindEvaluation})
+	outcomes  = rapid.SampledFrom([]event.Outcome{event.OutcomeSucceeded, event.OutcomeFailed, event.OutcomeCancelled, event.OutcomeKilled, event.OutcomeLost})
 )
 
 func (h *harness) someLease(t *rapid.T) uint64 {
@@ -217,7 +218,7 @@ func (h *harness) baseActions() map[string]func(*rapid.T) {
 				t.Fatal(err)
 			}
 			evs := h.eventsAfter(before)
-			if len(evs) != 1 || evs[0].Type != eventlog.TypeDaemonResumed || evs[0].Gap < d {
+			if len(evs) != 1 || evs[0].Type != event.TypeDaemonResumed || evs[0].Gap < d {
 				t.Fatalf("sweep after an absence of %v appended %v", time.Duration(d), evs)
 			}
 		},
@@ -237,11 +238,11 @@ func (h *harness) baseActions() map[string]func(*rapid.T) {
 				t.Fatal(err)
 			}
 			evs := h.eventsAfter(before)
-			if len(evs) == 0 || evs[0].Type != eventlog.TypeDaemonResumed || evs[0].Gap < d {
+			if len(evs) == 0 || evs[0].Type != event.TypeDaemonResumed || evs[0].Gap < d {
 				t.Fatalf("a heartbeat and a sweep after an absence of %v appended %v", time.Duration(d), evs)
 			}
 			for _, e := range evs[1:] {
-				if e.Type != eventlog.TypeHeartbeat && e.Type != eventlog.TypeWorkerReachable {
+				if e.Type != event.TypeHeartbeat && e.Type != event.TypeWorkerReachable {
 					t.Fatalf("after an absence of %v: %s", time.Duration(d), e.String())
 				}
 			}
@@ -322,7 +323,7 @@ func (h *harness) report(t *rapid.T) {
 			t.Fatalf("stale report on lease %d changed the table", id)
 		}
 		rec, err := h.log.Get(a.Seq)
-		if err != nil || rec.Type != eventlog.TypeStaleReport || rec.Lease != id || rec.Ref != r.Ref || rec.Outcome != r.Outcome || rec.Worker != w {
+		if err != nil || rec.Type != event.TypeStaleReport || rec.Lease != id || rec.Ref != r.Ref || rec.Outcome != r.Outcome || rec.Worker != w {
 			t.Fatalf("stale report answered seq %d, which holds %+v (%v)", a.Seq, rec, err)
 		}
 		key := fmt.Sprint(id, w, r.Outcome, r.Ref)
@@ -341,9 +342,9 @@ func (h *harness) report(t *rapid.T) {
 	}
 }
 
-func (h *harness) eventsAfter(seq uint64) []eventlog.Event {
+func (h *harness) eventsAfter(seq uint64) []event.Event {
 	it := h.log.Iter(seq + 1)
-	var out []eventlog.Event
+	var out []event.Event
 	for it.Next() {
 		out = append(out, it.Event().Clone())
 	}
@@ -394,7 +395,7 @@ func (h *harness) check(t *rapid.T) {
 	}
 	// 5. Nothing double-counted: attempts are the accepted reports, one at most.
 	reported := map[string]int{}
-	it := h.log.Query(eventlog.Query{Type: eventlog.TypeReported})
+	it := h.log.Query(eventlog.Query{Type: event.TypeReported})
 	for it.Next() {
 		reported[strings.Clone(it.Event().Job)]++ // the event aliases the iterator: keys must be copies
 	}
@@ -423,7 +424,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestServiceProperties(t *testing.T) {
-	seen := map[eventlog.Type]int{}
+	seen := map[event.Type]int{}
 	rapid.Check(t, func(t *rapid.T) {
 		h := newHarness(t)
 		defer h.close()

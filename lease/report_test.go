@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -23,21 +23,21 @@ func TestLongReportsAreKept(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		r     lease.Report
-		check func(t *testing.T, e eventlog.Event)
+		check func(t *testing.T, e event.Event)
 	}{
-		{"reason", lease.Report{Outcome: eventlog.OutcomeFailed, Reason: reason}, func(t *testing.T, e eventlog.Event) {
+		{"reason", lease.Report{Outcome: event.OutcomeFailed, Reason: reason}, func(t *testing.T, e event.Event) {
 			checkCut(t, "reason", reason, e.Reason, lease.MaxReasonLen)
 		}},
-		{"ref", lease.Report{Outcome: eventlog.OutcomeSucceeded, Ref: ref}, func(t *testing.T, e eventlog.Event) {
+		{"ref", lease.Report{Outcome: event.OutcomeSucceeded, Ref: ref}, func(t *testing.T, e event.Event) {
 			checkCut(t, "ref", ref, e.Ref, lease.MaxRefLen)
 		}},
-		{"result", lease.Report{Outcome: eventlog.OutcomeSucceeded, Reason: "done", Result: []byte(bigResult)}, func(t *testing.T, e eventlog.Event) {
+		{"result", lease.Report{Outcome: event.OutcomeSucceeded, Reason: "done", Result: []byte(bigResult)}, func(t *testing.T, e event.Event) {
 			want := fmt.Sprintf("done [result of %d bytes dropped: over the %d-byte limit]", len(bigResult), lease.MaxResultLen)
 			if len(e.Result) != 0 || e.Reason != want {
 				t.Errorf("result of %d bytes: kept %d bytes, reason %q; want none and %q", len(bigResult), len(e.Result), e.Reason, want)
 			}
 		}},
-		{"result and reason", lease.Report{Outcome: eventlog.OutcomeLost, Reason: reason, Result: []byte(bigResult)}, func(t *testing.T, e eventlog.Event) {
+		{"result and reason", lease.Report{Outcome: event.OutcomeLost, Reason: reason, Result: []byte(bigResult)}, func(t *testing.T, e event.Event) {
 			if len(e.Reason) > lease.MaxReasonLen || !strings.HasSuffix(e.Reason, "-byte limit]") || !strings.Contains(e.Reason, "…[cut ") || len(e.Result) != 0 {
 				t.Errorf("long reason and result: reason of %d bytes ending %q, result of %d", len(e.Reason), e.Reason[len(e.Reason)-80:], len(e.Result))
 			}
@@ -62,7 +62,7 @@ func TestLongReportsAreKept(t *testing.T) {
 	f := newFixture(t)
 	f.busy()
 	last := f.log.LastSeq()
-	_, err := f.svc.Report(ctx, "w1", busyRun, lease.Report{Outcome: eventlog.OutcomeSucceeded, Result: []byte(`{"score":`)})
+	_, err := f.svc.Report(ctx, "w1", busyRun, lease.Report{Outcome: event.OutcomeSucceeded, Result: []byte(`{"score":`)})
 	if !errors.Is(err, lease.ErrInvalid) || f.log.LastSeq() != last {
 		t.Fatalf("malformed result: %v, log at %d (was %d); want ErrInvalid and nothing recorded", err, f.log.LastSeq(), last)
 	}

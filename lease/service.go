@@ -28,6 +28,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
@@ -141,7 +142,7 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 		gap = max(0, now-table.LastTime())
 	}
 	s.mu.lastSeen, s.mu.snapAt = now, now
-	_, c, err := s.commitLocked(now, []eventlog.Event{{Type: eventlog.TypeDaemonStarted, Gap: gap}})
+	_, c, err := s.commitLocked(now, []event.Event{{Type: event.TypeDaemonStarted, Gap: gap}})
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -174,7 +175,7 @@ func (s *Service) Log() *eventlog.Log { return s.log }
 // hides no gap, since none was pending). commitLocked applies it to every
 // command's events; Sweep, which judges deadlines, calls it through
 // commitLocked before it judges.
-func (s *Service) awakeLocked(now int64) []eventlog.Event {
+func (s *Service) awakeLocked(now int64) []event.Event {
 	if sl, ok := s.clock.(sleeper); ok {
 		s.mu.sleptNow = sl.Slept()
 	}
@@ -185,7 +186,7 @@ func (s *Service) awakeLocked(now int64) []eventlog.Event {
 		s.mu.lastSeen, s.mu.slept = max(s.mu.lastSeen, now), s.mu.sleptNow
 		return nil
 	}
-	return []eventlog.Event{{Type: eventlog.TypeDaemonResumed, Gap: gap}}
+	return []event.Event{{Type: event.TypeDaemonResumed, Gap: gap}}
 }
 
 // minSleep is the shortest sleep of the host taken as absence: shorter than
@@ -197,7 +198,7 @@ const minSleep = time.Millisecond
 // any. It returns the events as staged (numbered; a resume first), and nil
 // with no commit when there is nothing to stage. The caller must Wait on the
 // commit, outside the lock, before telling anyone about the events.
-func (s *Service) commitLocked(now int64, evs []eventlog.Event) ([]eventlog.Event, *eventlog.Commit, error) {
+func (s *Service) commitLocked(now int64, evs []event.Event) ([]event.Event, *eventlog.Commit, error) {
 	if s.mu.err != nil {
 		return nil, nil, s.mu.err
 	}
@@ -217,7 +218,7 @@ func (s *Service) commitLocked(now int64, evs []eventlog.Event) ([]eventlog.Even
 	// The events are folded once numbered, before they enter the pipeline,
 	// so that the archive records of the jobs they end go in the same batch.
 	folded := false
-	c, err := s.log.Stage(evs, func(evs []eventlog.Event) ([]eventlog.Record, error) {
+	c, err := s.log.Stage(evs, func(evs []event.Event) ([]eventlog.Record, error) {
 		folded = true
 		for i := range evs {
 			if err := s.mu.table.Apply(&evs[i]); err != nil {
@@ -239,7 +240,7 @@ func (s *Service) commitLocked(now int64, evs []eventlog.Event) ([]eventlog.Even
 	s.mu.lastSeen, s.mu.slept = max(s.mu.lastSeen, now), s.mu.sleptNow
 	queued := false
 	for i := range evs {
-		queued = queued || evs[i].Type == eventlog.TypeQueued
+		queued = queued || evs[i].Type == event.TypeQueued
 		s.logEvent(&evs[i])
 	}
 	if queued {
@@ -299,9 +300,9 @@ func (s *Service) Err() error {
 	return s.failedLocked()
 }
 
-func (s *Service) logEvent(e *eventlog.Event) {
+func (s *Service) logEvent(e *event.Event) {
 	lvl := zerolog.InfoLevel
-	if e.Type == eventlog.TypeHeartbeat {
+	if e.Type == event.TypeHeartbeat {
 		lvl = zerolog.DebugLevel
 	}
 	ev := s.logger.WithLevel(lvl)

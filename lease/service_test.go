@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/lease"
@@ -64,8 +65,8 @@ func (f *fixture) must(err error) {
 func (f *fixture) busy() {
 	for _, j := range []struct {
 		id   string
-		kind eventlog.Kind
-	}{{"r1", eventlog.KindRun}, {"e1", eventlog.KindEvaluation}, {"r2", eventlog.KindRun}, {"q1", eventlog.KindRun}} {
+		kind event.Kind
+	}{{"r1", event.KindRun}, {"e1", event.KindEvaluation}, {"r2", event.KindRun}, {"q1", event.KindRun}} {
 		_, _, err := f.svc.Submit(ctx, j.id, j.kind, nil)
 		f.must(err)
 	}
@@ -73,7 +74,7 @@ func (f *fixture) busy() {
 	f.must(err)
 	_, err = f.svc.Start(ctx, "w1", gs[0].Lease)
 	f.must(err)
-	_, err = f.svc.Report(ctx, "w1", gs[2].Lease, lease.Report{Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"})
+	_, err = f.svc.Report(ctx, "w1", gs[2].Lease, lease.Report{Outcome: event.OutcomeSucceeded, Ref: "refs/x"})
 	f.must(err)
 	_, err = f.svc.Kill(ctx, "e1")
 	f.must(err)
@@ -104,7 +105,7 @@ func TestRestartRebuildsTheSameTable(t *testing.T) {
 			f.must(tab.Apply(it.Event()))
 		}
 		f.must(it.Close())
-		if last, err := f.log.Get(n + 1); err != nil || last.Type != eventlog.TypeDaemonStarted {
+		if last, err := f.log.Get(n + 1); err != nil || last.Type != event.TypeDaemonStarted {
 			t.Fatalf("seq %d after the restart is %v (%v), want daemon.started", n+1, last.String(), err)
 		}
 		rebuilt := tab.Snapshot()
@@ -125,7 +126,7 @@ func TestAbsenceExpiresNothing(t *testing.T) {
 	f.must(f.svc.Sweep())
 	e, err := f.log.Get(last + 1)
 	f.must(err)
-	if e.Type != eventlog.TypeDaemonResumed || e.Gap < int64(10*testConfig.Toleration) || f.log.LastSeq() != last+1 {
+	if e.Type != event.TypeDaemonResumed || e.Gap < int64(10*testConfig.Toleration) || f.log.LastSeq() != last+1 {
 		t.Fatalf("the sweep after the jump appended %v (last seq %d), want daemon.resumed alone", e.String(), f.log.LastSeq())
 	}
 	var silentLeases []projection.Lease
@@ -143,7 +144,7 @@ func TestAbsenceExpiresNothing(t *testing.T) {
 	}
 	j, err := f.svc.Job(ctx, "r1")
 	f.must(err)
-	if j.State.String() != "failed" || j.Reason != eventlog.ReasonWorkerLost {
+	if j.State.String() != "failed" || j.Reason != event.ReasonWorkerLost {
 		t.Fatalf("r1 is %s (%q) after 2×toleration of real silence", j.State, j.Reason)
 	}
 }
@@ -176,16 +177,16 @@ func TestFailedServiceRefusesEverything(t *testing.T) {
 	f := newFixture(t)
 	f.busy()
 	f.must(f.log.Close()) // the store goes away under the service
-	if _, _, err := f.svc.Submit(ctx, "new", eventlog.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
+	if _, _, err := f.svc.Submit(ctx, "new", event.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
 		t.Fatalf("submit on a closed log: %v, want ErrFailed", err)
 	}
 	for name, call := range map[string]func() error{
-		"submit again": func() error { _, _, err := f.svc.Submit(ctx, "r1", eventlog.KindRun, nil); return err },
+		"submit again": func() error { _, _, err := f.svc.Submit(ctx, "r1", event.KindRun, nil); return err },
 		"acquire":      func() error { _, err := f.svc.Acquire(ctx, "w1", 1); return err },
 		"heartbeat":    func() error { _, err := f.svc.Heartbeat(ctx, "w1", nil); return err },
 		"start":        func() error { _, err := f.svc.Start(ctx, "w1", 5); return err },
 		"report": func() error {
-			_, err := f.svc.Report(ctx, "w1", 5, lease.Report{Outcome: eventlog.OutcomeFailed})
+			_, err := f.svc.Report(ctx, "w1", 5, lease.Report{Outcome: event.OutcomeFailed})
 			return err
 		},
 		"cancel": func() error { _, err := f.svc.Cancel(ctx, "q1"); return err },

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/projection"
 )
@@ -31,20 +32,20 @@ func (s *Service) Sweep() error {
 		s.mu.Unlock()
 		return err
 	}
-	var evs []eventlog.Event
+	var evs []event.Event
 	leases, workers := s.mu.table.Silent(now, int64(s.cfg.Grace), int64(s.cfg.Toleration))
 	for _, w := range workers {
-		evs = append(evs, eventlog.Event{Type: eventlog.TypeWorkerUnreachable, Worker: w.ID})
+		evs = append(evs, event.Event{Type: event.TypeWorkerUnreachable, Worker: w.ID})
 	}
 	for _, l := range leases {
-		reason := eventlog.ReasonLeaseExpired
+		reason := event.ReasonLeaseExpired
 		switch {
-		case l.Kind == eventlog.KindRun:
-			reason = eventlog.ReasonWorkerLost
+		case l.Kind == event.KindRun:
+			reason = event.ReasonWorkerLost
 		case l.Mode != 0:
-			reason = eventlog.ReasonRevokedLost
+			reason = event.ReasonRevokedLost
 		}
-		evs = lost(evs, l, eventlog.Event{Type: eventlog.TypeExpired, Reason: reason}, eventlog.ReasonLeaseExpired)
+		evs = lost(evs, l, event.Event{Type: event.TypeExpired, Reason: reason}, event.ReasonLeaseExpired)
 	}
 	_, c, err := s.commitLocked(now, evs)
 	s.mu.Unlock()
@@ -72,15 +73,15 @@ func (s *Service) Sweep() error {
 // for a job to stop does not want it to run again. A run fails with the loss
 // itself: its agent's session cannot be resumed elsewhere. Either way the
 // loss is never an attempt.
-func lost(evs []eventlog.Event, l projection.Lease, loss eventlog.Event, requeue string) []eventlog.Event {
+func lost(evs []event.Event, l projection.Lease, loss event.Event, requeue string) []event.Event {
 	loss.Job, loss.Lease, loss.Worker = l.Job, l.ID, l.Worker
 	evs = append(evs, loss)
 	switch {
-	case l.Kind == eventlog.KindRun:
+	case l.Kind == event.KindRun:
 	case l.Mode != 0:
-		evs = append(evs, eventlog.Event{Type: eventlog.TypeCancelled, Job: l.Job, Reason: eventlog.ReasonRevokedLost})
+		evs = append(evs, event.Event{Type: event.TypeCancelled, Job: l.Job, Reason: event.ReasonRevokedLost})
 	default:
-		evs = append(evs, eventlog.Event{Type: eventlog.TypeQueued, Job: l.Job, Reason: requeue})
+		evs = append(evs, event.Event{Type: event.TypeQueued, Job: l.Job, Reason: requeue})
 	}
 	return evs
 }

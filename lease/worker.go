@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/projection"
@@ -63,7 +64,7 @@ func (s *Service) acquire(worker string, n int) ([]Grant, <-chan struct{}, error
 	evs := s.reachableLocked(worker, nil)
 	jobs := t.Queued(n)
 	for _, j := range jobs {
-		evs = append(evs, eventlog.Event{Type: eventlog.TypeAcquired, Job: j.ID, Worker: worker})
+		evs = append(evs, event.Event{Type: event.TypeAcquired, Job: j.ID, Worker: worker})
 	}
 	if len(evs) == 0 {
 		wake := s.mu.queued
@@ -74,7 +75,7 @@ func (s *Service) acquire(worker string, n int) ([]Grant, <-chan struct{}, error
 	var grants []Grant
 	if err == nil {
 		for _, e := range evs {
-			if e.Type == eventlog.TypeAcquired {
+			if e.Type == event.TypeAcquired {
 				j, _ := t.Job(e.Job)
 				grants = append(grants, Grant{Lease: e.Lease, Job: j})
 			}
@@ -92,9 +93,9 @@ func (s *Service) acquire(worker string, n int) ([]Grant, <-chan struct{}, error
 
 // reachableLocked appends worker.reachable to evs if worker is marked
 // unreachable: any call from a worker proves it is there.
-func (s *Service) reachableLocked(worker string, evs []eventlog.Event) []eventlog.Event {
+func (s *Service) reachableLocked(worker string, evs []event.Event) []event.Event {
 	if w, ok := s.mu.table.Worker(worker); ok && w.Unreachable {
-		evs = append(evs, eventlog.Event{Type: eventlog.TypeWorkerReachable, Worker: worker})
+		evs = append(evs, event.Event{Type: event.TypeWorkerReachable, Worker: worker})
 	}
 	return evs
 }
@@ -137,7 +138,7 @@ func (s *Service) Start(ctx context.Context, worker string, id uint64) (projecti
 		return l, s.log.WaitDurable(seq, ctx.Done())
 	}
 	evs := s.reachableLocked(worker, nil)
-	evs = append(evs, eventlog.Event{Type: eventlog.TypeRunning, Job: l.Job, Lease: id, Worker: worker})
+	evs = append(evs, event.Event{Type: event.TypeRunning, Job: l.Job, Lease: id, Worker: worker})
 	_, c, err := s.commitLocked(s.now(), evs)
 	if err == nil {
 		l, _ = s.mu.table.Lease(id)
@@ -183,7 +184,7 @@ func (s *Service) Heartbeat(ctx context.Context, worker string, ids []uint64) ([
 	if err := s.lock(); err != nil {
 		return nil, err
 	}
-	evs := s.reachableLocked(worker, make([]eventlog.Event, 0, len(ids)+1))
+	evs := s.reachableLocked(worker, make([]event.Event, 0, len(ids)+1))
 	seen := make(map[uint64]bool, len(ids))
 	for _, id := range ids {
 		if seen[id] {
@@ -193,7 +194,7 @@ func (s *Service) Heartbeat(ctx context.Context, worker string, ids []uint64) ([
 		d := LeaseDirective{Lease: id, Directive: Gone}
 		if l, ok := s.mu.table.Lease(id); ok && l.Worker == worker && l.Live() {
 			d.Directive = directiveOf(l.Mode)
-			evs = append(evs, eventlog.Event{Type: eventlog.TypeHeartbeat, Job: l.Job, Lease: id, Worker: worker})
+			evs = append(evs, event.Event{Type: event.TypeHeartbeat, Job: l.Job, Lease: id, Worker: worker})
 		}
 		out = append(out, d)
 	}
@@ -210,11 +211,11 @@ func (s *Service) Heartbeat(ctx context.Context, worker string, ids []uint64) ([
 	return out, s.wait(c)
 }
 
-func directiveOf(m eventlog.RevokeMode) Directive {
+func directiveOf(m event.RevokeMode) Directive {
 	switch m {
-	case eventlog.RevokeCancel:
+	case event.RevokeCancel:
 		return Cancel
-	case eventlog.RevokeKill:
+	case event.RevokeKill:
 		return Kill
 	}
 	return Continue
@@ -222,10 +223,10 @@ func directiveOf(m eventlog.RevokeMode) Directive {
 
 // Report is what a worker says a job came to.
 type Report struct {
-	Outcome eventlog.Outcome // OutcomeLost: the worker lost the job (see Service.Report)
-	Ref     string           // the ref of the commits it brings back
-	Reason  string           // optional, free text
-	Result  json.RawMessage  // optional JSON
+	Outcome event.Outcome   // OutcomeLost: the worker lost the job (see Service.Report)
+	Ref     string          // the ref of the commits it brings back
+	Reason  string          // optional, free text
+	Result  json.RawMessage // optional JSON
 }
 
 // Answer is the reply to a report: the same answer for the same report, for
@@ -272,22 +273,22 @@ func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report
 		return Answer{}, err
 	}
 	a := Answer{Job: l.Job, Lease: id, Seq: l.ReportSeq}
-	var evs []eventlog.Event
-	answer := eventlog.TypeReported // the type of the event that answers
+	var evs []event.Event
+	answer := event.TypeReported // the type of the event that answers
 	switch {
 	case l.Live():
 		evs = s.reachableLocked(worker, nil)
-		if r.Outcome == eventlog.OutcomeLost {
-			answer = eventlog.TypeLost
-			evs = lost(evs, l, eventlog.Event{Type: eventlog.TypeLost, Ref: r.Ref, Reason: r.Reason, Result: r.Result}, eventlog.ReasonWorkerLost)
+		if r.Outcome == event.OutcomeLost {
+			answer = event.TypeLost
+			evs = lost(evs, l, event.Event{Type: event.TypeLost, Ref: r.Ref, Reason: r.Reason, Result: r.Result}, event.ReasonWorkerLost)
 		} else {
-			evs = append(evs, eventlog.Event{Type: eventlog.TypeReported, Job: l.Job, Lease: id, Worker: worker,
+			evs = append(evs, event.Event{Type: event.TypeReported, Job: l.Job, Lease: id, Worker: worker,
 				Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
 		}
 	case l.ReportSeq != 0: // reported (or lost) already: the first answer, byte for byte
 	default:
-		a.Stale, answer = true, eventlog.TypeStaleReport
-		e := eventlog.Event{Type: eventlog.TypeStaleReport, Job: l.Job, Lease: id, Worker: worker,
+		a.Stale, answer = true, event.TypeStaleReport
+		e := event.Event{Type: event.TypeStaleReport, Job: l.Job, Lease: id, Worker: worker,
 			Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result}
 		seq, ok, err := s.staleLocked(projection.StaleKeyOf(&e))
 		if err != nil {
@@ -331,7 +332,7 @@ func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report
 // check refuses what is malformed and keeps what is only long (see the
 // limits above), normalising r in place.
 func (r *Report) check() error {
-	if r.Outcome < eventlog.OutcomeSucceeded || r.Outcome > eventlog.OutcomeLost {
+	if r.Outcome < event.OutcomeSucceeded || r.Outcome > event.OutcomeLost {
 		return fmt.Errorf("%w: outcome must be succeeded, failed, cancelled, killed or lost", ErrInvalid)
 	}
 	if len(r.Result) > MaxResultLen {

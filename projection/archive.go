@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 )
 
@@ -20,8 +20,10 @@ import (
 // Records are encoded like snapshots (uvarints, length-prefixed strings) and
 // carry their own version, so a future build can read them beside new ones.
 
-// Record is an archive record.
-type Record = eventlog.Record
+// Record is an archive record: a key and its value. It is the very type of
+// eventlog.Record (both name the same plain struct), so the table's records
+// go to the log as they are, and the projection links no storage engine.
+type Record = struct{ Key, Value []byte }
 
 const archiveVersion = 1
 
@@ -123,13 +125,13 @@ func DecodeJob(id string, b []byte) (Job, error) {
 		return Job{}, fmt.Errorf("%w: job %q: version %d, this build reads %d", ErrArchive, id, v[0], archiveVersion)
 	}
 	j := Job{ID: id}
-	j.Kind = eventlog.Kind(r.uvarint())
+	j.Kind = event.Kind(r.uvarint())
 	j.State = fsm.State(r.uvarint())
 	j.Spec = clone(r.bytes())
 	j.Result = clone(r.bytes())
 	j.Attempts = int(r.uvarint())
 	j.Leases = int(r.uvarint())
-	j.Outcome = eventlog.Outcome(r.uvarint())
+	j.Outcome = event.Outcome(r.uvarint())
 	j.Reason = string(r.bytes())
 	j.Ref = string(r.bytes())
 	j.LastLease = r.uvarint()
@@ -152,10 +154,10 @@ func DecodeLease(id uint64, b []byte) (Lease, error) {
 	}
 	l := Lease{ID: id}
 	l.Job = string(r.bytes())
-	l.Kind = eventlog.Kind(r.uvarint())
+	l.Kind = event.Kind(r.uvarint())
 	l.Worker = string(r.bytes())
 	l.State = fsm.State(r.uvarint())
-	l.Mode = eventlog.RevokeMode(r.uvarint())
+	l.Mode = event.RevokeMode(r.uvarint())
 	l.Acquired = r.varint()
 	l.Heard = r.varint()
 	l.ReportSeq = r.uvarint()

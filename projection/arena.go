@@ -4,7 +4,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 )
 
 // arena hands out the table's job, lease and worker records from slabs, and
@@ -84,18 +84,18 @@ func (a *arena) str(s string) string { return strings.Clone(s) }
 // every expiry and are kept once.
 func (a *arena) reason(s string) string {
 	switch s {
-	case eventlog.ReasonWorkerLost:
-		return eventlog.ReasonWorkerLost
-	case eventlog.ReasonLeaseExpired:
-		return eventlog.ReasonLeaseExpired
-	case eventlog.ReasonRevokedLost:
-		return eventlog.ReasonRevokedLost
-	case eventlog.ReasonDaemonStopped:
-		return eventlog.ReasonDaemonStopped
-	case eventlog.ReasonCancelled:
-		return eventlog.ReasonCancelled
-	case eventlog.ReasonKilled:
-		return eventlog.ReasonKilled
+	case event.ReasonWorkerLost:
+		return event.ReasonWorkerLost
+	case event.ReasonLeaseExpired:
+		return event.ReasonLeaseExpired
+	case event.ReasonRevokedLost:
+		return event.ReasonRevokedLost
+	case event.ReasonDaemonStopped:
+		return event.ReasonDaemonStopped
+	case event.ReasonCancelled:
+		return event.ReasonCancelled
+	case event.ReasonKilled:
+		return event.ReasonKilled
 	}
 	return a.str(s)
 }

@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/internal/synth"
 	"github.com/leaselog/leaselog/projection"
 )
@@ -17,8 +17,8 @@ import (
 // rest is amortised: slabs of records, buffers and map growth.
 func BenchmarkFold(b *testing.B) {
 	const events = 200_000
-	var evs []eventlog.Event
-	if err := synth.Default.Events(1, events, func(batch []eventlog.Event) error {
+	var evs []event.Event
+	if err := synth.Default.Events(1, events, func(batch []event.Event) error {
 		for i := range batch {
 			evs = append(evs, batch[i].Clone())
 		}

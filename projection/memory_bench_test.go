@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/internal/synth"
 	"github.com/leaselog/leaselog/projection"
 )
@@ -44,7 +44,7 @@ func memory(b *testing.B, history, live, per int, unit string, mode projection.R
 		before := heap()
 		t := projection.New()
 		t.SetRetire(mode)
-		err := shape.Events(1, history, func(batch []eventlog.Event) error {
+		err := shape.Events(1, history, func(batch []event.Event) error {
 			for j := range batch {
 				if err := t.Apply(&batch[j]); err != nil {
 					return err

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 )
 
@@ -12,13 +12,13 @@ import (
 // memory and must not be modified.
 type Job struct {
 	ID        string
-	Kind      eventlog.Kind
+	Kind      event.Kind
 	State     fsm.State
 	Spec      []byte
 	Result    []byte
 	Attempts  int // accepted reports; expiries are never attempts
 	Leases    int // leases the job has had
-	Outcome   eventlog.Outcome
+	Outcome   event.Outcome
 	Reason    string
 	Ref       string
 	Lease     uint64 // the live lease, or 0
@@ -31,10 +31,10 @@ type Job struct {
 type Lease struct {
 	ID        uint64 // the fencing token
 	Job       string
-	Kind      eventlog.Kind
+	Kind      event.Kind
 	Worker    string
 	State     fsm.State // acquired, running, reported or expired (lost too)
-	Mode      eventlog.RevokeMode
+	Mode      event.RevokeMode
 	Acquired  int64
 	Heard     int64  // when its holder last spoke of it (Unix ns)
 	ReportSeq uint64 // the accepted report's seq (lease.reported, or lease.lost): the stored answer
@@ -91,7 +91,7 @@ func (t *Table) Job(id string) (Job, bool) {
 // JobFilter selects jobs; zero fields select all.
 type JobFilter struct {
 	State fsm.State
-	Kind  eventlog.Kind
+	Kind  event.Kind
 }
 
 // Selects reports whether f selects j.
@@ -152,7 +152,7 @@ func (t *Table) Lease(id uint64) (Lease, bool) {
 type LeaseFilter struct {
 	State  fsm.State
 	Worker string
-	Kind   eventlog.Kind
+	Kind   event.Kind
 }
 
 // Selects reports whether f selects l.

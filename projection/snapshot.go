@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 )
 
@@ -181,7 +181,7 @@ func Restore(b []byte) (*Table, error) {
 	for i := range jobs {
 		j := t.mem.newJob()
 		id := r.str()
-		j.kind = eventlog.Kind(r.uvarint())
+		j.kind = event.Kind(r.uvarint())
 		j.state = fsm.State(r.uvarint())
 		j.id, j.spec = t.mem.idAndBytes(id, r.bytes())
 		j.leases = int(r.uvarint())
@@ -193,7 +193,7 @@ func Restore(b []byte) (*Table, error) {
 		if r.err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
 		}
-		if _, ok := fsm.Next(j.kind, fsm.None, eventlog.TypeQueued); !ok || !validState(j.state) || j.state == fsm.None || j.state.Terminal() {
+		if _, ok := fsm.Next(j.kind, fsm.None, event.TypeQueued); !ok || !validState(j.state) || j.state == fsm.None || j.state.Terminal() {
 			return nil, fmt.Errorf("%w: job %q has kind %d, state %d", ErrSnapshot, j.id, j.kind, j.state)
 		}
 		if t.jobs[j.id] != nil {
@@ -220,7 +220,7 @@ func Restore(b []byte) (*Table, error) {
 		l.id = r.uvarint()
 		jp, wp := r.uvarint(), r.uvarint()
 		l.state = fsm.State(r.uvarint())
-		l.mode = eventlog.RevokeMode(r.uvarint())
+		l.mode = event.RevokeMode(r.uvarint())
 		l.acquired = r.varint()
 		l.heard = r.varint()
 		l.order.at = r.varint()

@@ -19,7 +19,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 )
 
@@ -47,21 +47,21 @@ type Table struct {
 	watched recency[worker, *worker] // reachable workers holding live leases, least recently heard first
 	nlive   int                      // live leases
 
-	counts [eventlog.NumTypes]uint64 // events applied, by type
-	jobsIn [fsm.NumStates]int        // jobs, by state
+	counts [event.NumTypes]uint64 // events applied, by type
+	jobsIn [fsm.NumStates]int     // jobs, by state
 
 	mem arena
 }
 
 type job struct {
 	id        string
-	kind      eventlog.Kind
+	kind      event.Kind
 	state     fsm.State
 	spec      []byte
 	result    []byte
 	attempts  int
 	leases    int
-	outcome   eventlog.Outcome
+	outcome   event.Outcome
 	reason    string
 	ref       string
 	current   *lease // the job's latest lease; live iff state is Acquired or Running
@@ -76,7 +76,7 @@ type lease struct {
 	job       *job
 	worker    *worker
 	state     fsm.State // Acquired, Running, Reported or Expired
-	mode      eventlog.RevokeMode
+	mode      event.RevokeMode
 	acquired  int64
 	heard     int64 // time of the worker's latest word on this lease
 	reportSeq uint64
@@ -107,7 +107,7 @@ func New() *Table {
 type StaleKey [16]byte
 
 // StaleKeyOf returns the fingerprint of the stale report carried by e.
-func StaleKeyOf(e *eventlog.Event) StaleKey {
+func StaleKeyOf(e *event.Event) StaleKey {
 	h := sha256.New()
 	var n [8]byte
 	field := func(b []byte) {
@@ -141,7 +141,7 @@ func (t *Table) Absence() int64 { return t.absence }
 func (t *Table) Present(wall int64) int64 { return wall - t.absence }
 
 // Count is how many events of type typ the table has applied.
-func (t *Table) Count(typ eventlog.Type) uint64 {
+func (t *Table) Count(typ event.Type) uint64 {
 	if int(typ) >= len(t.counts) {
 		return 0
 	}
@@ -152,7 +152,7 @@ func (t *Table) Count(typ eventlog.Type) uint64 {
 // sequence or one that is not a legal transition from the current state; a log
 // this module wrote never holds one. Apply does not keep e or any memory it
 // points to.
-func (t *Table) Apply(e *eventlog.Event) error {
+func (t *Table) Apply(e *event.Event) error {
 	if e.Seq != t.seq+1 {
 		return fmt.Errorf("projection: seq %d applied after seq %d", e.Seq, t.seq)
 	}
@@ -165,15 +165,15 @@ func (t *Table) Apply(e *eventlog.Event) error {
 	return nil
 }
 
-func (t *Table) apply(e *eventlog.Event) error {
+func (t *Table) apply(e *event.Event) error {
 	switch e.Type {
-	case eventlog.TypeQueued:
+	case event.TypeQueued:
 		return t.applyQueued(e)
-	case eventlog.TypeAcquired:
+	case event.TypeAcquired:
 		return t.applyAcquired(e)
-	case eventlog.TypeRunning, eventlog.TypeHeartbeat, eventlog.TypeRevoked, eventlog.TypeReported, eventlog.TypeExpired, eventlog.TypeLost:
+	case event.TypeRunning, event.TypeHeartbeat, event.TypeRevoked, event.TypeReported, event.TypeExpired, event.TypeLost:
 		return t.applyOnLease(e)
-	case eventlog.TypeCancelled:
+	case event.TypeCancelled:
 		j := t.jobs[e.Job]
 		if j == nil {
 			return errUnknownJob
@@ -187,9 +187,9 @@ func (t *Table) apply(e *eventlog.Event) error {
 		t.queue.forget()
 		t.retire(j)
 		return nil
-	case eventlog.TypeStaleReport:
+	case event.TypeStaleReport:
 		return t.applyStale(e)
-	case eventlog.TypeWorkerUnreachable:
+	case event.TypeWorkerUnreachable:
 		w := t.workers[e.Worker]
 		if w == nil || w.unreachable {
 			return fmt.Errorf("worker %q is not reachable", e.Worker)
@@ -197,7 +197,7 @@ func (t *Table) apply(e *eventlog.Event) error {
 		w.unreachable = true
 		t.watched.remove(w)
 		return nil
-	case eventlog.TypeWorkerReachable:
+	case event.TypeWorkerReachable:
 		w := t.workers[e.Worker]
 		if w == nil || !w.unreachable {
 			return fmt.Errorf("worker %q is not unreachable", e.Worker)
@@ -205,13 +205,13 @@ func (t *Table) apply(e *eventlog.Event) error {
 		w.unreachable = false
 		t.heardFrom(w, e.Time)
 		return nil
-	case eventlog.TypeDaemonStarted, eventlog.TypeDaemonResumed:
+	case event.TypeDaemonStarted, event.TypeDaemonResumed:
 		if e.Gap < 0 {
 			return fmt.Errorf("negative gap %d", e.Gap)
 		}
 		t.absence += e.Gap
 		return nil
-	case eventlog.TypeDaemonStopping:
+	case event.TypeDaemonStopping:
 		return nil
 	}
 	return fmt.Errorf("event type %d is unknown to this build (written by a newer one?)", uint8(e.Type))
@@ -219,7 +219,7 @@ func (t *Table) apply(e *eventlog.Event) error {
 
 var errUnknownJob = fmt.Errorf("unknown job")
 
-func next(j *job, typ eventlog.Type) (fsm.State, error) {
+func next(j *job, typ event.Type) (fsm.State, error) {
 	to, ok := fsm.Next(j.kind, j.state, typ)
 	if !ok {
 		return fsm.None, fmt.Errorf("job %q (%s) is %s: %s not allowed", j.id, j.kind, j.state, typ)
@@ -227,7 +227,7 @@ func next(j *job, typ eventlog.Type) (fsm.State, error) {
 	return to, nil
 }
 
-func (t *Table) applyQueued(e *eventlog.Event) error {
+func (t *Table) applyQueued(e *event.Event) error {
 	j := t.jobs[e.Job]
 	if j == nil {
 		if e.Job == "" {
@@ -254,7 +254,7 @@ func (t *Table) applyQueued(e *eventlog.Event) error {
 	return nil
 }
 
-func (t *Table) applyAcquired(e *eventlog.Event) error {
+func (t *Table) applyAcquired(e *event.Event) error {
 	j := t.jobs[e.Job]
 	if j == nil {
 		return errUnknownJob
@@ -296,7 +296,7 @@ func (t *Table) applyAcquired(e *eventlog.Event) error {
 
 // applyOnLease folds the events a live lease's holder (or the sweeper) sends
 // about it: running, heartbeat, revoked, reported, expired, lost.
-func (t *Table) applyOnLease(e *eventlog.Event) error {
+func (t *Table) applyOnLease(e *event.Event) error {
 	l := t.leases[e.Lease]
 	if l == nil {
 		return fmt.Errorf("unknown lease %d", e.Lease)
@@ -308,7 +308,7 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 	if j.current != l || !l.state.Live() {
 		return fmt.Errorf("lease %d is %s, not live", l.id, l.state)
 	}
-	from := e.Type == eventlog.TypeRunning || e.Type == eventlog.TypeHeartbeat || e.Type == eventlog.TypeReported || e.Type == eventlog.TypeLost
+	from := e.Type == event.TypeRunning || e.Type == event.TypeHeartbeat || e.Type == event.TypeReported || e.Type == event.TypeLost
 	if from && e.Worker != l.worker.id {
 		return fmt.Errorf("lease %d belongs to worker %q, not %q", l.id, l.worker.id, e.Worker)
 	}
@@ -317,13 +317,13 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 		return err
 	}
 	switch e.Type {
-	case eventlog.TypeRevoked:
-		if e.Mode <= l.mode || e.Mode > eventlog.RevokeKill {
+	case event.TypeRevoked:
+		if e.Mode <= l.mode || e.Mode > event.RevokeKill {
 			return fmt.Errorf("revoke mode %s does not strengthen %s", e.Mode, l.mode)
 		}
 		l.mode = e.Mode
-	case eventlog.TypeReported:
-		if e.Outcome < eventlog.OutcomeSucceeded || e.Outcome > eventlog.OutcomeKilled { // lost is lease.lost, never a report
+	case event.TypeReported:
+		if e.Outcome < event.OutcomeSucceeded || e.Outcome > event.OutcomeKilled { // lost is lease.lost, never a report
 			return fmt.Errorf("bad outcome %d", e.Outcome)
 		}
 		l.state, l.reportSeq = fsm.Reported, e.Seq
@@ -333,16 +333,16 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 		// no copy of the event's memory is needed before.
 		j.ref, j.result, j.reason = e.Ref, e.Result, e.Reason
 		t.endLease(l)
-	case eventlog.TypeExpired:
+	case event.TypeExpired:
 		l.state = fsm.Expired
 		j.reason = t.mem.reason(e.Reason)
 		t.endLease(l)
-	case eventlog.TypeLost:
+	case event.TypeLost:
 		// Folded as an expiry, never an attempt; the worker's own reason and
 		// ref stay in the event. The lease keeps the event as its answer, so
 		// that the same report again is answered the same.
 		l.state, l.reportSeq = fsm.Expired, e.Seq
-		j.reason = eventlog.ReasonWorkerLost
+		j.reason = event.ReasonWorkerLost
 		t.endLease(l)
 	default:
 		l.state = to
@@ -367,7 +367,7 @@ func (t *Table) applyOnLease(e *eventlog.Event) error {
 // RetireDrop) cannot be checked here; the service checked it against the
 // archive before it appended the report, and Verify, which folds in
 // RetireKeep, checks it again.
-func (t *Table) applyStale(e *eventlog.Event) error {
+func (t *Table) applyStale(e *event.Event) error {
 	var v Lease
 	if l := t.leases[e.Lease]; l != nil {
 		v = l.view()

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/projection"
 )
@@ -18,11 +18,11 @@ type folder struct {
 	tab *projection.Table
 }
 
-func (f *folder) apply(evs ...eventlog.Event) {
+func (f *folder) apply(evs ...event.Event) {
 	f.t.Helper()
 	for i := range evs {
 		evs[i].Seq = f.tab.Seq() + 1
-		if evs[i].Type == eventlog.TypeAcquired {
+		if evs[i].Type == event.TypeAcquired {
 			evs[i].Lease = evs[i].Seq
 		}
 		if err := f.tab.Apply(&evs[i]); err != nil {
@@ -39,25 +39,25 @@ func sampleTable(t testing.TB) *projection.Table {
 }
 
 // sampleEvents is that log.
-func sampleEvents() []eventlog.Event {
-	return []eventlog.Event{
-		{Type: eventlog.TypeDaemonStarted, Time: 1},
-		{Type: eventlog.TypeQueued, Time: 2, Job: "r1", Kind: eventlog.KindRun, Spec: []byte(`{"run":"x"}`)},
-		{Type: eventlog.TypeQueued, Time: 3, Job: "e1", Kind: eventlog.KindEvaluation},
-		{Type: eventlog.TypeQueued, Time: 3, Job: "e2", Kind: eventlog.KindEvaluation},
-		{Type: eventlog.TypeAcquired, Time: 4, Job: "r1", Worker: "w1"}, // lease 5
-		{Type: eventlog.TypeAcquired, Time: 5, Job: "e1", Worker: "w2"}, // lease 6
-		{Type: eventlog.TypeRunning, Time: 6, Job: "r1", Lease: 5, Worker: "w1"},
-		{Type: eventlog.TypeRevoked, Time: 7, Job: "r1", Lease: 5, Worker: "w1", Mode: eventlog.RevokeCancel},
-		{Type: eventlog.TypeDaemonResumed, Time: 100, Gap: 90},
-		{Type: eventlog.TypeWorkerUnreachable, Time: 200, Worker: "w2"},
-		{Type: eventlog.TypeExpired, Time: 400, Job: "e1", Lease: 6, Worker: "w2", Reason: eventlog.ReasonLeaseExpired},
-		{Type: eventlog.TypeQueued, Time: 400, Job: "e1", Reason: eventlog.ReasonLeaseExpired},
-		{Type: eventlog.TypeStaleReport, Time: 401, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"},
-		{Type: eventlog.TypeHeartbeat, Time: 402, Job: "r1", Lease: 5, Worker: "w1"},
-		{Type: eventlog.TypeReported, Time: 403, Job: "r1", Lease: 5, Worker: "w1", Outcome: eventlog.OutcomeCancelled, Result: []byte(`{}`)},
-		{Type: eventlog.TypeQueued, Time: 404, Job: "r2", Kind: eventlog.KindRun},
-		{Type: eventlog.TypeAcquired, Time: 405, Job: "r2", Worker: "w1"}, // lease 17
+func sampleEvents() []event.Event {
+	return []event.Event{
+		{Type: event.TypeDaemonStarted, Time: 1},
+		{Type: event.TypeQueued, Time: 2, Job: "r1", Kind: event.KindRun, Spec: []byte(`{"run":"x"}`)},
+		{Type: event.TypeQueued, Time: 3, Job: "e1", Kind: event.KindEvaluation},
+		{Type: event.TypeQueued, Time: 3, Job: "e2", Kind: event.KindEvaluation},
+		{Type: event.TypeAcquired, Time: 4, Job: "r1", Worker: "w1"}, // lease 5
+		{Type: event.TypeAcquired, Time: 5, Job: "e1", Worker: "w2"}, // lease 6
+		{Type: event.TypeRunning, Time: 6, Job: "r1", Lease: 5, Worker: "w1"},
+		{Type: event.TypeRevoked, Time: 7, Job: "r1", Lease: 5, Worker: "w1", Mode: event.RevokeCancel},
+		{Type: event.TypeDaemonResumed, Time: 100, Gap: 90},
+		{Type: event.TypeWorkerUnreachable, Time: 200, Worker: "w2"},
+		{Type: event.TypeExpired, Time: 400, Job: "e1", Lease: 6, Worker: "w2", Reason: event.ReasonLeaseExpired},
+		{Type: event.TypeQueued, Time: 400, Job: "e1", Reason: event.ReasonLeaseExpired},
+		{Type: event.TypeStaleReport, Time: 401, Job: "e1", Lease: 6, Worker: "w2", Outcome: event.OutcomeSucceeded, Ref: "refs/x"},
+		{Type: event.TypeHeartbeat, Time: 402, Job: "r1", Lease: 5, Worker: "w1"},
+		{Type: event.TypeReported, Time: 403, Job: "r1", Lease: 5, Worker: "w1", Outcome: event.OutcomeCancelled, Result: []byte(`{}`)},
+		{Type: event.TypeQueued, Time: 404, Job: "r2", Kind: event.KindRun},
+		{Type: event.TypeAcquired, Time: 405, Job: "r2", Worker: "w1"}, // lease 17
 	}
 }
 
@@ -90,7 +90,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if fmt.Sprint(l1, w1) != fmt.Sprint(l2, w2) {
 		t.Errorf("silent after restore %v %v, want %v %v", l2, w2, l1, w1)
 	}
-	next := eventlog.Event{Seq: tab.Seq() + 1, Type: eventlog.TypeAcquired, Time: 500, Job: "e2", Worker: "w1", Lease: tab.Seq() + 1}
+	next := event.Event{Seq: tab.Seq() + 1, Type: event.TypeAcquired, Time: 500, Job: "e2", Worker: "w1", Lease: tab.Seq() + 1}
 	for _, x := range []*projection.Table{tab, restored} {
 		e := next
 		if err := x.Apply(&e); err != nil {
@@ -138,13 +138,13 @@ func FuzzApply(f *testing.F) {
 	f.Fuzz(func(t *testing.T, script []byte) {
 		tab := projection.New()
 		for i := 0; i+1 < len(script); i += 2 {
-			e := eventlog.Event{
-				Seq: tab.Seq() + 1, Type: eventlog.Type(script[i] % byte(eventlog.NumTypes+1)), Time: int64(i),
+			e := event.Event{
+				Seq: tab.Seq() + 1, Type: event.Type(script[i] % byte(event.NumTypes+1)), Time: int64(i),
 				Job: fmt.Sprint("j", script[i+1]%3), Worker: fmt.Sprint("w", script[i+1]%2),
-				Lease: uint64(script[i+1] % 8), Kind: eventlog.Kind(script[i+1]%3 + 0), Mode: eventlog.RevokeMode(script[i+1] % 3),
-				Outcome: eventlog.Outcome(script[i+1] % 6), Gap: int64(script[i+1]),
+				Lease: uint64(script[i+1] % 8), Kind: event.Kind(script[i+1]%3 + 0), Mode: event.RevokeMode(script[i+1] % 3),
+				Outcome: event.Outcome(script[i+1] % 6), Gap: int64(script[i+1]),
 			}
-			if e.Type == eventlog.TypeAcquired {
+			if e.Type == event.TypeAcquired {
 				e.Lease = e.Seq
 			}
 			before := tab.Snapshot()
@@ -158,25 +158,25 @@ func FuzzApply(f *testing.F) {
 func TestApplyRefusesIllegalEvents(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		ev   eventlog.Event
+		ev   event.Event
 		want string
 	}{
-		{"out of sequence", eventlog.Event{Seq: 99, Type: eventlog.TypeDaemonStopping}, "applied after"},
-		{"unknown job", eventlog.Event{Type: eventlog.TypeCancelled, Job: "nope"}, "unknown job"},
-		{"report on a stale lease", eventlog.Event{Type: eventlog.TypeReported, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeFailed}, "not live"},
-		{"lease of a job that ended", eventlog.Event{Type: eventlog.TypeHeartbeat, Job: "r1", Lease: 5, Worker: "w1"}, "unknown lease 5"},
-		{"lease of another worker", eventlog.Event{Type: eventlog.TypeHeartbeat, Job: "r2", Lease: 17, Worker: "w2"}, "belongs to worker"},
-		{"acquire of a job not queued", eventlog.Event{Type: eventlog.TypeAcquired, Job: "r2", Worker: "w1"}, "not allowed"},
-		{"acquire of a job that ended", eventlog.Event{Type: eventlog.TypeAcquired, Job: "r1", Worker: "w1"}, "unknown job"},
-		{"stale report on a reported lease", eventlog.Event{Type: eventlog.TypeStaleReport, Job: "r1", Lease: 5, Worker: "w1", Outcome: eventlog.OutcomeSucceeded}, "not stale"},
-		{"stale report on a lease never granted", eventlog.Event{Type: eventlog.TypeStaleReport, Job: "r1", Lease: 4, Worker: "w1", Outcome: eventlog.OutcomeSucceeded}, "unknown lease 4"},
-		{"acquire by an unreachable worker", eventlog.Event{Type: eventlog.TypeAcquired, Job: "e2", Worker: "w2"}, "unreachable"},
-		{"stale report on a live lease", eventlog.Event{Type: eventlog.TypeStaleReport, Job: "e1", Lease: 6, Worker: "w2", Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"}, "recorded twice"},
-		{"unknown type", eventlog.Event{Type: 99}, "unknown to this build"},
-		{"lost as a report's outcome", eventlog.Event{Type: eventlog.TypeReported, Job: "r2", Lease: 17, Worker: "w1", Outcome: eventlog.OutcomeLost}, "bad outcome"},
-		{"lost by another worker", eventlog.Event{Type: eventlog.TypeLost, Job: "r2", Lease: 17, Worker: "w2"}, "belongs to worker"},
-		{"lost on an expired lease", eventlog.Event{Type: eventlog.TypeLost, Job: "e1", Lease: 6, Worker: "w2"}, "not live"},
-		{"submission without kind", eventlog.Event{Type: eventlog.TypeQueued, Job: "new"}, "bad kind"},
+		{"out of sequence", event.Event{Seq: 99, Type: event.TypeDaemonStopping}, "applied after"},
+		{"unknown job", event.Event{Type: event.TypeCancelled, Job: "nope"}, "unknown job"},
+		{"report on a stale lease", event.Event{Type: event.TypeReported, Job: "e1", Lease: 6, Worker: "w2", Outcome: event.OutcomeFailed}, "not live"},
+		{"lease of a job that ended", event.Event{Type: event.TypeHeartbeat, Job: "r1", Lease: 5, Worker: "w1"}, "unknown lease 5"},
+		{"lease of another worker", event.Event{Type: event.TypeHeartbeat, Job: "r2", Lease: 17, Worker: "w2"}, "belongs to worker"},
+		{"acquire of a job not queued", event.Event{Type: event.TypeAcquired, Job: "r2", Worker: "w1"}, "not allowed"},
+		{"acquire of a job that ended", event.Event{Type: event.TypeAcquired, Job: "r1", Worker: "w1"}, "unknown job"},
+		{"stale report on a reported lease", event.Event{Type: event.TypeStaleReport, Job: "r1", Lease: 5, Worker: "w1", Outcome: event.OutcomeSucceeded}, "not stale"},
+		{"stale report on a lease never granted", event.Event{Type: event.TypeStaleReport, Job: "r1", Lease: 4, Worker: "w1", Outcome: event.OutcomeSucceeded}, "unknown lease 4"},
+		{"acquire by an unreachable worker", event.Event{Type: event.TypeAcquired, Job: "e2", Worker: "w2"}, "unreachable"},
+		{"stale report on a live lease", event.Event{Type: event.TypeStaleReport, Job: "e1", Lease: 6, Worker: "w2", Outcome: event.OutcomeSucceeded, Ref: "refs/x"}, "recorded twice"},
+		{"unknown type", event.Event{Type: 99}, "unknown to this build"},
+		{"lost as a report's outcome", event.Event{Type: event.TypeReported, Job: "r2", Lease: 17, Worker: "w1", Outcome: event.OutcomeLost}, "bad outcome"},
+		{"lost by another worker", event.Event{Type: event.TypeLost, Job: "r2", Lease: 17, Worker: "w2"}, "belongs to worker"},
+		{"lost on an expired lease", event.Event{Type: event.TypeLost, Job: "e1", Lease: 6, Worker: "w2"}, "not live"},
+		{"submission without kind", event.Event{Type: event.TypeQueued, Job: "new"}, "bad kind"},
 	} {
 		tab := sampleTable(t)
 		before := tab.Snapshot()
@@ -184,7 +184,7 @@ func TestApplyRefusesIllegalEvents(t *testing.T) {
 		if e.Seq == 0 {
 			e.Seq = tab.Seq() + 1
 		}
-		if e.Type == eventlog.TypeAcquired {
+		if e.Type == event.TypeAcquired {
 			e.Lease = e.Seq
 		}
 		err := tab.Apply(&e)
@@ -204,18 +204,18 @@ func TestApplyRefusesIllegalEvents(t *testing.T) {
 func TestLostFoldsLikeExpiry(t *testing.T) {
 	f := &folder{t: t, tab: projection.New()}
 	f.apply(
-		eventlog.Event{Type: eventlog.TypeQueued, Time: 1, Job: "r", Kind: eventlog.KindRun},
-		eventlog.Event{Type: eventlog.TypeQueued, Time: 1, Job: "e", Kind: eventlog.KindEvaluation},
-		eventlog.Event{Type: eventlog.TypeAcquired, Time: 2, Job: "r", Worker: "w"}, // lease 3
-		eventlog.Event{Type: eventlog.TypeAcquired, Time: 2, Job: "e", Worker: "w"}, // lease 4
-		eventlog.Event{Type: eventlog.TypeRunning, Time: 3, Job: "r", Lease: 3, Worker: "w"},
-		eventlog.Event{Type: eventlog.TypeLost, Time: 4, Job: "r", Lease: 3, Worker: "w", Reason: "self-fenced", Ref: "refs/r/3"},
-		eventlog.Event{Type: eventlog.TypeLost, Time: 5, Job: "e", Lease: 4, Worker: "w", Reason: "worktree gone"},
+		event.Event{Type: event.TypeQueued, Time: 1, Job: "r", Kind: event.KindRun},
+		event.Event{Type: event.TypeQueued, Time: 1, Job: "e", Kind: event.KindEvaluation},
+		event.Event{Type: event.TypeAcquired, Time: 2, Job: "r", Worker: "w"}, // lease 3
+		event.Event{Type: event.TypeAcquired, Time: 2, Job: "e", Worker: "w"}, // lease 4
+		event.Event{Type: event.TypeRunning, Time: 3, Job: "r", Lease: 3, Worker: "w"},
+		event.Event{Type: event.TypeLost, Time: 4, Job: "r", Lease: 3, Worker: "w", Reason: "self-fenced", Ref: "refs/r/3"},
+		event.Event{Type: event.TypeLost, Time: 5, Job: "e", Lease: 4, Worker: "w", Reason: "worktree gone"},
 	)
 	tab := f.tab
 	r, _ := tab.Job("r")
-	if r.State != fsm.Failed || r.Reason != eventlog.ReasonWorkerLost || r.Attempts != 0 || r.Outcome != 0 || r.Ref != "" {
-		t.Errorf("lost run: %+v, want failed, %q, no attempt, no outcome", r, eventlog.ReasonWorkerLost)
+	if r.State != fsm.Failed || r.Reason != event.ReasonWorkerLost || r.Attempts != 0 || r.Outcome != 0 || r.Ref != "" {
+		t.Errorf("lost run: %+v, want failed, %q, no attempt, no outcome", r, event.ReasonWorkerLost)
 	}
 	e, _ := tab.Job("e")
 	if e.State != fsm.Expired || e.Attempts != 0 || e.Lease != 0 {
@@ -229,12 +229,12 @@ func TestLostFoldsLikeExpiry(t *testing.T) {
 	if n := tab.LiveCount(fsm.Acquired) + tab.LiveCount(fsm.Running); n != 0 {
 		t.Errorf("%d live leases after both were lost", n)
 	}
-	f.apply(eventlog.Event{Type: eventlog.TypeQueued, Time: 5, Job: "e", Reason: eventlog.ReasonWorkerLost})
+	f.apply(event.Event{Type: event.TypeQueued, Time: 5, Job: "e", Reason: event.ReasonWorkerLost})
 	if q := tab.Queued(0); len(q) != 1 || q[0].ID != "e" {
 		t.Errorf("queue after the lost evaluation was queued again: %v", q)
 	}
 	before := tab.Snapshot()
-	stale := eventlog.Event{Seq: tab.Seq() + 1, Type: eventlog.TypeStaleReport, Job: "e", Lease: 4, Worker: "w", Outcome: eventlog.OutcomeSucceeded}
+	stale := event.Event{Seq: tab.Seq() + 1, Type: event.TypeStaleReport, Job: "e", Lease: 4, Worker: "w", Outcome: event.OutcomeSucceeded}
 	if err := tab.Apply(&stale); err == nil || !strings.Contains(err.Error(), "reported lost") {
 		t.Errorf("stale report on a lost lease: %v", err)
 	}
@@ -248,10 +248,10 @@ func TestLostFoldsLikeExpiry(t *testing.T) {
 func TestFoldDoesNotAllocate(t *testing.T) {
 	tab := sampleTable(t)
 	f := &folder{t: t, tab: tab}
-	f.apply(eventlog.Event{Type: eventlog.TypeAcquired, Time: 500, Job: "e2", Worker: "w1"})
+	f.apply(event.Event{Type: event.TypeAcquired, Time: 500, Job: "e2", Worker: "w1"})
 	lease := tab.Seq()
 	allocs := testing.AllocsPerRun(1000, func() {
-		e := eventlog.Event{Seq: tab.Seq() + 1, Type: eventlog.TypeHeartbeat, Time: 600, Job: "e2", Lease: lease, Worker: "w1"}
+		e := event.Event{Seq: tab.Seq() + 1, Type: event.TypeHeartbeat, Time: 600, Job: "e2", Lease: lease, Worker: "w1"}
 		if err := tab.Apply(&e); err != nil {
 			t.Fatal(err)
 		}
@@ -276,18 +276,18 @@ func TestRetireRecordAllocates(t *testing.T) {
 		ids[i] = fmt.Sprintf("job-%d", i)
 	}
 	n := 0
-	var evs [5]eventlog.Event
+	var evs [5]event.Event
 	spec := []byte(`{"a":1}`)
 	life := func() {
 		id := ids[n%len(ids)]
 		n++
 		seq := tab.Seq()
-		evs = [...]eventlog.Event{
-			{Type: eventlog.TypeQueued, Job: id, Kind: eventlog.KindRun, Spec: spec},
-			{Type: eventlog.TypeAcquired, Job: id, Worker: "w1", Lease: seq + 2},
-			{Type: eventlog.TypeRunning, Job: id, Worker: "w1", Lease: seq + 2},
-			{Type: eventlog.TypeHeartbeat, Job: id, Worker: "w1", Lease: seq + 2},
-			{Type: eventlog.TypeReported, Job: id, Worker: "w1", Lease: seq + 2, Outcome: eventlog.OutcomeSucceeded, Ref: "refs/x"},
+		evs = [...]event.Event{
+			{Type: event.TypeQueued, Job: id, Kind: event.KindRun, Spec: spec},
+			{Type: event.TypeAcquired, Job: id, Worker: "w1", Lease: seq + 2},
+			{Type: event.TypeRunning, Job: id, Worker: "w1", Lease: seq + 2},
+			{Type: event.TypeHeartbeat, Job: id, Worker: "w1", Lease: seq + 2},
+			{Type: event.TypeReported, Job: id, Worker: "w1", Lease: seq + 2, Outcome: event.OutcomeSucceeded, Ref: "refs/x"},
 		}
 		for i := range evs {
 			evs[i].Seq, evs[i].Time = seq+uint64(i)+1, int64(seq)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/projection"
 )
@@ -248,7 +249,7 @@ func compareSnapshot(log Log, t *projection.Table) error {
 }
 
 func checkTypeIndexes(log Log, t *projection.Table) error {
-	for _, typ := range eventlog.Types() {
+	for _, typ := range event.Types() {
 		it := log.Query(eventlog.Query{Type: typ})
 		var n uint64
 		for it.Next() {

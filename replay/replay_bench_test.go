@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/synth"
 	"github.com/leaselog/leaselog/replay"
@@ -151,8 +152,8 @@ func BenchmarkAuditQuery(b *testing.B) {
 			name string
 			q    eventlog.Query
 		}{
-			{"stale-of-job", eventlog.Query{Type: eventlog.TypeStaleReport, Job: job}},
-			{"stale-in-window", eventlog.Query{Type: eventlog.TypeStaleReport, Since: from, Until: until}},
+			{"stale-of-job", eventlog.Query{Type: event.TypeStaleReport, Job: job}},
+			{"stale-in-window", eventlog.Query{Type: event.TypeStaleReport, Since: from, Until: until}},
 		}
 		for _, q := range queries {
 			want := count(b, log, q.q)
@@ -170,7 +171,7 @@ func BenchmarkAuditQuery(b *testing.B) {
 			b.Run(fmt.Sprintf("events=%d/query=%s/impl=scan", events, q.name), func(b *testing.B) {
 				scan := q.q
 				scan.ReadAhead = true
-				match := func(e *eventlog.Event) bool {
+				match := func(e *event.Event) bool {
 					return e.Type == q.q.Type && (q.q.Job == "" || e.Job == q.q.Job) &&
 						(q.q.Since == 0 || e.Time >= q.q.Since) && (q.q.Until == 0 || e.Time < q.q.Until)
 				}

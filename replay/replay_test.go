@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/lease"
@@ -42,7 +43,7 @@ func TestRebuildFallsBackPastABadSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	snapshotAfter := func(id string) {
-		if _, _, err := svc.Submit(ctx, id, eventlog.KindRun, nil); err != nil {
+		if _, _, err := svc.Submit(ctx, id, event.KindRun, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := svc.Close(); err != nil { // Close writes a snapshot
@@ -51,7 +52,7 @@ func TestRebuildFallsBackPastABadSnapshot(t *testing.T) {
 	}
 	snapshotAfter("j1")
 	snapshotAfter("j2")
-	if _, _, err := svc.Submit(ctx, "j3", eventlog.KindRun, nil); err != nil {
+	if _, _, err := svc.Submit(ctx, "j3", event.KindRun, nil); err != nil {
 		t.Fatal(err)
 	}
 	seqs, err := log.Snapshots()

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/lease"
@@ -91,7 +92,7 @@ func (s *scenario) run(d *datadriven.TestData) string {
 			return "error: " + err.Error() + "\n"
 		}
 	case "submit":
-		kind, err := eventlog.ParseKind(s.arg(d, "kind", ""))
+		kind, err := event.ParseKind(s.arg(d, "kind", ""))
 		if err != nil {
 			kind = 0
 		}
@@ -134,7 +135,7 @@ func (s *scenario) run(d *datadriven.TestData) string {
 			fmt.Fprintf(&b, "lease %d: %s\n", x.Lease, x.Directive)
 		}
 	case "report":
-		o, _ := eventlog.ParseOutcome(s.arg(d, "outcome", ""))
+		o, _ := event.ParseOutcome(s.arg(d, "outcome", ""))
 		a, err := s.svc.Report(ctx, s.arg(d, "worker", ""), s.leaseArg(d), lease.Report{
 			Outcome: o, Ref: s.arg(d, "ref", ""), Reason: s.arg(d, "reason", ""), Result: []byte(d.Input),
 		})
@@ -213,7 +214,7 @@ func (s *scenario) run(d *datadriven.TestData) string {
 	case "history", "query":
 		q := eventlog.Query{Job: s.arg(d, "job", ""), Worker: s.arg(d, "worker", "")}
 		if tn := s.arg(d, "type", ""); tn != "" {
-			typ, err := eventlog.ParseType(tn)
+			typ, err := event.ParseType(tn)
 			s.must(err)
 			q.Type = typ
 		}
@@ -297,7 +298,7 @@ func (s *scenario) tick(d *datadriven.TestData, b *strings.Builder) {
 // on one lease fold into one line.
 func (s *scenario) events(b *strings.Builder) {
 	it := s.log.Iter(s.shown + 1)
-	var run []eventlog.Event
+	var run []event.Event
 	flush := func() {
 		switch len(run) {
 		case 0:
@@ -312,9 +313,9 @@ func (s *scenario) events(b *strings.Builder) {
 	}
 	for it.Next() {
 		e := it.Event()
-		if e.Type == eventlog.TypeHeartbeat && (len(run) == 0 || run[0].Lease == e.Lease && run[len(run)-1].Seq+1 == e.Seq) {
+		if e.Type == event.TypeHeartbeat && (len(run) == 0 || run[0].Lease == e.Lease && run[len(run)-1].Seq+1 == e.Seq) {
 			run = append(run, e.Clone())
-		} else if e.Type == eventlog.TypeHeartbeat {
+		} else if e.Type == event.TypeHeartbeat {
 			flush()
 			run = append(run, e.Clone())
 		} else {
@@ -327,7 +328,7 @@ func (s *scenario) events(b *strings.Builder) {
 	s.must(it.Close())
 }
 
-func (s *scenario) fmtEvent(e *eventlog.Event) string {
+func (s *scenario) fmtEvent(e *event.Event) string {
 	line := e.String()
 	line = strings.TrimPrefix(line, "seq="+strconv.FormatUint(e.Seq, 10)+" ")
 	return fmt.Sprintf("%d @%s %s", e.Seq, s.since(e.Time), line)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/internal/clocktest"
@@ -107,7 +108,7 @@ func TestUpgradeFormat1Store(t *testing.T) {
 		t.Fatalf("job r1 from the archive: %+v, %v", j, err)
 	}
 	// The stale report recorded by the old build is recognised again.
-	a, err := svc.Report(ctx, "w2", 9, lease.Report{Outcome: eventlog.OutcomeSucceeded, Ref: "refs/late"})
+	a, err := svc.Report(ctx, "w2", 9, lease.Report{Outcome: event.OutcomeSucceeded, Ref: "refs/late"})
 	if a.Seq != 16 || !a.Stale {
 		t.Fatalf("repeated stale report: %+v, %v; want the answer of seq 16", a, err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -217,7 +217,7 @@ func TestLongPollOutlivesTheBodyDeadline(t *testing.T) {
 	// connection would have cancelled the request by now.
 	<-time.After(4 * timeout)
 	f.clock.Advance(3 * time.Second) // held for 3 s, by the daemon's clock
-	f.submit("j1", eventlog.KindRun)
+	f.submit("j1", event.KindRun)
 	g := decode[api.Grants](t, <-got, http.StatusOK)
 	if len(g.Leases) != 1 || g.Leases[0].HeldSeconds != 3 {
 		t.Fatalf("grants %+v, want one held 3 s", g.Leases)
@@ -442,6 +442,6 @@ func TestStreamKeepalive(t *testing.T) {
 			t.Fatalf("line %q (%v), want the comment's end", line, err)
 		}
 	}
-	f.submit("j1", eventlog.KindRun)
+	f.submit("j1", event.KindRun)
 	f.check(s.next(), 2)
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -31,10 +31,10 @@ const (
 // is 401, a known token doing what its role may not is 403.
 func TestAuthRoles(t *testing.T) {
 	f := newFixture(t, server.Options{Auth: testAuth()})
-	f.submit("j1", eventlog.KindRun)
+	f.submit("j1", event.KindRun)
 	l := f.grant("w1")
-	f.submit("q1", eventlog.KindRun)
-	f.submit("q2", eventlog.KindRun)
+	f.submit("q1", event.KindRun)
+	f.submit("q2", event.KindRun)
 	start := fmt.Sprintf("/v1/leases/%d/start", l)
 	report := fmt.Sprintf("/v1/leases/%d/report", l)
 

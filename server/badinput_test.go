@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -17,9 +17,9 @@ import (
 func TestBadInputWritesNothing(t *testing.T) {
 	const maxBody = 1024
 	f := newFixture(t, server.Options{MaxBody: maxBody})
-	f.submit("j1", eventlog.KindRun)
+	f.submit("j1", event.KindRun)
 	l := f.grant("w1")
-	f.submit("q1", eventlog.KindEvaluation)
+	f.submit("q1", event.KindEvaluation)
 	start := fmt.Sprintf("/v1/leases/%d/start", l)
 	report := fmt.Sprintf("/v1/leases/%d/report", l)
 	big := `{"id":"j9","kind":"run","spec":{"run":"` + strings.Repeat("x", maxBody) + `"}}`

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/testutil"
 	"github.com/leaselog/leaselog/lease"
@@ -93,7 +94,7 @@ func benchAppendBaseline(b *testing.B, workers int) {
 	}
 	defer log.Close()
 	lat := testutil.Parallel(b, workers, func(w, _ int) error {
-		ev := [1]eventlog.Event{{Type: eventlog.TypeHeartbeat, Time: time.Now().UnixNano(), Job: fmt.Sprintf("j%d", w), Lease: uint64(w + 1), Worker: fmt.Sprintf("w%d", w)}}
+		ev := [1]event.Event{{Type: event.TypeHeartbeat, Time: time.Now().UnixNano(), Job: fmt.Sprintf("j%d", w), Lease: uint64(w + 1), Worker: fmt.Sprintf("w%d", w)}}
 		return log.Append(ev[:])
 	})
 	report(b, lat, "events/s")
@@ -211,17 +212,17 @@ func benchLifecycleAppend(b *testing.B, workers int) {
 		b.Fatal(err)
 	}
 	defer log.Close()
-	types := []eventlog.Type{eventlog.TypeQueued, eventlog.TypeAcquired, eventlog.TypeRunning,
-		eventlog.TypeHeartbeat, eventlog.TypeHeartbeat, eventlog.TypeHeartbeat, eventlog.TypeReported}
+	types := []event.Type{event.TypeQueued, event.TypeAcquired, event.TypeRunning,
+		event.TypeHeartbeat, event.TypeHeartbeat, event.TypeHeartbeat, event.TypeReported}
 	testutil.Parallel(b, workers, func(g, i int) error {
 		job, worker := fmt.Sprintf("j%d", i), fmt.Sprintf("w%d", g)
 		for _, t := range types {
-			ev := [1]eventlog.Event{{Type: t, Time: time.Now().UnixNano(), Job: job, Worker: worker, Lease: uint64(i + 1)}}
-			if t == eventlog.TypeQueued {
-				ev[0].Kind, ev[0].Worker = eventlog.KindRun, ""
+			ev := [1]event.Event{{Type: t, Time: time.Now().UnixNano(), Job: job, Worker: worker, Lease: uint64(i + 1)}}
+			if t == event.TypeQueued {
+				ev[0].Kind, ev[0].Worker = event.KindRun, ""
 			}
-			if t == eventlog.TypeReported {
-				ev[0].Outcome = eventlog.OutcomeSucceeded
+			if t == event.TypeReported {
+				ev[0].Outcome = event.OutcomeSucceeded
 			}
 			if err := log.Append(ev[:]); err != nil {
 				return err

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -21,7 +21,7 @@ const (
 
 func TestEventsCursorPastTheLog(t *testing.T) {
 	f := newFixture(t, server.Options{})
-	f.submit("j1", eventlog.KindRun)
+	f.submit("j1", event.KindRun)
 	f.grant("w1")
 	last := fmt.Sprint(f.seq())
 	for _, after := range []string{last, fmt.Sprint(f.seq() + 1), maxSeqLess, maxSeq} {
@@ -55,7 +55,7 @@ func TestStreamCursorPastTheLog(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, server.Options{StreamKeepalive: 10 * time.Millisecond})
-			f.submit("j1", eventlog.KindRun)
+			f.submit("j1", event.KindRun)
 			s := f.openStream(tc.query, tc.header)
 			quiet := func(keepalives int) {
 				t.Helper()
@@ -73,7 +73,7 @@ func TestStreamCursorPastTheLog(t *testing.T) {
 				}
 			}
 			quiet(2)
-			f.submit("j2", eventlog.KindRun) // durable before Submit returns
+			f.submit("j2", event.KindRun) // durable before Submit returns
 			quiet(3)
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/lease"
 )
@@ -62,7 +63,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, c *call) err
 func eventQuery(p map[string]string) (eventlog.Query, error) {
 	var q eventlog.Query
 	if v := p["type"]; v != "" {
-		t, err := eventlog.ParseType(v)
+		t, err := event.ParseType(v)
 		if err != nil {
 			return q, badRequest("type %q: not an event type", v)
 		}

@@ -14,17 +14,17 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/server"
 )
 
 func TestEventsQuery(t *testing.T) {
 	f := newFixture(t, server.Options{})
-	f.submit("j1", eventlog.KindRun)        // 2 (1 is daemon.started)
-	f.clock.Advance(2 * time.Second)        // less than grace: no daemon.resumed
-	f.grant("w1")                           // 3
-	f.submit("j2", eventlog.KindEvaluation) // 4
+	f.submit("j1", event.KindRun)        // 2 (1 is daemon.started)
+	f.clock.Advance(2 * time.Second)     // less than grace: no daemon.resumed
+	f.grant("w1")                        // 3
+	f.submit("j2", event.KindEvaluation) // 4
 	f.clock.Advance(2 * time.Second)
 	f.grant("w2") // 5
 
@@ -180,15 +180,15 @@ func (f *fixture) check(e sse, seq uint64) {
 // waits for new ones, and resumes after Last-Event-ID.
 func TestStream(t *testing.T) {
 	f := newFixture(t, server.Options{})
-	f.submit("j1", eventlog.KindRun)
-	f.submit("j2", eventlog.KindRun)
+	f.submit("j1", event.KindRun)
+	f.submit("j2", event.KindRun)
 
 	s := f.openStream("?after=0", nil)
 	for seq := uint64(1); seq <= 3; seq++ {
 		f.check(s.next(), seq)
 	}
 	// Nothing more in the log: the stream waits for the next durable event.
-	f.submit("j3", eventlog.KindRun)
+	f.submit("j3", event.KindRun)
 	f.check(s.next(), 4)
 	f.grant("w1")
 	f.check(s.next(), 5)
@@ -205,13 +205,13 @@ func TestStream(t *testing.T) {
 
 func TestStreamFiltered(t *testing.T) {
 	f := newFixture(t, server.Options{})
-	f.submit("j1", eventlog.KindRun) // 2
-	f.grant("w1")                    // 3
+	f.submit("j1", event.KindRun) // 2
+	f.grant("w1")                 // 3
 	s := f.openStream("?type=lease.queued", nil)
 	f.check(s.next(), 2)
-	f.submit("j2", eventlog.KindRun) // 4
-	f.grant("w2")                    // 5: not a queued event
-	f.submit("j3", eventlog.KindRun) // 6
+	f.submit("j2", event.KindRun) // 4
+	f.grant("w2")                 // 5: not a queued event
+	f.submit("j3", event.KindRun) // 6
 	f.check(s.next(), 4)
 	f.check(s.next(), 6)
 }

@@ -50,6 +50,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/lease"
@@ -164,18 +165,18 @@ func newFuzzWorld(auth *server.Auth) (*fuzzWorld, error) {
 	}
 	for _, j := range []struct {
 		id   string
-		kind eventlog.Kind
-	}{{"x-run", eventlog.KindRun}, {"x-eval", eventlog.KindEvaluation}, {"a-run", eventlog.KindRun},
-		{"r-eval", eventlog.KindEvaluation}, {"v-run", eventlog.KindRun}, {"k-run", eventlog.KindRun},
-		{"d-eval", eventlog.KindEvaluation}, {"c-run", eventlog.KindRun}, {"q-run", eventlog.KindRun},
-		{"q-eval", eventlog.KindEvaluation}} {
+		kind event.Kind
+	}{{"x-run", event.KindRun}, {"x-eval", event.KindEvaluation}, {"a-run", event.KindRun},
+		{"r-eval", event.KindEvaluation}, {"v-run", event.KindRun}, {"k-run", event.KindRun},
+		{"d-eval", event.KindEvaluation}, {"c-run", event.KindRun}, {"q-run", event.KindRun},
+		{"q-eval", event.KindEvaluation}} {
 		if j.id == "a-run" { // the first two are leased and expired before the others come
 			acquire("w3", 2)
 			for range int(testConfig().Toleration/time.Second) + 2 { // steps under grace: no absence
 				clock.Advance(time.Second)
 				step(nil, svc.Sweep())
 			}
-			late := lease.Report{Outcome: eventlog.OutcomeSucceeded, Ref: "refs/leaselog/x-run/late"}
+			late := lease.Report{Outcome: event.OutcomeSucceeded, Ref: "refs/leaselog/x-run/late"}
 			if _, e := svc.Report(ctx, "w3", leases["x-run"], late); !errors.Is(e, lease.ErrStaleLease) {
 				step(nil, fmt.Errorf("late report: %v, want it stale", e))
 			}
@@ -191,7 +192,7 @@ func newFuzzWorld(auth *server.Auth) (*fuzzWorld, error) {
 	step(svc.Start(ctx, "w2", leases["k-run"]))
 	step(svc.Cancel(ctx, "v-run"))
 	step(svc.Kill(ctx, "k-run"))
-	step(svc.Report(ctx, "w2", leases["d-eval"], lease.Report{Outcome: eventlog.OutcomeSucceeded, Result: []byte(`{"score":0.9}`)}))
+	step(svc.Report(ctx, "w2", leases["d-eval"], lease.Report{Outcome: event.OutcomeSucceeded, Result: []byte(`{"score":0.9}`)}))
 	step(svc.Cancel(ctx, "c-run"))
 	if err != nil {
 		log.Close()
@@ -439,7 +440,7 @@ func (w *fuzzWorld) checkError(t *testing.T, rt *fuzzRoute, a answer, before, af
 		fail("stale_report_seq on an answer that is not a stale report")
 	}
 	e, err := w.log.Get(eb.StaleReportSeq)
-	if err != nil || e.Type != eventlog.TypeStaleReport {
+	if err != nil || e.Type != event.TypeStaleReport {
 		fail("stale_report_seq %d is %v (%v), want a lease.stale_report", eb.StaleReportSeq, e.String(), err)
 	}
 	if fresh := eb.StaleReportSeq > before; after != before+b2u(fresh) || (fresh && eb.StaleReportSeq != after) {

@@ -8,6 +8,7 @@ import (
 	"net/url"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/lease"
@@ -175,11 +176,11 @@ type historyBody struct {
 }
 
 // parseKind parses an optional kind; "" is no kind.
-func parseKind(v string) (eventlog.Kind, error) {
+func parseKind(v string) (event.Kind, error) {
 	if v == "" {
 		return 0, nil
 	}
-	k, err := eventlog.ParseKind(v)
+	k, err := event.ParseKind(v)
 	if err != nil {
 		return 0, badRequest("kind %q: want run or evaluation", v)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
@@ -20,11 +20,11 @@ func TestReportLost(t *testing.T) {
 	f := newFixture(t, server.Options{})
 	for _, tc := range []struct {
 		job   string
-		kind  eventlog.Kind
+		kind  event.Kind
 		state string
 	}{
-		{"run1", eventlog.KindRun, "failed"},
-		{"eval1", eventlog.KindEvaluation, "queued"},
+		{"run1", event.KindRun, "failed"},
+		{"eval1", event.KindEvaluation, "queued"},
 	} {
 		t.Run(tc.job, func(t *testing.T) {
 			f.submit(tc.job, tc.kind)
@@ -35,7 +35,7 @@ func TestReportLost(t *testing.T) {
 			rr := decode[api.ReportReply](t, r, http.StatusOK)
 			e, err := f.log.Get(rr.Seq)
 			f.must(err)
-			if e.Type != eventlog.TypeLost || e.Lease != l || e.Reason != "self-fenced" {
+			if e.Type != event.TypeLost || e.Lease != l || e.Reason != "self-fenced" {
 				t.Fatalf("report answered seq %d, which is %s", rr.Seq, e.String())
 			}
 			if again := f.do("POST", path, "", body); string(again.body) != string(r.body) {
@@ -58,7 +58,7 @@ func TestReportLost(t *testing.T) {
 // limit bounds a report.
 func TestLongReportKept(t *testing.T) {
 	f := newFixture(t, server.Options{})
-	f.submit("j1", eventlog.KindRun)
+	f.submit("j1", event.KindRun)
 	l := f.grant("w1")
 	reason := strings.Repeat("r", lease.MaxReasonLen+100)
 	ref := "refs/" + strings.Repeat("x", lease.MaxRefLen+100)

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
@@ -148,7 +148,7 @@ func (tc *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	var (
 		leases, jobs           = map[fsm.State]float64{}, map[fsm.State]float64{}
-		counts                 [eventlog.NumTypes]float64
+		counts                 [event.NumTypes]float64
 		seq                    uint64
 		reachable, unreachable float64
 	)
@@ -161,7 +161,7 @@ func (tc *tableCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, st := range fsm.States() {
 			jobs[st] = float64(t.JobCount(st))
 		}
-		for _, typ := range eventlog.Types() {
+		for _, typ := range event.Types() {
 			counts[typ] = float64(t.Count(typ))
 		}
 		for _, w := range t.Workers() {
@@ -184,7 +184,7 @@ func (tc *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range fsm.States() {
 		ch <- prometheus.MustNewConstMetric(tc.jobs, prometheus.GaugeValue, jobs[st], st.String())
 	}
-	for _, typ := range eventlog.Types() {
+	for _, typ := range event.Types() {
 		ch <- prometheus.MustNewConstMetric(tc.events, prometheus.CounterValue, counts[typ], typ.String())
 	}
 	ch <- prometheus.MustNewConstMetric(tc.seq, prometheus.GaugeValue, float64(seq))

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/lease"
@@ -26,12 +27,12 @@ import (
 func (f *fixture) busy() {
 	f.t.Helper()
 	for _, id := range []string{"r1", "r2"} {
-		f.submit(id, eventlog.KindRun)
+		f.submit(id, event.KindRun)
 	}
-	f.submit("e1", eventlog.KindEvaluation)
+	f.submit("e1", event.KindEvaluation)
 	gs, err := f.svc.Acquire(context.Background(), "w1", 3)
 	f.must(err)
-	f.submit("q1", eventlog.KindRun)
+	f.submit("q1", event.KindRun)
 	_, err = f.svc.Start(context.Background(), "w1", gs[0].Lease)
 	f.must(err)
 	f.expireAll() // r1, r2 fail; e1 goes back to the queue, behind q1
@@ -171,7 +172,7 @@ func TestMetricsSurviveRestart(t *testing.T) {
 	log, svc := open()
 	ctx := context.Background()
 	for _, id := range []string{"a", "b"} {
-		if _, _, err := svc.Submit(ctx, id, eventlog.KindRun, nil); err != nil {
+		if _, _, err := svc.Submit(ctx, id, event.KindRun, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -228,7 +228,7 @@ func TestOpenAPI(t *testing.T) {
 
 	// Every operation but /healthz: 401 without a token, 403 with a token of
 	// the wrong role.
-	f.submit("j0", eventlog.KindRun)
+	f.submit("j0", event.KindRun)
 	for _, op := range []struct {
 		method, path string
 		body         any
@@ -289,7 +289,7 @@ func TestOpenAPI(t *testing.T) {
 	}()
 	<-waiting
 	f.clock.Advance(2 * time.Second)
-	f.submit("h1", eventlog.KindRun)
+	f.submit("h1", event.KindRun)
 	if g := decode[api.Grants](t, <-held, http.StatusOK); len(g.Leases) != 1 || g.Leases[0].HeldSeconds != 2 {
 		t.Fatalf("grant after a wait: %+v, want one held 2 s", g.Leases)
 	}
@@ -320,7 +320,7 @@ func TestOpenAPI(t *testing.T) {
 	}
 
 	// A lease that expires: stale start and report.
-	f.submit("j2", eventlog.KindEvaluation)
+	f.submit("j2", event.KindEvaluation)
 	g = decode[api.Grants](t, c.call(rq("POST", "/v1/workers/w2/acquire", w2Tok, nil), http.StatusOK), http.StatusOK)
 	l2 := g.Leases[0].Lease
 	f.expireAll()
@@ -333,8 +333,8 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/start", l2), w2Tok, api.Start{Worker: "w2"}), http.StatusConflict)
 
 	// Cancel and kill.
-	f.submit("q1", eventlog.KindRun)
-	f.submit("q2", eventlog.KindRun)
+	f.submit("q1", event.KindRun)
+	f.submit("q2", event.KindRun)
 	c.call(rq("POST", "/v1/jobs/q1/cancel", adminTok, nil), http.StatusOK)
 	c.call(rq("POST", "/v1/jobs/q2/kill", adminTok, `{}`), http.StatusOK)
 	c.call(rq("POST", "/v1/jobs/nope/cancel", adminTok, nil), http.StatusNotFound)

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/internal/testutil"
@@ -207,7 +208,7 @@ func (f *fixture) must(err error) {
 }
 
 // submit queues a job through the service itself.
-func (f *fixture) submit(id string, kind eventlog.Kind) {
+func (f *fixture) submit(id string, kind event.Kind) {
 	f.t.Helper()
 	_, _, err := f.svc.Submit(context.Background(), id, kind, []byte(`{"run":"true"}`))
 	f.must(err)
@@ -241,7 +242,7 @@ func TestHealth(t *testing.T) {
 	if h.Status != "ok" || h.Seq != f.log.DurableSeq() || h.Seq == 0 {
 		t.Fatalf("health %+v, log at %d", h, f.log.DurableSeq())
 	}
-	f.submit("j1", eventlog.KindRun)
+	f.submit("j1", event.KindRun)
 	if got := f.seq(); got != h.Seq+1 {
 		t.Fatalf("seq %d after a submit, want %d", got, h.Seq+1)
 	}
@@ -262,7 +263,7 @@ func TestHealthAfterStopIsStillOK(t *testing.T) {
 // /metrics, whose leaselog_up says it too.
 func TestFailedServiceRefusesAllButMetrics(t *testing.T) {
 	f := newFixture(t, server.Options{})
-	f.submit("j1", eventlog.KindRun)
+	f.submit("j1", event.KindRun)
 	f.must(f.log.Close())
 	wantError(t, f.do("POST", "/v1/jobs", "", `{"id":"j2","kind":"run"}`), http.StatusServiceUnavailable, api.CodeUnavailable, "closed")
 	wantError(t, f.do("GET", "/healthz", "", nil), http.StatusServiceUnavailable, api.CodeUnavailable, "restart")

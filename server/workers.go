@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
@@ -179,7 +179,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request, c *call) error {
 	if in.Outcome == "" {
 		return badRequest("missing outcome: want %s", outcomes)
 	}
-	outcome, err := eventlog.ParseOutcome(in.Outcome)
+	outcome, err := event.ParseOutcome(in.Outcome)
 	if err != nil {
 		return badRequest("outcome %q: want %s", in.Outcome, outcomes)
 	}

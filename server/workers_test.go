@@ -10,15 +10,15 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
 
 func TestAcquireGrantsCarryJobAndTiming(t *testing.T) {
 	f := newFixture(t, server.Options{})
-	f.submit("j1", eventlog.KindRun)
-	f.submit("j2", eventlog.KindEvaluation)
+	f.submit("j1", event.KindRun)
+	f.submit("j2", event.KindEvaluation)
 	g := decode[api.Grants](t, f.do("POST", "/v1/workers/w1/acquire", "", `{"max":5}`), http.StatusOK)
 	if len(g.Leases) != 2 {
 		t.Fatalf("%d grants, want 2: %+v", len(g.Leases), g)
@@ -66,7 +66,7 @@ func TestAcquireWaitsForASubmit(t *testing.T) {
 		t.Fatalf("acquire answered before any job was queued: %s", r)
 	default:
 	}
-	f.submit("j1", eventlog.KindRun)
+	f.submit("j1", event.KindRun)
 	r := <-got
 	g := decode[api.Grants](t, r, http.StatusOK)
 	if len(g.Leases) != 1 || g.Leases[0].Job.ID != "j1" || g.Leases[0].Job.Lease == nil {

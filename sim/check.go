@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
@@ -96,12 +96,12 @@ func newChecker(s *Sim) *checker {
 }
 
 // eventsSince reads the events appended after seq before.
-func (k *checker) eventsSince(before uint64) []eventlog.Event {
+func (k *checker) eventsSince(before uint64) []event.Event {
 	d := k.s.daemon
 	if d == nil || !d.up {
 		return nil
 	}
-	var out []eventlog.Event
+	var out []event.Event
 	it := d.log.Iter(before + 1)
 	for it.Next() {
 		out = append(out, it.Event().Clone())
@@ -133,7 +133,7 @@ func (k *checker) opened(before uint64) {
 
 // afterDaemon is the check after every step of the daemon; it returns the
 // events the step appended.
-func (k *checker) afterDaemon(what string, before uint64) []eventlog.Event {
+func (k *checker) afterDaemon(what string, before uint64) []event.Event {
 	evs := k.eventsSince(before)
 	if len(evs) == 0 {
 		return nil
@@ -152,7 +152,7 @@ func (k *checker) afterDaemon(what string, before uint64) []eventlog.Event {
 		k.observe(e)
 	}
 	for _, e := range evs {
-		if e.Type == eventlog.TypeLost {
+		if e.Type == event.TypeLost {
 			k.lost(&e)
 		}
 	}
@@ -164,11 +164,11 @@ func (k *checker) afterDaemon(what string, before uint64) []eventlog.Event {
 // the daemon's absence. Events are observed in the step that appended them:
 // their time is now on the global clock, whatever the daemon's wall clock
 // stamped on them (it may have stepped).
-func (k *checker) observe(e *eventlog.Event) {
+func (k *checker) observe(e *event.Event) {
 	t := k.s.now
 	k.s.hist.observe(e, t)
 	switch e.Type {
-	case eventlog.TypeAcquired:
+	case event.TypeAcquired:
 		if prev := k.tokens[e.Job]; e.Lease <= prev {
 			k.s.fail("job %s: token %d granted after %d", e.Job, e.Lease, prev)
 		}
@@ -176,30 +176,30 @@ func (k *checker) observe(e *eventlog.Event) {
 		k.leases[e.Lease] = e.Job
 		k.heard[e.Lease], k.seen[e.Worker] = t, t
 		k.s.stats.Leases++
-	case eventlog.TypeRunning, eventlog.TypeHeartbeat:
+	case event.TypeRunning, event.TypeHeartbeat:
 		k.heard[e.Lease], k.seen[e.Worker] = t, t
-	case eventlog.TypeReported:
+	case event.TypeReported:
 		k.seen[e.Worker] = t
 		k.reported[e.Job]++
 		// A job its supervisor killed, or whose run directory went, is lost:
 		// never an attempt.
-		if r := k.runs[e.Lease]; r != nil && r.ended && r.outcome.Outcome == eventlog.OutcomeLost.String() {
+		if r := k.runs[e.Lease]; r != nil && r.ended && r.outcome.Outcome == event.OutcomeLost.String() {
 			k.s.fail("lease %d (job %s): A LOSS COUNTED AS AN ATTEMPT: its job ended %q (%s), reported %s", e.Lease, e.Job, r.outcome.Outcome, r.outcome.Reason, e.Outcome)
 		}
-	case eventlog.TypeLost:
+	case event.TypeLost:
 		k.seen[e.Worker] = t
 		k.s.stats.Lost++
 		// A worker says a job is lost once it has stopped (or never ran).
 		k.stopped(e, "REPORTED LOST WHILE ITS JOB STILL RUNS", "a loss is reported only once the job stopped")
-	case eventlog.TypeWorkerReachable:
+	case event.TypeWorkerReachable:
 		k.seen[e.Worker] = t
-	case eventlog.TypeQueued:
+	case event.TypeQueued:
 		if e.Kind != 0 {
 			k.s.stats.Jobs++
 		}
-	case eventlog.TypeStaleReport:
+	case event.TypeStaleReport:
 		k.s.stats.Stale++
-	case eventlog.TypeExpired:
+	case event.TypeExpired:
 		k.s.stats.Expired++
 		if silent := k.present(k.heard[e.Lease], t); silent <= toleration {
 			k.s.fail("lease %d (job %s) expired after %v of silence once the daemon's absences are taken out: not more than toleration", e.Lease, e.Job, silent)
@@ -207,7 +207,7 @@ func (k *checker) observe(e *eventlog.Event) {
 		// The job stops before the daemon expires (§7.1): by now the
 		// lease's job must have stopped.
 		k.stopped(e, "EXPIRED WHILE ITS JOB STILL RUNS", "the fence did not hold")
-	case eventlog.TypeWorkerUnreachable:
+	case event.TypeWorkerUnreachable:
 		if silent := k.present(k.seen[e.Worker], t); silent <= grace {
 			k.s.fail("worker %s marked unreachable after %v of silence once the daemon's absences are taken out: not more than grace", e.Worker, silent)
 		}
@@ -217,16 +217,16 @@ func (k *checker) observe(e *eventlog.Event) {
 // lost: a lost report is folded exactly like an expiry: a run fails, "worker
 // lost"; an evaluation is queued again, or cancelled if it was revoked. That
 // it is no attempt, the table check says (attempts == lease.reported).
-func (k *checker) lost(e *eventlog.Event) {
+func (k *checker) lost(e *event.Event) {
 	j, ok := k.fold.Job(e.Job)
 	if !ok {
 		k.s.fail("lease %d reported lost: job %s is not in the fold", e.Lease, e.Job)
 		return
 	}
 	switch {
-	case j.Kind == eventlog.KindRun && j.State == fsm.Failed && j.Reason == eventlog.ReasonWorkerLost:
-	case j.Kind == eventlog.KindEvaluation && j.State == fsm.Queued && j.Lease == 0:
-	case j.Kind == eventlog.KindEvaluation && j.State == fsm.Cancelled && j.Reason == eventlog.ReasonRevokedLost:
+	case j.Kind == event.KindRun && j.State == fsm.Failed && j.Reason == event.ReasonWorkerLost:
+	case j.Kind == event.KindEvaluation && j.State == fsm.Queued && j.Lease == 0:
+	case j.Kind == event.KindEvaluation && j.State == fsm.Cancelled && j.Reason == event.ReasonRevokedLost:
 	default:
 		k.s.fail("lease %d reported lost left %s job %s %s (%q), not as an expiry would", e.Lease, j.Kind, e.Job, j.State, j.Reason)
 	}
@@ -259,17 +259,17 @@ func (k *checker) absent(from, to time.Duration, counts bool) {
 // oracle in observe judges each expiry with the sleep taken out.
 func (k *checker) expectResume(slept time.Duration) { k.resume = slept }
 
-func (k *checker) resumed(what string, evs []eventlog.Event) {
+func (k *checker) resumed(what string, evs []event.Event) {
 	slept := k.resume
 	k.resume = 0
-	if evs[0].Type != eventlog.TypeDaemonResumed || time.Duration(evs[0].Gap) < slept {
+	if evs[0].Type != event.TypeDaemonResumed || time.Duration(evs[0].Gap) < slept {
 		k.s.fail("the first step to write after a sleep of %v (%s) appended %s first, want daemon.resumed with the gap", slept, what, evs[0].String())
 	}
 }
 
 // skipResumed drops the daemon.resumed a command may record first.
-func skipResumed(evs []eventlog.Event) []eventlog.Event {
-	if len(evs) > 0 && evs[0].Type == eventlog.TypeDaemonResumed {
+func skipResumed(evs []event.Event) []event.Event {
+	if len(evs) > 0 && evs[0].Type == event.TypeDaemonResumed {
 		return evs[1:]
 	}
 	return evs
@@ -333,7 +333,7 @@ func (k *checker) table(what string) {
 // and nothing for a lease answered gone.
 func (k *checker) heartbeat(r reqHeartbeat, reply any, err error, before uint64) {
 	evs := skipResumed(k.eventsSince(before))
-	if len(evs) > 0 && evs[0].Type == eventlog.TypeWorkerReachable {
+	if len(evs) > 0 && evs[0].Type == event.TypeWorkerReachable {
 		evs = evs[1:]
 	}
 	var want []uint64
@@ -346,7 +346,7 @@ func (k *checker) heartbeat(r reqHeartbeat, reply any, err error, before uint64)
 	}
 	var got []uint64
 	for _, e := range evs {
-		if e.Type != eventlog.TypeHeartbeat || e.Worker != r.worker {
+		if e.Type != event.TypeHeartbeat || e.Worker != r.worker {
 			k.s.fail("heartbeat of %s appended %s", r.worker, e.String())
 			return
 		}
@@ -409,9 +409,9 @@ func (k *checker) report(r reqReport, before views, reply any, err error) {
 		// The first answer is this report's own record: lease.lost for a
 		// loss, lease.reported for the rest.
 		e, gerr := k.s.daemon.log.Get(a.Seq)
-		lost := e.Type == eventlog.TypeLost
-		if gerr != nil || (e.Type != eventlog.TypeReported && !lost) || e.Lease != r.lease ||
-			(!answered && lost != (r.r.Outcome == eventlog.OutcomeLost.String())) {
+		lost := e.Type == event.TypeLost
+		if gerr != nil || (e.Type != event.TypeReported && !lost) || e.Lease != r.lease ||
+			(!answered && lost != (r.r.Outcome == event.OutcomeLost.String())) {
 			k.s.fail("report on lease %d (%s) answered seq %d, which holds %s (%v)", r.lease, r.r.Outcome, a.Seq, e.String(), gerr)
 		}
 	case errors.As(err, &ae) && ae.Code == api.CodeStaleLease:
@@ -420,7 +420,7 @@ func (k *checker) report(r reqReport, before views, reply any, err error) {
 			k.s.fail("a stale report on lease %d changed the table", r.lease)
 		}
 		e, gerr := k.s.daemon.log.Get(ae.StaleReportSeq)
-		if gerr != nil || e.Type != eventlog.TypeStaleReport || e.Lease != r.lease || e.Worker != r.r.Worker ||
+		if gerr != nil || e.Type != event.TypeStaleReport || e.Lease != r.lease || e.Worker != r.r.Worker ||
 			e.Outcome.String() != r.r.Outcome || e.Ref != r.r.Ref || e.Reason != r.r.Reason {
 			k.s.fail("stale report on lease %d answered seq %d, which holds %s (%v)", r.lease, ae.StaleReportSeq, e.String(), gerr)
 		}
@@ -462,7 +462,7 @@ func (k *checker) runEnded(r *simRun, to time.Duration) {
 
 // stopped: lease e.Lease ended (expired, or reported lost) on the daemon,
 // so its job must have stopped.
-func (k *checker) stopped(e *eventlog.Event, what, why string) {
+func (k *checker) stopped(e *event.Event, what, why string) {
 	if iv := k.running[e.Lease]; iv != nil {
 		k.violation(iv, fmt.Sprintf("lease %d (job %s) %s on %s (since %.4fs): %s", e.Lease, e.Job, what, iv.w.id, iv.from.Seconds(), why))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/replay"
@@ -192,7 +193,7 @@ func (d *daemon) handle(c *call) {
 	case reqWorkerLeases:
 		reply, err = d.api.WorkerLeases(bg, r.worker)
 	case reqSubmit:
-		kind, _ := eventlog.ParseKind(r.jobKind)
+		kind, _ := event.ParseKind(r.jobKind)
 		j, created, e := d.svc.Submit(bg, r.job, kind, []byte(r.spec))
 		reply, err = submitted{job: api.JobOf(j, nil), created: created}, apiErr(e)
 	case reqRevoke:
@@ -249,7 +250,7 @@ func (d *daemon) answer(c *call, reply any, err error, before uint64) {
 func (d *daemon) stepped(what string, before uint64) {
 	evs := d.s.check.afterDaemon(what, before)
 	for _, e := range evs {
-		if e.Type == eventlog.TypeQueued {
+		if e.Type == event.TypeQueued {
 			d.retryParked()
 			return
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 )
 
 // History records every call with its call and return times on the global
@@ -62,7 +62,7 @@ type proc struct {
 
 type sweepRec struct {
 	at  time.Duration
-	evs []eventlog.Event
+	evs []event.Event
 }
 
 // sweeperClient is the porcupine client id of the daemon's own decisions.
@@ -94,7 +94,7 @@ func (h *History) answered(r *callRec, p *proc, at time.Duration) {
 }
 
 // sweep records the decisions of one sweep, and keeps track of the queue.
-func (h *History) sweep(at time.Duration, evs []eventlog.Event) {
+func (h *History) sweep(at time.Duration, evs []event.Event) {
 	if len(evs) > 0 {
 		h.sweeps = append(h.sweeps, sweepRec{at: at, evs: evs})
 	}
@@ -102,12 +102,12 @@ func (h *History) sweep(at time.Duration, evs []eventlog.Event) {
 
 // observe keeps, from every event appended, the queue's history and which
 // job each lease is of.
-func (h *History) observe(e *eventlog.Event, t time.Duration) {
+func (h *History) observe(e *event.Event, t time.Duration) {
 	switch e.Type {
-	case eventlog.TypeQueued:
+	case event.TypeQueued:
 		h.since[e.Job] = t
-	case eventlog.TypeAcquired, eventlog.TypeCancelled:
-		if e.Type == eventlog.TypeAcquired {
+	case event.TypeAcquired, event.TypeCancelled:
+		if e.Type == event.TypeAcquired {
 			h.leases[e.Lease] = e.Job
 		}
 		if from, ok := h.since[e.Job]; ok {
@@ -165,15 +165,15 @@ func (h *History) Operations() []porcupine.Operation {
 	}
 	for _, sw := range h.sweeps {
 		for i, e := range sw.evs {
-			if e.Type != eventlog.TypeExpired {
+			if e.Type != event.TypeExpired {
 				continue
 			}
 			state := "failed"
 			if i+1 < len(sw.evs) && sw.evs[i+1].Job == e.Job {
 				switch sw.evs[i+1].Type {
-				case eventlog.TypeQueued:
+				case event.TypeQueued:
 					state = "queued"
-				case eventlog.TypeCancelled:
+				case event.TypeCancelled:
 					state = "cancelled"
 				}
 			}

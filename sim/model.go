@@ -11,7 +11,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/lease"
 )
@@ -69,7 +69,7 @@ type mlease struct {
 	worker   string
 	live     bool
 	reported bool
-	mode     eventlog.RevokeMode
+	mode     event.RevokeMode
 	answer   uint64 // the accepted report's seq, 0 until observed
 	stale    []staleAnswer
 }
@@ -126,9 +126,9 @@ func directiveOf(l mlease) string {
 	switch {
 	case !l.live:
 		return string(lease.Gone)
-	case l.mode == eventlog.RevokeKill:
+	case l.mode == event.RevokeKill:
 		return string(lease.Kill)
-	case l.mode == eventlog.RevokeCancel:
+	case l.mode == event.RevokeCancel:
 		return string(lease.Cancel)
 	}
 	return string(lease.Continue)
@@ -220,7 +220,7 @@ func stepJob(j mjob, in input, out output) (bool, mjob) {
 			j = j.clone()
 			l := &j.leases[i]
 			l.live, l.reported, l.answer = false, true, out.seq
-			if in.outcome == eventlog.OutcomeLost.String() {
+			if in.outcome == event.OutcomeLost.String() {
 				// A loss ends the lease as an expiry does, and answers like
 				// a report: never an attempt.
 				j.state = lostState(j.kind, l.mode)
@@ -263,9 +263,9 @@ func stepJob(j mjob, in input, out output) (bool, mjob) {
 		if !j.exists {
 			return unknown || out.code == api.CodeNotFound, j
 		}
-		mode := eventlog.RevokeCancel
+		mode := event.RevokeCancel
 		if in.op == opKill {
-			mode = eventlog.RevokeKill
+			mode = event.RevokeKill
 		}
 		switch {
 		case j.state == fsm.Queued:
@@ -310,7 +310,7 @@ func stepJob(j mjob, in input, out output) (bool, mjob) {
 // lostState is where a job goes when its worker is lost (an expiry, or a
 // lost report): a run fails; an evaluation is queued again, or cancelled if
 // it was revoked.
-func lostState(kind string, mode eventlog.RevokeMode) fsm.State {
+func lostState(kind string, mode event.RevokeMode) fsm.State {
 	switch {
 	case kind == "run":
 		return fsm.Failed

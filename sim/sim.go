@@ -98,7 +98,7 @@ type Sim struct {
 	p     params
 	now   time.Duration // the global clock, since clocktest.Epoch
 	seq   uint64
-	queue eventQueue
+	queue actionQueue
 	steps int
 
 	net     *network
@@ -116,10 +116,10 @@ type Sim struct {
 	stats  Stats
 }
 
-// event is one thing that happens at a time. An event for a worker runs only
+// action is one thing that happens at a time. An action for a worker runs only
 // in the incarnation it was scheduled for, and waits while the worker is
 // paused.
-type event struct {
+type action struct {
 	at  time.Duration
 	seq uint64
 	w   *simWorker
@@ -127,18 +127,18 @@ type event struct {
 	fn  func()
 }
 
-type eventQueue []*event
+type actionQueue []*action
 
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
+func (q actionQueue) Len() int { return len(q) }
+func (q actionQueue) Less(i, j int) bool {
 	if q[i].at != q[j].at {
 		return q[i].at < q[j].at
 	}
 	return q[i].seq < q[j].seq
 }
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
-func (q *eventQueue) Pop() any {
+func (q actionQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *actionQueue) Push(x any)   { *q = append(*q, x.(*action)) }
+func (q *actionQueue) Pop() any {
 	old := *q
 	e := old[len(old)-1]
 	old[len(old)-1] = nil
@@ -147,14 +147,14 @@ func (q *eventQueue) Pop() any {
 }
 
 // at schedules fn at global time t (not before now).
-func (s *Sim) at(t time.Duration, fn func()) *event {
-	return s.push(&event{at: max(t, s.now), fn: fn})
+func (s *Sim) at(t time.Duration, fn func()) *action {
+	return s.push(&action{at: max(t, s.now), fn: fn})
 }
 
 // after schedules fn d from now on the global clock.
-func (s *Sim) after(d time.Duration, fn func()) *event { return s.at(s.now+d, fn) }
+func (s *Sim) after(d time.Duration, fn func()) *action { return s.at(s.now+d, fn) }
 
-func (s *Sim) push(e *event) *event {
+func (s *Sim) push(e *action) *action {
 	s.seq++
 	e.seq = s.seq
 	heap.Push(&s.queue, e)
@@ -250,7 +250,7 @@ func (s *Sim) run() error {
 		if s.queue.Len() == 0 {
 			return fmt.Errorf("sim: nothing left to happen at %v", s.now)
 		}
-		e := heap.Pop(&s.queue).(*event)
+		e := heap.Pop(&s.queue).(*action)
 		if e.w != nil {
 			if e.inc != e.w.inc {
 				continue // an event of an incarnation that died

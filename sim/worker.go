@@ -33,7 +33,7 @@ type simWorker struct {
 	inc      int // incarnation: events of an earlier one are void
 	alive    bool
 	paused   bool
-	deferred []*event
+	deferred []*action
 	cutUntil time.Duration
 	client   int // porcupine client id of this incarnation
 
@@ -67,11 +67,11 @@ func (w *simWorker) global(d time.Duration) time.Duration {
 
 // after runs fn for this incarnation once d has passed on the worker's clock.
 func (w *simWorker) after(d time.Duration, fn func()) {
-	w.s.push(&event{at: w.s.now + w.global(d), w: w, inc: w.inc, fn: fn})
+	w.s.push(&action{at: w.s.now + w.global(d), w: w, inc: w.inc, fn: fn})
 }
 
 func (w *simWorker) deliver(c *call, t time.Duration, fn func()) {
-	w.s.push(&event{at: max(t, w.s.now), w: w, inc: c.inc, fn: fn})
+	w.s.push(&action{at: max(t, w.s.now), w: w, inc: c.inc, fn: fn})
 }
 
 func (w *simWorker) cut() bool { return w.s.now < w.cutUntil }
@@ -260,7 +260,7 @@ func (w *simWorker) run(h *worker.Held) {
 func (w *simWorker) await(h *worker.Held) {
 	inc := w.inc
 	h.Run().(*simRun).onDone(func() {
-		w.s.push(&event{at: w.s.now, w: w, inc: inc, fn: func() {
+		w.s.push(&action{at: w.s.now, w: w, inc: inc, fn: func() {
 			o, report := w.core.Ended(h)
 			if !report {
 				w.forget(h)

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -76,7 +76,7 @@ func (d inProcess) Start(ctx context.Context, worker string, id uint64) (api.Lea
 }
 
 func (d inProcess) Report(ctx context.Context, id uint64, r api.Report) (api.ReportReply, error) {
-	o, err := eventlog.ParseOutcome(r.Outcome)
+	o, err := event.ParseOutcome(r.Outcome)
 	if err != nil {
 		return api.ReportReply{}, &api.Error{Status: 400, Code: api.CodeBadRequest, Message: err.Error()}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/lease"
 )
@@ -30,7 +31,7 @@ func TestInProcessHeldSeconds(t *testing.T) {
 	d := InProcess(svc)
 	ctx := context.Background()
 
-	if _, _, err := svc.Submit(ctx, "waiting", eventlog.KindRun, []byte(`{"run":"true"}`)); err != nil {
+	if _, _, err := svc.Submit(ctx, "waiting", event.KindRun, []byte(`{"run":"true"}`)); err != nil {
 		t.Fatal(err)
 	}
 	gs, err := d.Acquire(ctx, "w1", 1, 10*time.Second)
@@ -60,7 +61,7 @@ func TestInProcessHeldSeconds(t *testing.T) {
 		done <- a
 	}()
 	time.Sleep(hold)
-	if _, _, err := svc.Submit(ctx, "later", eventlog.KindRun, []byte(`{"run":"true"}`)); err != nil {
+	if _, _, err := svc.Submit(ctx, "later", event.KindRun, []byte(`{"run":"true"}`)); err != nil {
 		t.Fatal(err)
 	}
 	a := receive(t, done, "the held acquire")

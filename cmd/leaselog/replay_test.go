@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/internal/synth"
@@ -40,7 +41,7 @@ func TestReplayCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, _, err := svc.Submit(ctx, "j1", eventlog.KindRun, nil); err != nil {
+	if _, _, err := svc.Submit(ctx, "j1", event.KindRun, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.Acquire(ctx, "w1", 1); err != nil {

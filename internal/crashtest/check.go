@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/lease"
@@ -31,7 +32,7 @@ type Checked struct {
 	Events int // events the store held when reopened
 	// Tail is the events past the acknowledged ones: each must be one the run
 	// attempted, which may be known only once the run is over (CheckAttempted).
-	Tail []eventlog.Event
+	Tail []event.Event
 }
 
 // How Check opens a store.
@@ -65,7 +66,7 @@ func (m Mode) String() string {
 //   - the table rebuilt from the newest snapshot and the tail equals the full
 //     fold: offline, replay.Rebuild's; on a restart, the service's live
 //     table, with daemon.started, against the fold of the log it then holds.
-func Check(fs vfs.FS, acked []eventlog.Event, ackedSnapshot uint64, mode Mode) (Checked, error) {
+func Check(fs vfs.FS, acked []event.Event, ackedSnapshot uint64, mode Mode) (Checked, error) {
 	var c Checked
 	if mode == Offline {
 		if ok, err := eventlog.Exists(Dir, fs); err != nil || !ok {
@@ -157,7 +158,7 @@ func checkRestart(log *eventlog.Log) error {
 
 // CheckAttempted checks that every event of tail is the one attempted at its
 // seq: attempted[i] has seq i+1.
-func CheckAttempted(tail, attempted []eventlog.Event) error {
+func CheckAttempted(tail, attempted []event.Event) error {
 	for _, e := range tail {
 		i := int(e.Seq) - 1
 		if i >= len(attempted) {
@@ -173,9 +174,9 @@ func CheckAttempted(tail, attempted []eventlog.Event) error {
 // Attempted returns every event log holds or was handed, durable or not, in
 // seq order: what the run attempted. It reads events one by one (Get sees
 // staged events too), so it works on a log that has failed.
-func Attempted(log *eventlog.Log) ([]eventlog.Event, error) {
+func Attempted(log *eventlog.Log) ([]event.Event, error) {
 	last := log.LastSeq()
-	out := make([]eventlog.Event, 0, last)
+	out := make([]event.Event, 0, last)
 	for seq := uint64(1); seq <= last; seq++ {
 		e, err := log.Get(seq)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 )
@@ -83,7 +84,7 @@ func TestCrashAtEveryWrite(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		tails    []crashPoint // points whose store held events past the acknowledged ones
-		tailEvs  [][]eventlog.Event
+		tailEvs  [][]event.Event
 		counts   = map[int]int{}
 		distinct = map[int]int{}
 		seen     = map[string]bool{}

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/internal/clocktest"
@@ -142,9 +143,9 @@ func (d *Driver) Round(r int) []Step {
 		{"submit", func() error {
 			for _, j := range []struct {
 				id   string
-				kind eventlog.Kind
-			}{{run, eventlog.KindRun}, {eval, eventlog.KindEvaluation}, {evalq, eventlog.KindEvaluation},
-				{runx, eventlog.KindRun}, {queued, eventlog.KindRun}, {late, eventlog.KindRun}} {
+				kind event.Kind
+			}{{run, event.KindRun}, {eval, event.KindEvaluation}, {evalq, event.KindEvaluation},
+				{runx, event.KindRun}, {queued, event.KindRun}, {late, event.KindRun}} {
 				spec := fmt.Sprintf(`{"run":"make %s","round":%d}`, j.id, r)
 				if _, _, err := d.Svc.Submit(ctx, j.id, j.kind, []byte(spec)); err != nil {
 					return err
@@ -159,8 +160,8 @@ func (d *Driver) Round(r int) []Step {
 		{"start", func() error { return d.start("w1", run) }},
 		{"start again", func() error { return d.start("w1", run) }},
 		{"heartbeat", func() error { return d.beat("w1", lease.Continue, run, eval) }},
-		{"report", func() error { return d.report("w1", run, eventlog.OutcomeSucceeded, `{"score": 1}`, false) }},
-		{"report again", func() error { return d.report("w1", run, eventlog.OutcomeSucceeded, `{"score": 1}`, false) }},
+		{"report", func() error { return d.report("w1", run, event.OutcomeSucceeded, `{"score": 1}`, false) }},
+		{"report again", func() error { return d.report("w1", run, event.OutcomeSucceeded, `{"score": 1}`, false) }},
 		{"kill", func() error { return d.expectJob(eval, fsm.Acquired, d.cancel(eval, true)) }},
 		{"heartbeat kill", func() error { return d.beat("w1", lease.Kill, eval) }},
 		{"w2 silent past grace", func() error {
@@ -171,11 +172,11 @@ func (d *Driver) Round(r int) []Step {
 		{"expired", func() error {
 			return errors.Join(d.expectJob(runx, fsm.Failed, nil), d.expectJob(evalq, fsm.Queued, nil), d.expectJob(eval, fsm.Cancelled, nil))
 		}},
-		{"stale report", func() error { return d.report("w2", runx, eventlog.OutcomeFailed, `{"late": true}`, true) }},
-		{"stale report again", func() error { return d.report("w2", runx, eventlog.OutcomeFailed, `{"late": true}`, true) }},
+		{"stale report", func() error { return d.report("w2", runx, event.OutcomeFailed, `{"late": true}`, true) }},
+		{"stale report again", func() error { return d.report("w2", runx, event.OutcomeFailed, `{"late": true}`, true) }},
 		{"acquire requeued", func() error { return d.acquire("w3", 2, late, evalq) }}, // FIFO by (re)queue time
 		{"start w3", func() error { return d.start("w3", evalq) }},
-		{"report requeued", func() error { return d.report("w3", evalq, eventlog.OutcomeFailed, `{"score": 0}`, false) }},
+		{"report requeued", func() error { return d.report("w3", evalq, event.OutcomeFailed, `{"score": 0}`, false) }},
 		{"daemon absent", func() error {
 			d.Clock.Advance(3 * t.Toleration)
 			if err := d.sweep(); err != nil {
@@ -189,7 +190,7 @@ func (d *Driver) Round(r int) []Step {
 			if r%2 == 1 {
 				return nil // a plain close: the queue outlives the restart
 			}
-			if _, _, err := d.Svc.Submit(ctx, id("stopped"), eventlog.KindRun, nil); err != nil {
+			if _, _, err := d.Svc.Submit(ctx, id("stopped"), event.KindRun, nil); err != nil {
 				return err
 			}
 			return d.Svc.Stop(ctx)
@@ -204,7 +205,7 @@ func (d *Driver) Round(r int) []Step {
 
 // submitAgain submits job id again, with its spec's keys in another order.
 func (d *Driver) submitAgain(id string, r int) error {
-	j, created, err := d.Svc.Submit(ctx, id, eventlog.KindRun, []byte(fmt.Sprintf(`{"round": %d, "run": "make %s"}`, r, id)))
+	j, created, err := d.Svc.Submit(ctx, id, event.KindRun, []byte(fmt.Sprintf(`{"round": %d, "run": "make %s"}`, r, id)))
 	if err == nil && (created || j.ID != id) {
 		err = fmt.Errorf("resubmit of %s created a job", id)
 	}
@@ -279,7 +280,7 @@ func (d *Driver) beat(worker string, want lease.Directive, jobs ...string) error
 	return nil
 }
 
-func (d *Driver) report(worker, job string, o eventlog.Outcome, result string, stale bool) error {
+func (d *Driver) report(worker, job string, o event.Outcome, result string, stale bool) error {
 	a, err := d.Svc.Report(ctx, worker, d.leases[job], lease.Report{Outcome: o, Ref: "refs/leaselog/" + job, Result: []byte(result)})
 	switch {
 	case IsFailure(err):

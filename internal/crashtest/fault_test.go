@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/lease"
@@ -190,7 +191,7 @@ func TestWriteFaultsFailStop(t *testing.T) {
 
 // check holds a run whose write failed to the fail-stop contract, and says
 // how the run ended.
-func (r *faultRun) check(runErr error, attempted []eventlog.Event) (string, error) {
+func (r *faultRun) check(runErr error, attempted []event.Event) (string, error) {
 	r.mu.Lock()
 	death, image, mark := r.death, r.image, r.mark
 	r.mu.Unlock()
@@ -274,12 +275,12 @@ func pebbleMessage(msg string) string {
 func refusesEverything(svc *lease.Service) error {
 	var errs []error
 	for name, call := range map[string]func() error{
-		"submit":    func() error { _, _, err := svc.Submit(ctx, "after", eventlog.KindRun, nil); return err },
+		"submit":    func() error { _, _, err := svc.Submit(ctx, "after", event.KindRun, nil); return err },
 		"acquire":   func() error { _, err := svc.Acquire(ctx, "w9", 1); return err },
 		"heartbeat": func() error { _, err := svc.Heartbeat(ctx, "w1", []uint64{1}); return err },
 		"start":     func() error { _, err := svc.Start(ctx, "w1", 1); return err },
 		"report": func() error {
-			_, err := svc.Report(ctx, "w1", 1, lease.Report{Outcome: eventlog.OutcomeFailed})
+			_, err := svc.Report(ctx, "w1", 1, lease.Report{Outcome: event.OutcomeFailed})
 			return err
 		},
 		"cancel": func() error { _, err := svc.Cancel(ctx, "x"); return err },

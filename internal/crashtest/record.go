@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/lease"
 )
@@ -32,8 +33,8 @@ import (
 // driver adds to it while crash points read marks of it.
 type Record struct {
 	mu    sync.Mutex
-	acked []eventlog.Event // by seq; only ever appended to, so a prefix can be shared
-	snap  uint64           // the newest snapshot a returned command had written
+	acked []event.Event // by seq; only ever appended to, so a prefix can be shared
+	snap  uint64        // the newest snapshot a returned command had written
 }
 
 // Mark is a point in a Record: what had been acknowledged at one moment.
@@ -52,7 +53,7 @@ func (r *Record) Mark() Mark {
 
 // Acked returns the events acknowledged up to m, in seq order. The slice is
 // shared and must not be modified.
-func (r *Record) Acked(m Mark) []eventlog.Event {
+func (r *Record) Acked(m Mark) []event.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.acked[:m.Events:m.Events]
@@ -67,7 +68,7 @@ func (r *Record) Ack(log *eventlog.Log, before, after uint64) error {
 	if err != nil {
 		return fmt.Errorf("crashtest: acknowledged snapshots: %w", err)
 	}
-	var evs []eventlog.Event
+	var evs []event.Event
 	if after > before {
 		if d := log.DurableSeq(); d < after {
 			return fmt.Errorf("crashtest: acknowledged seq %d..%d, but the log's durable seq is %d", before+1, after, d)
@@ -111,7 +112,7 @@ func IsFailure(err error) bool {
 }
 
 // SameEvent reports how got differs from want, or "" if it does not.
-func SameEvent(got, want eventlog.Event) string {
+func SameEvent(got, want event.Event) string {
 	if got.Seq == want.Seq && got.ID == want.ID && got.Type == want.Type && got.Time == want.Time &&
 		got.Job == want.Job && got.Lease == want.Lease && got.Worker == want.Worker && got.Kind == want.Kind &&
 		got.Outcome == want.Outcome && got.Mode == want.Mode && got.Ref == want.Ref && got.Reason == want.Reason &&

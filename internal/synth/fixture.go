@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/projection"
 )
@@ -54,8 +55,8 @@ func Fixture(s Shape, history int, snapshot bool) (string, error) {
 	// records of the jobs that end are written with their events.
 	table := projection.New()
 	table.SetRetire(projection.RetireRecord)
-	err = s.Events(1, history, func(batch []eventlog.Event) error {
-		c, err := log.Stage(batch, func(evs []eventlog.Event) ([]eventlog.Record, error) {
+	err = s.Events(1, history, func(batch []event.Event) error {
+		c, err := log.Stage(batch, func(evs []event.Event) ([]eventlog.Record, error) {
 			for i := range evs {
 				if err := table.Apply(&evs[i]); err != nil {
 					return nil, err

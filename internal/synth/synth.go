@@ -7,7 +7,7 @@ package synth
 import (
 	"fmt"
 
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/event"
 )
 
 // Shape says what a synthetic log holds.
@@ -38,7 +38,7 @@ func Job(wave, i int) string { return fmt.Sprintf("job-%d-%d", wave, i) }
 // Events calls emit with batches of legal events, numbered from first: at
 // least history events of finished jobs, then s.Live live leases. The batch is
 // reused after emit returns.
-func (s Shape) Events(first uint64, history int, emit func([]eventlog.Event) error) error {
+func (s Shape) Events(first uint64, history int, emit func([]event.Event) error) error {
 	g := gen{seq: first, shape: s, emit: emit}
 	for wave := 0; int(g.seq-first) < history; wave++ {
 		if err := g.wave(wave, s.Wave, true); err != nil {
@@ -56,14 +56,14 @@ func (s Shape) Events(first uint64, history int, emit func([]eventlog.Event) err
 type gen struct {
 	seq    uint64
 	shape  Shape
-	emit   func([]eventlog.Event) error
-	batch  []eventlog.Event
+	emit   func([]event.Event) error
+	batch  []event.Event
 	leases []uint64
 }
 
-func (g *gen) add(e eventlog.Event) {
+func (g *gen) add(e event.Event) {
 	e.Seq, e.Time = g.seq, TimeOf(g.seq)
-	if e.Type == eventlog.TypeAcquired {
+	if e.Type == event.TypeAcquired {
 		e.Lease = g.seq
 	}
 	g.seq++
@@ -83,32 +83,32 @@ func (g *gen) wave(wave, n int, finish bool) error {
 		return finish && g.shape.StaleEvery > 0 && (wave*g.shape.Wave+i)%g.shape.StaleEvery == 0
 	}
 	for i := 0; i < n; i++ {
-		g.add(eventlog.Event{Type: eventlog.TypeQueued, Job: Job(wave, i), Kind: eventlog.KindRun, Spec: []byte(`{"run":"make eval"}`)})
+		g.add(event.Event{Type: event.TypeQueued, Job: Job(wave, i), Kind: event.KindRun, Spec: []byte(`{"run":"make eval"}`)})
 	}
 	for i := 0; i < n; i++ {
-		g.add(eventlog.Event{Type: eventlog.TypeAcquired, Job: Job(wave, i), Worker: worker(i)})
+		g.add(event.Event{Type: event.TypeAcquired, Job: Job(wave, i), Worker: worker(i)})
 		leases[i] = g.seq - 1
 	}
 	for i := 0; i < n; i++ {
-		g.add(eventlog.Event{Type: eventlog.TypeRunning, Job: Job(wave, i), Lease: leases[i], Worker: worker(i)})
+		g.add(event.Event{Type: event.TypeRunning, Job: Job(wave, i), Lease: leases[i], Worker: worker(i)})
 	}
 	if finish {
 		for h := 0; h < g.shape.Heartbeats; h++ {
 			for i := 0; i < n; i++ {
 				if !lost(i) {
-					g.add(eventlog.Event{Type: eventlog.TypeHeartbeat, Job: Job(wave, i), Lease: leases[i], Worker: worker(i)})
+					g.add(event.Event{Type: event.TypeHeartbeat, Job: Job(wave, i), Lease: leases[i], Worker: worker(i)})
 				}
 			}
 		}
 		for i := 0; i < n; i++ {
 			ref := fmt.Sprintf("refs/leaselog/%s/%d", Job(wave, i), leases[i])
 			if lost(i) {
-				g.add(eventlog.Event{Type: eventlog.TypeExpired, Job: Job(wave, i), Lease: leases[i], Worker: worker(i), Reason: eventlog.ReasonWorkerLost})
-				g.add(eventlog.Event{Type: eventlog.TypeStaleReport, Job: Job(wave, i), Lease: leases[i], Worker: worker(i), Outcome: eventlog.OutcomeSucceeded, Ref: ref})
+				g.add(event.Event{Type: event.TypeExpired, Job: Job(wave, i), Lease: leases[i], Worker: worker(i), Reason: event.ReasonWorkerLost})
+				g.add(event.Event{Type: event.TypeStaleReport, Job: Job(wave, i), Lease: leases[i], Worker: worker(i), Outcome: event.OutcomeSucceeded, Ref: ref})
 				continue
 			}
-			g.add(eventlog.Event{Type: eventlog.TypeReported, Job: Job(wave, i), Lease: leases[i], Worker: worker(i),
-				Outcome: eventlog.OutcomeSucceeded, Ref: ref})
+			g.add(event.Event{Type: event.TypeReported, Job: Job(wave, i), Lease: leases[i], Worker: worker(i),
+				Outcome: event.OutcomeSucceeded, Ref: ref})
 		}
 	}
 	if err := g.emit(g.batch); err != nil {

@@ -1,4 +1,4 @@
-package eventlog
+package event
 
 import (
 	"encoding/binary"
@@ -10,11 +10,11 @@ import (
 
 // ErrCorrupt is returned, wrapped with the key or sequence number at fault,
 // when stored bytes cannot be what this package wrote.
-var ErrCorrupt = errors.New("eventlog: corrupt record")
+var ErrCorrupt = errors.New("event: corrupt record")
 
 // ErrNewerFormat is returned when a record or the store was written by a newer
 // format than this build reads.
-var ErrNewerFormat = errors.New("eventlog: written by a newer format")
+var ErrNewerFormat = errors.New("event: written by a newer format")
 
 // recordVersion is the version byte of the record format written by this build.
 // A reader accepts every version up to its own. Within a version, fields are
@@ -51,8 +51,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Integer fields hold one uvarint (zigzag for signed) as their data.
 const headerLen = 4 + 1 + 1
 
-// appendRecord appends the encoding of e (with sequence number e.Seq) to dst.
-func appendRecord(dst []byte, e *Event) []byte {
+// AppendRecord appends the encoding of e (with sequence number e.Seq) to dst.
+func AppendRecord(dst []byte, e *Event) []byte {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, recordVersion, byte(e.Type))
 	dst = binary.AppendVarint(dst, e.Time)
@@ -120,15 +120,15 @@ func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
 // Event that shares no memory with b.
 func Decode(seq uint64, b []byte) (Event, error) {
 	var e Event
-	if err := decodeAliased(seq, b, &e); err != nil {
+	if err := DecodeAliased(seq, b, &e); err != nil {
 		return Event{}, err
 	}
 	return e.Clone(), nil
 }
 
-// decodeAliased decodes b into e without copying: e's strings and slices point
+// DecodeAliased decodes b into e without copying: e's strings and slices point
 // into b and live as long as b does. It never panics, whatever b holds.
-func decodeAliased(seq uint64, b []byte, e *Event) error {
+func DecodeAliased(seq uint64, b []byte, e *Event) error {
 	*e = Event{Seq: seq}
 	if len(b) < headerLen+16+1 {
 		return corruptf(seq, "record of %d bytes is shorter than its header", len(b))
@@ -137,7 +137,7 @@ func decodeAliased(seq uint64, b []byte, e *Event) error {
 		return corruptf(seq, "checksum mismatch (stored %08x, computed %08x)", want, got)
 	}
 	if v := b[4]; v > recordVersion {
-		return fmt.Errorf("eventlog: seq %d: record version %d (this build reads up to %d): %w", seq, v, recordVersion, ErrNewerFormat)
+		return fmt.Errorf("event: seq %d: record version %d (this build reads up to %d): %w", seq, v, recordVersion, ErrNewerFormat)
 	} else if v == 0 {
 		return corruptf(seq, "record version 0")
 	}

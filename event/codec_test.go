@@ -1,4 +1,4 @@
-package eventlog
+package event
 
 import (
 	"bytes"
@@ -21,13 +21,13 @@ func sampleEvents() []Event {
 		{Seq: 5, ID: id, Type: TypeReported, Time: 9, Job: "j1", Lease: 3, Worker: "w1", Outcome: OutcomeKilled,
 			Ref: "refs/leaselog/j1/3", Reason: "killed by client", Result: []byte(`{"ok":false}`)},
 		{Seq: 6, ID: id, Type: TypeDaemonResumed, Time: 10, Gap: 3600e9},
-		{Seq: 1 << 62, ID: id, Type: TypeStaleReport, Time: 11, Job: strings.Repeat("j", MaxIDLen), Lease: 1 << 61, Worker: "w"},
+		{Seq: 1 << 62, ID: id, Type: TypeStaleReport, Time: 11, Job: strings.Repeat("j", 256), Lease: 1 << 61, Worker: "w"},
 	}
 }
 
 func TestRecordRoundTrip(t *testing.T) {
 	for _, e := range sampleEvents() {
-		b := appendRecord(nil, &e)
+		b := AppendRecord(nil, &e)
 		got, err := Decode(e.Seq, b)
 		if err != nil {
 			t.Fatalf("seq %d: %v", e.Seq, err)
@@ -41,7 +41,7 @@ func TestRecordRoundTrip(t *testing.T) {
 // TestRecordUnderWrongKey checks that the checksum binds a record to its key.
 func TestRecordUnderWrongKey(t *testing.T) {
 	e := sampleEvents()[1]
-	b := appendRecord(nil, &e)
+	b := AppendRecord(nil, &e)
 	_, err := Decode(e.Seq+1, b)
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "seq 3") {
 		t.Fatalf("decode under the wrong seq: %v, want ErrCorrupt naming seq 3", err)
@@ -50,7 +50,7 @@ func TestRecordUnderWrongKey(t *testing.T) {
 
 func TestDecodeCorrupt(t *testing.T) {
 	e := sampleEvents()[4]
-	good := appendRecord(nil, &e)
+	good := AppendRecord(nil, &e)
 	for _, tc := range []struct {
 		name string
 		b    []byte
@@ -81,7 +81,7 @@ func flip(b []byte, i int) []byte {
 // added by a later version is skipped by this one.
 func TestDecodeSkipsUnknownFields(t *testing.T) {
 	e := sampleEvents()[2]
-	b := appendRecord(nil, &e)
+	b := AppendRecord(nil, &e)
 	b = append(b, 200, 3, 'n', 'e', 'w') // tag 200, 3 bytes
 	binary.LittleEndian.PutUint32(b, recordChecksum(e.Seq, b[4:]))
 	got, err := Decode(e.Seq, b)
@@ -95,7 +95,7 @@ func TestDecodeSkipsUnknownFields(t *testing.T) {
 
 func TestDecodeNewerVersion(t *testing.T) {
 	e := sampleEvents()[0]
-	b := appendRecord(nil, &e)
+	b := AppendRecord(nil, &e)
 	b[4] = recordVersion + 1
 	binary.LittleEndian.PutUint32(b, recordChecksum(e.Seq, b[4:]))
 	if _, err := Decode(e.Seq, b); !errors.Is(err, ErrNewerFormat) {
@@ -121,7 +121,7 @@ func FuzzRecordRoundTrip(f *testing.F) {
 		if len(e.Result) == 0 {
 			e.Result = nil
 		}
-		got, err := Decode(seq, appendRecord(nil, &e))
+		got, err := Decode(seq, AppendRecord(nil, &e))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func FuzzRecordRoundTrip(f *testing.F) {
 // back to a record that decodes to the same event.
 func FuzzDecode(f *testing.F) {
 	for _, e := range sampleEvents() {
-		f.Add(e.Seq, appendRecord(nil, &e))
+		f.Add(e.Seq, AppendRecord(nil, &e))
 	}
 	f.Add(uint64(1), []byte{})
 	f.Fuzz(func(t *testing.T, seq uint64, b []byte) {
@@ -147,7 +147,7 @@ func FuzzDecode(f *testing.F) {
 				}
 				return
 			}
-			again, err := Decode(seq, appendRecord(nil, &e))
+			again, err := Decode(seq, AppendRecord(nil, &e))
 			if err != nil || !reflect.DeepEqual(again, e) {
 				t.Fatalf("re-encode of an accepted record: %v\n got %+v\nwant %+v", err, again, e)
 			}
@@ -198,17 +198,17 @@ func BenchmarkEncode(b *testing.B) {
 	buf := make([]byte, 0, 256)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		buf = appendRecord(buf[:0], &e)
+		buf = AppendRecord(buf[:0], &e)
 	}
 }
 
 func BenchmarkDecode(b *testing.B) {
 	e := sampleEvents()[4]
-	rec := appendRecord(nil, &e)
+	rec := AppendRecord(nil, &e)
 	var out Event
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if err := decodeAliased(e.Seq, rec, &out); err != nil {
+		if err := DecodeAliased(e.Seq, rec, &out); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package eventlog
+package event
 
 import (
 	"fmt"
@@ -83,7 +83,7 @@ func ParseType(s string) (Type, error) {
 			return t, nil
 		}
 	}
-	return 0, fmt.Errorf("eventlog: unknown event type %q (want one of %s)", s, strings.Join(typeNames[1:], ", "))
+	return 0, fmt.Errorf("event: unknown event type %q (want one of %s)", s, strings.Join(typeNames[1:], ", "))
 }
 
 // Kind is the kind of a job.
@@ -115,7 +115,7 @@ func ParseKind(s string) (Kind, error) {
 	case "evaluation":
 		return KindEvaluation, nil
 	}
-	return 0, fmt.Errorf("eventlog: unknown job kind %q (want run or evaluation)", s)
+	return 0, fmt.Errorf("event: unknown job kind %q (want run or evaluation)", s)
 }
 
 // Outcome is what a worker reports a job came to.
@@ -159,7 +159,7 @@ func ParseOutcome(s string) (Outcome, error) {
 			return o, nil
 		}
 	}
-	return 0, fmt.Errorf("eventlog: unknown outcome %q (want succeeded, failed, cancelled, killed or lost)", s)
+	return 0, fmt.Errorf("event: unknown outcome %q (want succeeded, failed, cancelled, killed or lost)", s)
 }
 
 // RevokeMode says how a leased job is to be stopped.
