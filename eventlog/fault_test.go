@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"github.com/leaselog/leaselog/event"
@@ -88,7 +89,7 @@ func checkFailStop(t *testing.T, l *Log) {
 	if err := l.PutSnapshot(l.DurableSeq(), []byte("x")); !errors.Is(err, ErrFailed) {
 		t.Errorf("snapshot after the failure: %v, want ErrFailed", err)
 	}
-	if err := l.WaitDurable(l.LastSeq()+1, nil); !errors.Is(err, ErrFailed) {
+	if err := l.WaitDurable(context.Background(), l.LastSeq()+1); !errors.Is(err, ErrFailed) {
 		t.Errorf("wait for durability after the failure: %v, want ErrFailed", err)
 	}
 	if err := l.Close(); !errors.Is(err, ErrFailed) {
@@ -176,7 +177,7 @@ func TestFailureWakesWaiters(t *testing.T) {
 	default:
 		t.Fatal("failing the log did not wake the waiters")
 	}
-	if err := l.WaitDurable(1, nil); !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "disk on fire") {
+	if err := l.WaitDurable(context.Background(), 1); !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "disk on fire") {
 		t.Fatalf("WaitDurable on a failed log: %v", err)
 	}
 }
@@ -258,7 +259,7 @@ func TestFatalfFailsTheLog(t *testing.T) {
 	// until the disk recovers.
 	flushed := make(chan error, 1)
 	go func() { flushed <- l.db.Flush() }()
-	if err := l.WaitDurable(l.LastSeq()+1, nil); !errors.Is(err, ErrFailed) {
+	if err := l.WaitDurable(context.Background(), l.LastSeq()+1); !errors.Is(err, ErrFailed) {
 		t.Fatalf("waiting for the log to fail: %v", err)
 	}
 	f.armed.Store(false)

@@ -42,6 +42,7 @@
 package eventlog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"github.com/leaselog/leaselog/event"
@@ -525,9 +526,9 @@ func (l *Log) LastSeq() uint64 {
 func (l *Log) DurableSeq() uint64 { return l.durable.Load() }
 
 // WaitDurable blocks until every event up to seq is durable, the log fails, or
-// done is closed. Readers use it so that nothing they answer can be undone by
-// a crash.
-func (l *Log) WaitDurable(seq uint64, done <-chan struct{}) error {
+// ctx ends. Readers use it so that nothing they answer can be undone by a
+// crash. When ctx ends first, the error wraps ctx.Err().
+func (l *Log) WaitDurable(ctx context.Context, seq uint64) error {
 	for {
 		if l.durable.Load() >= seq {
 			return nil
@@ -543,8 +544,8 @@ func (l *Log) WaitDurable(seq uint64, done <-chan struct{}) error {
 		}
 		select {
 		case <-ch:
-		case <-done:
-			return errors.New("eventlog: wait for durability cancelled")
+		case <-ctx.Done():
+			return fmt.Errorf("eventlog: wait for seq %d to be durable: %w", seq, ctx.Err())
 		}
 	}
 }

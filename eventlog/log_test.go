@@ -1,6 +1,7 @@
 package eventlog_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -151,8 +152,43 @@ func TestStagedEventsInvisibleToIteratorsUntilDurable(t *testing.T) {
 	if len(before) > 1 || len(after) != 1 {
 		t.Fatalf("before Wait %d events, after %d; want <=1 then 1", len(before), len(after))
 	}
-	if err := l.WaitDurable(1, nil); err != nil {
+	if err := l.WaitDurable(context.Background(), 1); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A reader whose context ends before its event is durable gets an error that
+// says so: errors.Is matches the context's own error, and the message names
+// the sequence number it waited for.
+func TestWaitDurableContextEnds(t *testing.T) {
+	l := openMem(t, vfs.NewMem())
+	defer l.Close()
+	seq := l.LastSeq() + 1 // never appended: only the context can end the wait
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"cancelled", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx, cancel
+		}, context.Canceled},
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithDeadline(context.Background(), time.Unix(0, 0))
+		}, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			err := l.WaitDurable(ctx, seq)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("WaitDurable(%d) with its context ended: %v, want %v", seq, err, tc.want)
+			}
+			if !strings.Contains(err.Error(), fmt.Sprint(seq)) {
+				t.Errorf("WaitDurable's error %q does not name seq %d", err, seq)
+			}
+		})
 	}
 }
 

@@ -129,7 +129,7 @@ func (s *Service) JobView(ctx context.Context, id string) (JobView, error) {
 	if !ok {
 		return v, fmt.Errorf("%w: job %q", ErrNotFound, id)
 	}
-	return JobView{Job: j}, s.log.WaitDurable(s.log.LastSeq(), ctx.Done())
+	return JobView{Job: j}, s.log.WaitDurable(ctx, s.log.LastSeq())
 }
 
 // Lease returns lease id.
@@ -146,7 +146,7 @@ func (s *Service) Lease(ctx context.Context, id uint64) (projection.Lease, error
 	if !ok {
 		return l, fmt.Errorf("%w: lease %d", ErrNotFound, id)
 	}
-	return l, s.log.WaitDurable(s.log.LastSeq(), ctx.Done())
+	return l, s.log.WaitDurable(ctx, s.log.LastSeq())
 }
 
 // Jobs returns the jobs f selects, by id.
@@ -198,7 +198,7 @@ func (s *Service) JobViews(ctx context.Context, f projection.JobFilter) ([]JobVi
 		return nil, err
 	}
 	slices.SortFunc(vs, func(a, b JobView) int { return cmp.Compare(a.ID, b.ID) })
-	return vs, s.log.WaitDurable(s.log.LastSeq(), ctx.Done())
+	return vs, s.log.WaitDurable(ctx, s.log.LastSeq())
 }
 
 // Leases returns the leases f selects, by token: live ones when f.State is
@@ -239,5 +239,5 @@ func (s *Service) Leases(ctx context.Context, f projection.LeaseFilter) ([]proje
 		return nil, err
 	}
 	slices.SortFunc(ls, func(a, b projection.Lease) int { return cmp.Compare(a.ID, b.ID) })
-	return ls, s.log.WaitDurable(s.log.LastSeq(), ctx.Done())
+	return ls, s.log.WaitDurable(ctx, s.log.LastSeq())
 }

@@ -45,7 +45,7 @@ func (s *Service) Submit(ctx context.Context, id string, kind event.Kind, spec [
 		if j.Kind != kind || !bytes.Equal(j.Spec, spec) {
 			return j, false, fmt.Errorf("%w: job %q exists as a %s with spec %s", ErrJobExists, id, j.Kind, j.Spec)
 		}
-		return j, false, s.log.WaitDurable(seq, ctx.Done())
+		return j, false, s.log.WaitDurable(ctx, seq)
 	}
 	if s.mu.stopping {
 		s.mu.Unlock()
@@ -135,7 +135,7 @@ func (s *Service) revoke(ctx context.Context, id string, mode event.RevokeMode) 
 	if len(evs) == 0 {
 		seq := s.mu.table.Seq()
 		s.mu.Unlock()
-		return j, s.log.WaitDurable(seq, ctx.Done())
+		return j, s.log.WaitDurable(ctx, seq)
 	}
 	_, c, err := s.commitLocked(s.now(), evs)
 	if err == nil {

@@ -344,7 +344,7 @@ func (s *Service) read(ctx context.Context, fn func(t *projection.Table)) error 
 	fn(s.mu.table)
 	seq := s.mu.table.Seq()
 	s.mu.Unlock()
-	return s.log.WaitDurable(seq, ctx.Done())
+	return s.log.WaitDurable(ctx, seq)
 }
 
 // View runs fn on the lease table, under the service's lock; fn must not keep
@@ -378,7 +378,7 @@ func (s *Service) snapshot(force bool) error {
 	data := s.mu.table.Snapshot()
 	s.mu.lastSnap, s.mu.snapAt = seq, now
 	s.mu.Unlock()
-	if err := s.log.WaitDurable(seq, nil); err != nil {
+	if err := s.log.WaitDurable(context.Background(), seq); err != nil {
 		return err
 	}
 	if err := s.log.PutSnapshot(seq, data); err != nil {

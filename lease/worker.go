@@ -135,7 +135,7 @@ func (s *Service) Start(ctx context.Context, worker string, id uint64) (projecti
 		if err != nil {
 			return projection.Lease{}, err
 		}
-		return l, s.log.WaitDurable(seq, ctx.Done())
+		return l, s.log.WaitDurable(ctx, seq)
 	}
 	evs := s.reachableLocked(worker, nil)
 	evs = append(evs, event.Event{Type: event.TypeRunning, Job: l.Job, Lease: id, Worker: worker})
@@ -201,7 +201,7 @@ func (s *Service) Heartbeat(ctx context.Context, worker string, ids []uint64) ([
 	if len(evs) == 0 {
 		seq := s.mu.table.Seq()
 		s.mu.Unlock()
-		return out, s.log.WaitDurable(seq, ctx.Done())
+		return out, s.log.WaitDurable(ctx, seq)
 	}
 	_, c, err := s.commitLocked(s.now(), evs)
 	s.mu.Unlock()
@@ -318,7 +318,7 @@ func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report
 	if c != nil {
 		err = s.wait(c)
 	} else {
-		err = s.log.WaitDurable(seq, ctx.Done())
+		err = s.log.WaitDurable(ctx, seq)
 	}
 	if err != nil {
 		return Answer{}, err

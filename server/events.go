@@ -229,7 +229,7 @@ func (s *Server) waitEvents(ctx context.Context, w http.ResponseWriter, rc *http
 		if seq == math.MaxUint64 {
 			<-tick.Done()
 		} else {
-			err = log.WaitDurable(seq+1, tick.Done())
+			err = log.WaitDurable(tick, seq+1)
 		}
 		quiet := tick.Err() != nil
 		stop()
