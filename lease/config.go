@@ -1,49 +1,13 @@
 package lease
 
-import (
-	"fmt"
-	"time"
-)
+import "github.com/leaselog/leaselog/timing"
 
-// Config is the timing of leases: the keys of [plugins.executor].
-type Config struct {
-	Renew      time.Duration // renew_seconds: a worker heartbeats this often
-	Grace      time.Duration // grace_seconds: silent this long, a worker is unreachable
-	Toleration time.Duration // toleration_seconds: silent this long, its leases expire
-}
-
-// DefaultConfig is the timing of the Leases page: Kubernetes' defaults.
-func DefaultConfig() Config {
-	return Config{Renew: 10 * time.Second, Grace: 50 * time.Second, Toleration: 300 * time.Second}
-}
+// Config is the timing of leases, defined in package timing so that a worker
+// knows it without linking the service.
+type Config = timing.Config
 
 // ConfigError names the key of a timing that does not hold together.
-type ConfigError struct {
-	Key     string
-	Message string
-}
+type ConfigError = timing.ConfigError
 
-func (e *ConfigError) Error() string { return fmt.Sprintf("config: %s: %s", e.Key, e.Message) }
-
-// Validate checks 0 < 2×renew < grace < toleration: a worker must be able to
-// miss a heartbeat before it is unreachable, and be unreachable before it loses
-// its leases.
-func (c Config) Validate() error {
-	switch {
-	case c.Renew <= 0:
-		return &ConfigError{"renew_seconds", fmt.Sprintf("must be positive, is %v", c.Renew.Seconds())}
-	case 2*c.Renew >= c.Grace:
-		return &ConfigError{"grace_seconds", fmt.Sprintf("must exceed 2 × renew_seconds (%v), is %v", (2 * c.Renew).Seconds(), c.Grace.Seconds())}
-	case c.Grace >= c.Toleration:
-		return &ConfigError{"toleration_seconds", fmt.Sprintf("must exceed grace_seconds (%v), is %v", c.Grace.Seconds(), c.Toleration.Seconds())}
-	}
-	return nil
-}
-
-// SweepEvery is how often the sweeper ticks: often enough that short test
-// timings work, never more than once a second's worth of work at defaults.
-func (c Config) SweepEvery() time.Duration { return min(time.Second, c.Renew/2) }
-
-// SelfFence is how long after sending its last acknowledged heartbeat a worker
-// stops its jobs: two heartbeats before the daemon may expire them.
-func (c Config) SelfFence() time.Duration { return c.Toleration - 2*c.Renew }
+// DefaultConfig is the timing of the Leases page (timing.Default).
+func DefaultConfig() Config { return timing.Default() }
