@@ -63,9 +63,9 @@ import (
 // which recovers exactly the durable prefix.
 var ErrFailed = errors.New("eventlog: log failed; reopen to recover")
 
-// ErrLocked is returned by Open when another process (or another Log in this
-// one) has the store open: one writer per store.
-var ErrLocked = errors.New("eventlog: store in use by another process")
+// ErrLocked is returned by Open when another process, or another Log in this
+// one, has the store open: one writer per store.
+var ErrLocked = errors.New("eventlog: store in use")
 
 // ErrCorrupt is returned, wrapped with the key or sequence number at fault,
 // when stored bytes cannot be what this package wrote. It is the record
@@ -155,6 +155,10 @@ type Log struct {
 	// store opened read-only that an older build wrote. Set by Open.
 	timeIndexed bool
 
+	// release forgets the store in this process's table of open ones
+	// (claimStore) once Pebble has let go of its directory.
+	release func()
+
 	durable atomic.Uint64 // every event with seq <= durable is synced
 	waitMu  sync.Mutex
 	waitCh  chan struct{} // closed and replaced whenever durable grows
@@ -176,7 +180,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		// short-lived heartbeat records and fewer L0 files to compact.
 		opts.memTableSize = 64 << 20
 	}
-	l := &Log{opts: opts, waitCh: make(chan struct{})}
+	release, err := claimStore(opts.FS, dir)
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{opts: opts, waitCh: make(chan struct{}), release: release}
 	popts := &pebble.Options{
 		FS:                 opts.FS,
 		Logger:             pebbleLogger{l: opts.Logger, fatal: l.fatal},
@@ -187,15 +195,16 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	db, err := openPebble(dir, popts)
 	if err != nil {
-		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock held by current process") {
-			return nil, fmt.Errorf("%w: %s (%v)", ErrLocked, dir, err)
+		release()
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w by another process: %s (%v)", ErrLocked, dir, err)
 		}
 		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
 	}
 	l.db = db
 	if err := l.Err(); err != nil {
 		// Pebble called Fatalf while opening and carried on: the store is not
-		// to be trusted, nor closed (see wedged).
+		// to be trusted, nor closed (see wedged), and stays claimed.
 		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
 	}
 	if err := l.checkFormat(); err != nil {
@@ -569,7 +578,9 @@ func (l *Log) Close() error {
 	if wedged {
 		return fmt.Errorf("eventlog: close: store left open after a fatal storage error: %w", failure)
 	}
-	if err := l.db.Close(); err != nil {
+	err := l.db.Close()
+	l.release()
+	if err != nil {
 		return errors.Join(failure, fmt.Errorf("eventlog: close: %w", err))
 	}
 	return failure
@@ -580,6 +591,7 @@ func (l *Log) Close() error {
 func (l *Log) closeDB() {
 	if !l.wedged.Load() {
 		_ = l.db.Close()
+		l.release()
 	}
 }
 
