@@ -276,3 +276,19 @@ func (it *Iter) Close() error {
 	}
 	return nil
 }
+
+// Get returns the event with sequence number seq, copied.
+func (l *Log) Get(seq uint64) (event.Event, error) {
+	v, closer, err := l.db.Get(eventKey(nil, seq))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return event.Event{}, fmt.Errorf("eventlog: seq %d: %w", seq, ErrNotFound)
+	}
+	if err != nil {
+		return event.Event{}, fmt.Errorf("eventlog: get seq %d: %w", seq, err)
+	}
+	defer closer.Close()
+	return event.Decode(seq, v)
+}
+
+// ErrNotFound is returned by Get for a sequence number the log does not hold.
+var ErrNotFound = errors.New("eventlog: not found")
