@@ -1,6 +1,7 @@
 package replay_test
 
 import (
+	"context"
 	"errors"
 	"math/rand"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/replay"
 )
+
+var ctx = context.Background()
 
 // damaged is a log whose newest snapshot reads back as garbage, as a snapshot
 // written by a buggy or older build would.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -12,14 +13,15 @@ import (
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
+	"github.com/leaselog/leaselog/scenario"
 )
 
 func (m *Main) replayCommand() *cobra.Command {
-	var dir string
+	var dir, script string
 	var verify bool
 	cmd := &cobra.Command{
-		Use:   "replay --data DIR [--verify]",
-		Short: "Rebuild the lease table from a stopped daemon's log, offline, and print it",
+		Use:   "replay --data DIR [--verify] | replay --script FILE",
+		Short: "Rebuild the lease table from a stopped daemon's log, offline, and print it; or play a scenario",
 		Long: `Rebuild the lease table from the log in DIR (newest snapshot plus tail) and print it:
 what a restart holds, the jobs that have not ended. Jobs that ended are in the
 store's archive; --verify prints them too.
@@ -30,11 +32,24 @@ growing per job, every type index complete, the time index naming exactly the
 runs of the events, every stored snapshot equal to the fold at its sequence
 number, and the archive holding exactly the jobs that ended. Exit status 0
 means the log is sound; 70, that the store is corrupt (the message names the
-record's key or sequence number, or the file and its key range).`,
+record's key or sequence number, or the file and its key range).
+
+With --script FILE, play a scenario instead (the golden files of
+testdata/scenarios; the language is package scenario's): each command drives
+a daemon on an in-memory store with a manual clock, and the file is printed
+with what each command printed under its ----. A golden file whose
+expectations hold prints as it is; if any output differs, the command names
+them and exits with status 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if script != "" {
+				if dir != "" || verify {
+					return errors.New("replay: --script plays a scenario on a store of its own: no --data or --verify with it")
+				}
+				return playScript(cmd.OutOrStdout(), script)
+			}
 			if dir == "" {
-				return errors.New("replay: --data DIR is required")
+				return errors.New("replay: --data DIR or --script FILE is required")
 			}
 			out := cmd.OutOrStdout()
 			// A directory that is not there is a mistake (a typo, the wrong
@@ -100,5 +115,23 @@ record's key or sequence number, or the file and its key range).`,
 	}
 	cmd.Flags().StringVar(&dir, "data", "", "the daemon's data directory")
 	cmd.Flags().BoolVar(&verify, "verify", false, "fold the whole log and check every invariant")
+	cmd.Flags().StringVar(&script, "script", "", "play the scenario in FILE and print it with its outputs")
 	return cmd
+}
+
+// playScript plays a scenario file and prints it with its outputs.
+func playScript(out io.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("replay: --script: %w", err)
+	}
+	defer f.Close()
+	diffs, err := scenario.Play(f, path, out)
+	if err != nil {
+		return fmt.Errorf("replay: --script: %w", err)
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("replay: --script %s: %d outputs differ from the file's, at %s", path, len(diffs), strings.Join(diffs, ", "))
+	}
+	return nil
 }
