@@ -20,18 +20,31 @@ import (
 	"github.com/leaselog/leaselog/projection"
 )
 
-// Log is what replay reads: the event log's iteration, snapshots and
-// archive; and what it writes: the archive of a store of an older format.
-type Log interface {
-	Iter(from uint64) *eventlog.Iter
+// Source is what Rebuild and Verify both read: the events (in order, or by
+// index), the stored snapshots, and the store's format. *eventlog.Log is one;
+// a test wraps one to damage what it reads.
+type Source interface {
 	Query(q eventlog.Query) *eventlog.Iter
 	Snapshots() ([]uint64, error)
 	Snapshot(seq uint64) ([]byte, error)
-	DurableSeq() uint64
 	Format() int
+}
+
+// Log is what Rebuild uses: a Source, how far it is durable (a snapshot past
+// that is skipped), and, to upgrade a store of an older format, whether it
+// may write and the archive it writes.
+type Log interface {
+	Source
+	DurableSeq() uint64
 	ReadOnly() bool
-	ScanArchive(prefix []byte, fn func(key, value []byte) error) error
 	PutArchive(recs []eventlog.Record, upgrade bool) error
+}
+
+// Checked is what Verify uses: a Source, and the indexes and archive it
+// holds against the fold.
+type Checked interface {
+	Source
+	ScanArchive(prefix []byte, fn func(key, value []byte) error) error
 	CheckTimeIndex() error
 }
 
@@ -126,7 +139,7 @@ func rebuildOlder(log Log, logger zerolog.Logger) (*projection.Table, Stats, err
 	return t, st, nil
 }
 
-func restore(log Log, seq uint64) (*projection.Table, error) {
+func restore(log Source, seq uint64) (*projection.Table, error) {
 	b, err := log.Snapshot(seq)
 	if err != nil {
 		return nil, err
@@ -183,7 +196,7 @@ var ErrMismatch = errors.New("replay: snapshot differs from the full fold")
 // every stored snapshot equals the fold at its sequence number; the time
 // index names exactly the runs of the events; and the archive holds exactly
 // the records of what the fold retired.
-func Verify(log Log) (Report, error) {
+func Verify(log Checked) (Report, error) {
 	var rep Report
 	snaps, err := log.Snapshots()
 	if err != nil {
@@ -237,7 +250,7 @@ func Verify(log Log) (Report, error) {
 	return rep, nil
 }
 
-func compareSnapshot(log Log, t *projection.Table) error {
+func compareSnapshot(log Source, t *projection.Table) error {
 	snap, err := restore(log, t.Seq())
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
@@ -248,7 +261,7 @@ func compareSnapshot(log Log, t *projection.Table) error {
 	return nil
 }
 
-func checkTypeIndexes(log Log, t *projection.Table) error {
+func checkTypeIndexes(log Source, t *projection.Table) error {
 	for _, typ := range event.Types() {
 		it := log.Query(eventlog.Query{Type: typ})
 		var n uint64
@@ -269,7 +282,7 @@ func checkTypeIndexes(log Log, t *projection.Table) error {
 // the fold retired.
 var ErrArchiveMismatch = errors.New("replay: archive differs from the full fold")
 
-func checkArchive(log Log, t *projection.Table) error {
+func checkArchive(log Checked, t *projection.Table) error {
 	want := make(map[string][]byte)
 	for _, r := range t.RetiredRecords() {
 		want[string(r.Key)] = r.Value
