@@ -67,6 +67,8 @@ func livenessBound(n, c int) time.Duration {
 }
 
 // params is what a seed draws before the run: the cast and the weather.
+// What each fault does is drawn when it comes (faults.go): a daemon crash,
+// for one, keeps 0, 50 or 100% of what was not synced.
 type params struct {
 	workers     int
 	capacity    []int
@@ -79,7 +81,6 @@ type params struct {
 	maxLatency  time.Duration
 	faultEvery  time.Duration // mean time between faults
 	submitEvery time.Duration // mean time between a client's submissions
-	unsynced    []int         // UnsyncedDataPercent of each crash, drawn in turn
 	breakName   string
 	// local: w0 is the local worker, on the daemon's host: it fences on the
 	// host's CLOCK_MONOTONIC, which stands still while the host suspends —
