@@ -19,6 +19,7 @@ import (
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/internal/synth"
 	"github.com/leaselog/leaselog/lease"
 )
@@ -32,14 +33,7 @@ func run(t *testing.T, args ...string) (string, error) {
 
 func TestReplayCommand(t *testing.T) {
 	dir := t.TempDir()
-	log, err := eventlog.Open(dir, eventlog.Options{Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := lease.Open(log, lease.Options{Config: lease.DefaultConfig(), Clock: clocktest.New(clocktest.Epoch)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	log, svc := leasetest.Open(t, leasetest.Disk(dir), leasetest.Config(lease.DefaultConfig()), leasetest.Clock(clocktest.New(clocktest.Epoch)))
 	ctx := context.Background()
 	if _, _, err := svc.Submit(ctx, "j1", event.KindRun, nil); err != nil {
 		t.Fatal(err)

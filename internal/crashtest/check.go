@@ -13,19 +13,14 @@ import (
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
 )
 
 // Dir is where the tests keep the store on their filesystems.
-const Dir = "data"
-
-// Timing is the lease timing the tests run with: short, so that a scenario
-// reaches every deadline in a few clock steps.
-func Timing() lease.Config {
-	return lease.Config{Renew: time.Second, Grace: 5 * time.Second, Toleration: 15 * time.Second}
-}
+const Dir = leasetest.Dir
 
 // Checked is what Check found in a store.
 type Checked struct {
@@ -134,7 +129,7 @@ func Check(fs vfs.FS, acked []event.Event, ackedSnapshot uint64, mode Mode) (Che
 // fold of the log.
 func checkRestart(log *eventlog.Log) error {
 	before := log.LastSeq()
-	svc, err := lease.Open(log, lease.Options{Config: Timing(), Clock: clocktest.New(clocktest.Epoch.Add(time.Hour)),
+	svc, err := lease.Open(log, lease.Options{Config: leasetest.Timing(), Clock: clocktest.New(clocktest.Epoch.Add(time.Hour)),
 		Entropy: rand.New(rand.NewSource(1)), SnapshotEvery: -1})
 	if err != nil {
 		return fmt.Errorf("restart: %w", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -73,7 +74,7 @@ func (d *Driver) Open() error {
 		every = 7
 	}
 	d.opens++
-	svc, err := lease.Open(log, lease.Options{Config: Timing(), Clock: d.Clock,
+	svc, err := lease.Open(log, lease.Options{Config: leasetest.Timing(), Clock: d.Clock,
 		Entropy: rand.New(rand.NewSource(int64(d.opens))), SnapshotEvery: every})
 	d.Log = log
 	if err != nil {
@@ -138,7 +139,7 @@ func (d *Driver) Run(s Step) error {
 func (d *Driver) Round(r int) []Step {
 	id := func(s string) string { return fmt.Sprintf("%s-%d", s, r) }
 	run, eval, evalq, runx, queued, late := id("run"), id("eval"), id("evalq"), id("runx"), id("queued"), id("late")
-	t := Timing()
+	t := leasetest.Timing()
 	return []Step{
 		{"submit", func() error {
 			for _, j := range []struct {
@@ -299,7 +300,7 @@ func (d *Driver) sweep() error { return d.Svc.Sweep() }
 // like the daemon's absence, sweeping after each; beat, if set, runs before
 // each sweep.
 func (d *Driver) tick(total time.Duration, beat func() error) error {
-	step := Timing().Grace / 2
+	step := leasetest.Timing().Grace / 2
 	for done := time.Duration(0); done < total; done += step {
 		d.Clock.Advance(min(step, total-done))
 		if beat != nil {

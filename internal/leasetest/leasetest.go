@@ -49,13 +49,16 @@ func Disk(dir string) Option { return func(s *setup) { s.store.FS, s.dir = vfs.D
 // the service runs on its default clock, the host's.
 func Clock(c lease.Clock) Option { return func(s *setup) { s.svc.Clock = c } }
 
+// Config is the service's lease timing. Without it, Timing.
+func Config(c timing.Config) Option { return func(s *setup) { s.svc.Config = c } }
+
 // Store changes the store's options after the defaults (the filesystem, a
 // logger that drops everything).
 func Store(edit func(*eventlog.Options)) Option {
 	return func(s *setup) { s.edits = append(s.edits, func(s *setup) { edit(&s.store) }) }
 }
 
-// Service changes the service's options after the defaults (Timing, the
+// Service changes the service's options after the defaults (the timing, the
 // clock, ULIDs drawn from a source seeded with 1, so that runs repeat).
 func Service(edit func(*lease.Options)) Option {
 	return func(s *setup) { s.edits = append(s.edits, func(s *setup) { edit(&s.svc) }) }
