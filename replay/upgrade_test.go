@@ -2,7 +2,6 @@ package replay_test
 
 import (
 	"errors"
-	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/replay"
 )
@@ -94,12 +94,7 @@ func TestUpgradeFormat1Store(t *testing.T) {
 	}
 	log.Close()
 
-	log = open(false)
-	defer log.Close()
-	svc, err := lease.Open(log, lease.Options{Config: lease.DefaultConfig(), Clock: clocktest.New(clocktest.Epoch), Entropy: rand.New(rand.NewSource(1))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, svc := leasetest.Open(t, leasetest.Disk(dir), leasetest.Config(lease.DefaultConfig()), leasetest.Clock(clocktest.New(clocktest.Epoch)))
 	if got := svc.Rebuilt(); got.Upgraded != 0 {
 		t.Fatalf("second open upgraded again: %d records", got.Upgraded)
 	}
