@@ -1,49 +1,15 @@
 // Package api is the wire contract of leaselog's HTTP API (../shared/API.md,
-// docs/openapi.yaml): the JSON documents the server sends and takes, the
-// conversions from the lease table, and a Go client. The server, the Go
-// worker and the CLI all speak through it, so they cannot drift apart.
+// docs/openapi.yaml): the JSON documents the server sends and takes, its
+// error codes, and a Go client. The server, the Go worker and the CLI all
+// speak through it, so they cannot drift apart. It imports nothing of the
+// project: a worker or a client links the contract, never the daemon. The
+// conversions from the daemon's own types to these documents are the
+// server's (package server).
 package api
 
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/lease"
-	"github.com/leaselog/leaselog/projection"
-)
-
-// Error is the body of every error answer: {"error": {"code", "message"}},
-// with stale_report_seq beside it when a report was stale.
-type Error struct {
-	Status         int    `json:"-"`
-	Code           string `json:"code"`
-	Message        string `json:"message"`
-	StaleReportSeq uint64 `json:"-"`
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-// ErrorBody is the JSON document of an error answer.
-type ErrorBody struct {
-	Error          *Error `json:"error"`
-	StaleReportSeq uint64 `json:"stale_report_seq,omitempty"`
-}
-
-// Error codes.
-const (
-	CodeBadRequest   = "bad_request"
-	CodeUnauthorized = "unauthorized"
-	CodeForbidden    = "forbidden"
-	CodeNotFound     = "not_found"
-	CodeMethod       = "method_not_allowed" // 405
-	CodeJobExists    = "job_exists"
-	CodeStaleLease   = "stale_lease"
-	CodeStopping     = "stopping"
-	CodeUnavailable  = "unavailable"
-	CodeTooLarge     = "body_too_large"
-	CodeBodyTimeout  = "body_timeout" // 408: the body did not arrive in time
-	CodeInternal     = "internal"
 )
 
 // Job is a job as the API shows it.
@@ -82,18 +48,6 @@ type Timing struct {
 	GraceSeconds      float64 `json:"grace_seconds"`
 	TolerationSeconds float64 `json:"toleration_seconds"`
 }
-
-// TimingOf converts a lease.Config.
-func TimingOf(c lease.Config) Timing {
-	return Timing{RenewSeconds: c.Renew.Seconds(), GraceSeconds: c.Grace.Seconds(), TolerationSeconds: c.Toleration.Seconds()}
-}
-
-// Config converts back to a lease.Config.
-func (t Timing) Config() lease.Config {
-	return lease.Config{Renew: seconds(t.RenewSeconds), Grace: seconds(t.GraceSeconds), Toleration: seconds(t.TolerationSeconds)}
-}
-
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // Grant is a lease handed to a worker, with its job and the timing rules.
 type Grant struct {
@@ -144,12 +98,26 @@ type Heartbeat struct {
 	Leases []uint64 `json:"leases"`
 }
 
-// Directive is one lease's line of a heartbeat answer.
-type Directive = lease.LeaseDirective
+// Directive tells a worker what to do with a lease it heartbeats.
+type Directive string
+
+// The directives of a heartbeat answer.
+const (
+	DirectiveContinue Directive = "continue" // keep running
+	DirectiveCancel   Directive = "cancel"   // stop gracefully, then report
+	DirectiveKill     Directive = "kill"     // stop now, then report
+	DirectiveGone     Directive = "gone"     // the lease is not yours (any more): drop the job
+)
+
+// LeaseDirective is one lease's line of a heartbeat answer.
+type LeaseDirective struct {
+	Lease     uint64    `json:"lease"`
+	Directive Directive `json:"directive"`
+}
 
 // HeartbeatReply is the answer to a heartbeat.
 type HeartbeatReply struct {
-	Leases []Directive `json:"leases"`
+	Leases []LeaseDirective `json:"leases"`
 	Timing
 }
 
@@ -218,44 +186,4 @@ type Health struct {
 	// BootID is the daemon host's boot id: a worker whose host has the same
 	// fences on CLOCK_MONOTONIC, any other on CLOCK_BOOTTIME (hostclock.For).
 	BootID string `json:"boot_id,omitempty"`
-}
-
-func unixTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }
-
-// JobOf converts a table job; live is its live lease, if any.
-func JobOf(j projection.Job, live *projection.Lease) Job {
-	out := Job{
-		ID: j.ID, Kind: j.Kind.String(), State: j.State.String(), Attempts: j.Attempts, Leases: j.Leases,
-		Outcome: j.Outcome.String(), Reason: j.Reason, Ref: j.Ref, Result: json.RawMessage(j.Result),
-		Spec: json.RawMessage(j.Spec), Submitted: unixTime(j.Submitted), Updated: unixTime(j.Updated),
-	}
-	if len(out.Spec) == 0 {
-		out.Spec = json.RawMessage("{}")
-	}
-	if live != nil {
-		l := LeaseOf(*live)
-		out.Lease = &l
-	}
-	return out
-}
-
-// LeaseOf converts a table lease.
-func LeaseOf(l projection.Lease) Lease {
-	return Lease{
-		Lease: l.ID, Job: l.Job, Kind: l.Kind.String(), Worker: l.Worker, State: l.State.String(),
-		Revoke: l.Mode.String(), Acquired: unixTime(l.Acquired), Heard: unixTime(l.Heard), Report: l.ReportSeq,
-	}
-}
-
-// EventOf converts a log event. It copies what it keeps, so e may alias an
-// iterator.
-func EventOf(e *event.Event) Event {
-	c := e.Clone()
-	e = &c
-	return Event{
-		Seq: e.Seq, ID: e.ID.String(), Type: e.Type.String(), Time: unixTime(e.Time), Job: e.Job, Lease: e.Lease,
-		Worker: e.Worker, Kind: e.Kind.String(), Outcome: e.Outcome.String(), Revoke: e.Mode.String(),
-		Ref: e.Ref, Reason: e.Reason, GapSeconds: time.Duration(e.Gap).Seconds(),
-		Spec: json.RawMessage(e.Spec), Result: json.RawMessage(e.Result),
-	}
 }

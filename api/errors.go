@@ -1,42 +1,39 @@
 package api
 
-import (
-	"errors"
-	"net/http"
+import "errors"
 
-	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/lease"
-)
-
-// ErrorOf maps an error of the lease service to the API error a client sees:
-// its HTTP status and code. Errors that are not the service's sentinels are
-// internal (500).
-func ErrorOf(err error) *Error {
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	status, code := http.StatusInternalServerError, CodeInternal
-	switch {
-	case errors.Is(err, lease.ErrInvalid):
-		status, code = http.StatusBadRequest, CodeBadRequest
-	case errors.Is(err, lease.ErrNotFound):
-		status, code = http.StatusNotFound, CodeNotFound
-	case errors.Is(err, lease.ErrWrongWorker):
-		status, code = http.StatusForbidden, CodeForbidden
-	case errors.Is(err, lease.ErrStaleLease):
-		status, code = http.StatusConflict, CodeStaleLease
-	case errors.Is(err, lease.ErrJobExists):
-		status, code = http.StatusConflict, CodeJobExists
-	case errors.Is(err, lease.ErrStopping):
-		status, code = http.StatusServiceUnavailable, CodeStopping
-	case errors.Is(err, lease.ErrFailed), errors.Is(err, eventlog.ErrFailed), errors.Is(err, eventlog.ErrClosed):
-		// The command that finds the log failed gets the log's own error; the
-		// service fails with it and refuses every later one.
-		status, code = http.StatusServiceUnavailable, CodeUnavailable
-	}
-	return &Error{Status: status, Code: code, Message: err.Error()}
+// Error is the body of every error answer: {"error": {"code", "message"}},
+// with stale_report_seq beside it when a report was stale.
+type Error struct {
+	Status         int    `json:"-"`
+	Code           string `json:"code"`
+	Message        string `json:"message"`
+	StaleReportSeq uint64 `json:"-"`
 }
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// ErrorBody is the JSON document of an error answer.
+type ErrorBody struct {
+	Error          *Error `json:"error"`
+	StaleReportSeq uint64 `json:"stale_report_seq,omitempty"`
+}
+
+// Error codes.
+const (
+	CodeBadRequest   = "bad_request"
+	CodeUnauthorized = "unauthorized"
+	CodeForbidden    = "forbidden"
+	CodeNotFound     = "not_found"
+	CodeMethod       = "method_not_allowed" // 405
+	CodeJobExists    = "job_exists"
+	CodeStaleLease   = "stale_lease"
+	CodeStopping     = "stopping"
+	CodeUnavailable  = "unavailable"
+	CodeTooLarge     = "body_too_large"
+	CodeBodyTimeout  = "body_timeout" // 408: the body did not arrive in time
+	CodeInternal     = "internal"
+)
 
 // Retryable reports whether a call that failed with err may succeed if sent
 // again: the daemon could not be reached, or answered that it is stopping or

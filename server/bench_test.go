@@ -79,7 +79,7 @@ func benchHeartbeatHTTP(b *testing.B, workers int) {
 	}
 	lat := testutil.Parallel(b, workers, func(w, _ int) error {
 		r, err := c.Heartbeat(ctx, fmt.Sprintf("w%d", w), leases[w:w+1])
-		if err == nil && r.Leases[0].Directive != lease.Continue {
+		if err == nil && r.Leases[0].Directive != api.DirectiveContinue {
 			err = fmt.Errorf("lease %d: %s", leases[w], r.Leases[0].Directive)
 		}
 		return err

@@ -124,7 +124,7 @@ func (s *Server) query(q eventlog.Query) ([]api.Event, uint64, error) {
 	var last uint64
 	for it.Next() {
 		e := it.Event() // aliases the iterator: converted (copied) before Next
-		out = append(out, api.EventOf(e))
+		out = append(out, EventOf(e))
 		last = e.Seq
 	}
 	if err := it.Close(); err != nil {
@@ -188,7 +188,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 					_ = rc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout)) // not every writer has one
 				}
 				e := it.Event()
-				werr = writeEvent(w, api.EventOf(e))
+				werr = writeEvent(w, EventOf(e))
 				q.After = e.Seq
 				if n++; n%streamFlushEvery == 0 && werr == nil {
 					werr = rc.Flush()

@@ -35,7 +35,7 @@ func TestEventsQuery(t *testing.T) {
 	for i, e := range all.Events {
 		want, err := f.log.Get(uint64(i + 1))
 		f.must(err)
-		if got, _ := json.Marshal(e); string(got) != string(must(json.Marshal(api.EventOf(&want)))) {
+		if got, _ := json.Marshal(e); string(got) != string(must(json.Marshal(server.EventOf(&want)))) {
 			t.Fatalf("event %d: %s, log has %s", i+1, got, want.String())
 		}
 	}
@@ -170,7 +170,7 @@ func (f *fixture) check(e sse, seq uint64) {
 	f.t.Helper()
 	want, err := f.log.Get(seq)
 	f.must(err)
-	wantData := string(must(json.Marshal(api.EventOf(&want))))
+	wantData := string(must(json.Marshal(server.EventOf(&want))))
 	if e.id != strconv.FormatUint(seq, 10) || e.event != want.Type.String() || e.data != wantData {
 		f.t.Fatalf("event %+v, want id %d, event %s, data %s", e, seq, want.Type, wantData)
 	}

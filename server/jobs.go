@@ -61,13 +61,13 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 // jobWithLease converts j, with its live lease if it has one.
 func (s *Server) jobWithLease(ctx context.Context, j projection.Job) (api.Job, error) {
 	if j.Lease == 0 {
-		return api.JobOf(j, nil), nil
+		return JobOf(j, nil), nil
 	}
 	l, err := s.svc.Lease(ctx, j.Lease)
 	if err != nil {
 		return api.Job{}, fmt.Errorf("server: live lease %d of job %q: %w", j.Lease, j.ID, err)
 	}
-	return api.JobOf(j, &l), nil
+	return JobOf(j, &l), nil
 }
 
 // getJob answers GET /v1/jobs/{id}.
@@ -82,7 +82,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, c, http.StatusOK, api.JobOf(v.Job, v.Live))
+	s.writeJSON(w, c, http.StatusOK, JobOf(v.Job, v.Live))
 	return nil
 }
 
@@ -107,7 +107,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error
 	}
 	out := api.Jobs{Jobs: make([]api.Job, 0, len(vs))}
 	for _, v := range vs {
-		out.Jobs = append(out.Jobs, api.JobOf(v.Job, v.Live))
+		out.Jobs = append(out.Jobs, JobOf(v.Job, v.Live))
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil

@@ -335,7 +335,7 @@ func (s *Server) finish(w *recorder, r *http.Request, c *call, start time.Time, 
 // keep their message, which says what was wrong; anything else is internal,
 // and its text goes to the log only.
 func (s *Server) errorOf(r *http.Request, err error) *api.Error {
-	if e := api.ErrorOf(err); e.Status != http.StatusInternalServerError {
+	if e := ErrorOf(err); e.Status != http.StatusInternalServerError {
 		return e
 	}
 	// A read waits for durability under the request's deadline; running out

@@ -64,14 +64,14 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, c *call) error 
 	rctx, rcancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 	defer rcancel()
 	out := api.Grants{Leases: make([]api.Grant, 0, len(grants))}
-	timing := api.TimingOf(s.svc.Config())
+	timing := TimingOf(s.svc.Config())
 	err = s.svc.View(rctx, func(t *projection.Table) {
 		for _, g := range grants {
 			var live *projection.Lease
 			if l, ok := t.Lease(g.Lease); ok {
 				live = &l
 			}
-			out.Leases = append(out.Leases, api.Grant{Lease: g.Lease, Job: api.JobOf(g.Job, live), HeldSeconds: held, Timing: timing})
+			out.Leases = append(out.Leases, api.Grant{Lease: g.Lease, Job: JobOf(g.Job, live), HeldSeconds: held, Timing: timing})
 		}
 	})
 	if err != nil {
@@ -96,10 +96,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	if ds == nil {
-		ds = []api.Directive{}
-	}
-	s.writeJSON(w, c, http.StatusOK, api.HeartbeatReply{Leases: ds, Timing: api.TimingOf(s.svc.Config())})
+	s.writeJSON(w, c, http.StatusOK, api.HeartbeatReply{Leases: DirectivesOf(ds), Timing: TimingOf(s.svc.Config())})
 	return nil
 }
 
@@ -113,11 +110,11 @@ func (s *Server) workerLeases(w http.ResponseWriter, r *http.Request, c *call) e
 		return err
 	}
 	out := api.Grants{Leases: []api.Grant{}}
-	timing := api.TimingOf(s.svc.Config())
+	timing := TimingOf(s.svc.Config())
 	err := s.svc.View(r.Context(), func(t *projection.Table) {
 		for _, l := range t.Leases(projection.LeaseFilter{Worker: c.worker}) {
 			j, _ := t.Job(l.Job)
-			out.Leases = append(out.Leases, api.Grant{Lease: l.ID, Job: api.JobOf(j, &l), Timing: timing})
+			out.Leases = append(out.Leases, api.Grant{Lease: l.ID, Job: JobOf(j, &l), Timing: timing})
 		}
 	})
 	if err != nil {
@@ -149,7 +146,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, c *call) error {
 		return err
 	}
 	c.job = l.Job
-	s.writeJSON(w, c, http.StatusOK, api.LeaseOf(l))
+	s.writeJSON(w, c, http.StatusOK, LeaseOf(l))
 	return nil
 }
 
@@ -246,7 +243,7 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, c *call) err
 	}
 	out := api.Leases{Leases: make([]api.Lease, 0, len(ls))}
 	for _, l := range ls {
-		out.Leases = append(out.Leases, api.LeaseOf(l))
+		out.Leases = append(out.Leases, LeaseOf(l))
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil

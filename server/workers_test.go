@@ -11,7 +11,6 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -23,7 +22,7 @@ func TestAcquireGrantsCarryJobAndTiming(t *testing.T) {
 	if len(g.Leases) != 2 {
 		t.Fatalf("%d grants, want 2: %+v", len(g.Leases), g)
 	}
-	want := api.TimingOf(testConfig())
+	want := server.TimingOf(testConfig())
 	for i, gr := range g.Leases {
 		if gr.Timing != want {
 			t.Errorf("grant %d timing %+v, want %+v", i, gr.Timing, want)
@@ -138,10 +137,10 @@ func TestWorkerCannotTouchAnothersLease(t *testing.T) {
 	wantError(t, f.do("POST", fmt.Sprintf("/v1/leases/%d/report", l), "", api.Report{Worker: "w2", Outcome: "succeeded"}),
 		http.StatusForbidden, api.CodeForbidden, `"w2"`)
 	hb := decode[api.HeartbeatReply](t, f.do("POST", "/v1/workers/w2/heartbeat", "", api.Heartbeat{Leases: []uint64{l}}), http.StatusOK)
-	if len(hb.Leases) != 1 || hb.Leases[0].Lease != l || hb.Leases[0].Directive != lease.Gone {
+	if len(hb.Leases) != 1 || hb.Leases[0].Lease != l || hb.Leases[0].Directive != api.DirectiveGone {
 		t.Fatalf("heartbeat of another's lease: %+v, want gone", hb)
 	}
-	if hb.Timing != api.TimingOf(testConfig()) {
+	if hb.Timing != server.TimingOf(testConfig()) {
 		t.Fatalf("heartbeat timing %+v", hb.Timing)
 	}
 	if got := f.log.LastSeq(); got != last {
@@ -150,7 +149,7 @@ func TestWorkerCannotTouchAnothersLease(t *testing.T) {
 
 	// The holder's own heartbeat is recorded and says continue.
 	hb = decode[api.HeartbeatReply](t, f.do("POST", "/v1/workers/w1/heartbeat", "", api.Heartbeat{Leases: []uint64{l, 999}}), http.StatusOK)
-	if len(hb.Leases) != 2 || hb.Leases[0].Directive != lease.Continue || hb.Leases[1].Directive != lease.Gone {
+	if len(hb.Leases) != 2 || hb.Leases[0].Directive != api.DirectiveContinue || hb.Leases[1].Directive != api.DirectiveGone {
 		t.Fatalf("own heartbeat: %+v", hb)
 	}
 	if got := f.log.LastSeq(); got != last+1 {

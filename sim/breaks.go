@@ -34,9 +34,9 @@ func newBreaker(s *Sim, name string) (*breaker, error) {
 
 func (b *breaker) stop(w *simWorker, st worker.Stop) {
 	switch {
-	case b.name == "late-fence" && st.Why == "fence":
+	case b.name == "late-fence" && st.Why == worker.CauseFence:
 		b.s.after(3*renew, func() { st.Run.Stop(st.Kill) })
-	case b.name == "no-fence" && st.Why == "fence":
+	case b.name == "no-fence" && st.Why == worker.CauseFence:
 	default:
 		st.Run.Stop(st.Kill)
 	}

@@ -13,8 +13,10 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/inprocess"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/replay"
+	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/worker"
 )
 
@@ -22,7 +24,7 @@ import (
 // Pebble store on a crashable in-memory filesystem, its clock the global
 // clock. Requests are handled the instant they arrive, one at a time, as the
 // service's mutex would order them; the worker API goes through
-// worker.InProcess, the adapter the built-in worker uses. An acquire with
+// package inprocess, the adapter the built-in worker uses. An acquire with
 // nothing to grant is parked until a job is queued or its wait ends, as
 // Service.AcquireWait does.
 //
@@ -116,7 +118,7 @@ func (d *daemon) open() error {
 		_ = log.Close()
 		return fmt.Errorf("sim: open the service: %w", err)
 	}
-	d.log, d.svc, d.api, d.up = log, svc, worker.InProcess(svc), true
+	d.log, d.svc, d.api, d.up = log, svc, inprocess.New(svc), true
 	d.s.tracef("daemon: open (seq %d)", log.LastSeq())
 	d.s.check.opened(before)
 	d.scheduleSweep(leaseConfig().SweepEvery())
@@ -195,7 +197,7 @@ func (d *daemon) handle(c *call) {
 	case reqSubmit:
 		kind, _ := event.ParseKind(r.jobKind)
 		j, created, e := d.svc.Submit(bg, r.job, kind, []byte(r.spec))
-		reply, err = submitted{job: api.JobOf(j, nil), created: created}, apiErr(e)
+		reply, err = submitted{job: server.JobOf(j, nil), created: created}, apiErr(e)
 	case reqRevoke:
 		f := d.svc.Cancel
 		if r.kill {
@@ -222,20 +224,20 @@ func (d *daemon) job(id string) (api.Job, error) {
 		return api.Job{}, apiErr(err)
 	}
 	if j.Lease == 0 {
-		return api.JobOf(j, nil), nil
+		return server.JobOf(j, nil), nil
 	}
 	l, err := d.svc.Lease(bg, j.Lease)
 	if err != nil {
 		return api.Job{}, apiErr(err)
 	}
-	return api.JobOf(j, &l), nil
+	return server.JobOf(j, &l), nil
 }
 
 func apiErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	return api.ErrorOf(err)
+	return server.ErrorOf(err)
 }
 
 // answer records the processing (and whether it appended anything since

@@ -13,7 +13,6 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
-	"github.com/leaselog/leaselog/lease"
 )
 
 // The sequential model of the lease service, one job at a time (the
@@ -125,13 +124,13 @@ func (j mjob) find(token uint64, worker string) (mjob, int) {
 func directiveOf(l mlease) string {
 	switch {
 	case !l.live:
-		return string(lease.Gone)
+		return string(api.DirectiveGone)
 	case l.mode == event.RevokeKill:
-		return string(lease.Kill)
+		return string(api.DirectiveKill)
 	case l.mode == event.RevokeCancel:
-		return string(lease.Cancel)
+		return string(api.DirectiveCancel)
 	}
-	return string(lease.Continue)
+	return string(api.DirectiveContinue)
 }
 
 func step(state, in, out any) (bool, any) {
@@ -196,7 +195,7 @@ func stepJob(j mjob, in input, out output) (bool, mjob) {
 
 	case opBeat:
 		j, i := j.find(in.lease, in.worker)
-		want := string(lease.Gone)
+		want := string(api.DirectiveGone)
 		if i >= 0 && j.leases[i].worker == in.worker {
 			want = directiveOf(j.leases[i])
 		}

@@ -8,8 +8,8 @@ import (
 	"github.com/leaselog/leaselog/api"
 )
 
-// request is what a call asks the daemon: the worker API (through
-// worker.InProcess, the adapter the built-in worker uses) and the client API.
+// request is what a call asks the daemon: the worker API (through package
+// inprocess, the adapter the built-in worker uses) and the client API.
 type request interface {
 	kind() string
 	String() string

@@ -91,7 +91,7 @@ func (w *simWorker) call(req request, timeout time.Duration, done func(reply any
 func (w *simWorker) boot() {
 	w.inc++
 	w.alive, w.paused, w.deferred = true, false, nil
-	w.core = worker.NewCore(w.capacity, api.TimingOf(leaseConfig()), w.local())
+	w.core = worker.NewCore(w.capacity, leaseConfig(), w.local())
 	w.waitToken, w.beatToken, w.freed = 0, 0, false
 	w.acqBackoff = worker.NewBackoff(w.core.Renew())
 	w.client = w.s.hist.newClient(fmt.Sprintf("%s#%d", w.id, w.inc))
@@ -249,7 +249,7 @@ func (w *simWorker) run(h *worker.Held) {
 	}
 	w.retry(func(done func(any, error)) { w.call(reqStart{w.id, g.Lease}, w.core.CallTimeout(), done) }, func(_ any, err error) {
 		if err != nil { // fenced off (stale, or not ours): the job must not run on
-			stop, forget := w.core.Drop(g.Lease, "refused")
+			stop, forget := w.core.Drop(g.Lease, worker.CauseRefused)
 			w.apply([]worker.Stop{stop}, []*worker.Held{forget})
 		}
 	})

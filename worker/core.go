@@ -1,11 +1,12 @@
 package worker
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // Core is what a worker decides, without goroutines, timers, I/O or a clock
@@ -21,7 +22,7 @@ import (
 // safe for concurrent use: Worker guards it with its mutex.
 type Core struct {
 	capacity int
-	timing   api.Timing
+	timing   timing.Config // the daemon's, as last heard (ConfigOf)
 	held     map[uint64]*Held
 	born     time.Time // when the worker started
 	lastAck  time.Time // when the last acknowledged heartbeat was sent
@@ -77,21 +78,29 @@ func (h *Held) Lease() uint64 { return h.grant.Lease }
 func (h *Held) Run() Run { return h.run }
 
 // NewCore returns the decisions of a worker that runs up to capacity jobs at
-// once and assumes timing until the daemon says otherwise; now is the
+// once and assumes timing t until the daemon says otherwise; now is the
 // worker's clock when it starts.
-func NewCore(capacity int, timing api.Timing, now time.Time) *Core {
-	return &Core{capacity: capacity, timing: timing, held: make(map[uint64]*Held), born: now, lastAck: now,
+func NewCore(capacity int, t timing.Config, now time.Time) *Core {
+	return &Core{capacity: capacity, timing: t, held: make(map[uint64]*Held), born: now, lastAck: now,
 		letGo: make(map[uint64]uint64)}
 }
 
+// ConfigOf is the timing a daemon sent, in a grant or a heartbeat's answer,
+// as the worker reckons with it.
+func ConfigOf(t api.Timing) timing.Config {
+	return timing.Config{Renew: seconds(t.RenewSeconds), Grace: seconds(t.GraceSeconds), Toleration: seconds(t.TolerationSeconds)}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
 // fence is how long after its base a lease's job stops.
-func (c *Core) fence() time.Duration { return c.timing.Config().SelfFence() }
+func (c *Core) fence() time.Duration { return c.timing.SelfFence() }
 
 // Timing is the daemon's timing as the worker last heard it.
-func (c *Core) Timing() api.Timing { return c.timing }
+func (c *Core) Timing() timing.Config { return c.timing }
 
 // Renew is how often the worker heartbeats.
-func (c *Core) Renew() time.Duration { return c.timing.Config().Renew }
+func (c *Core) Renew() time.Duration { return c.timing.Renew }
 
 // FenceEvery is how often the heartbeat loop checks the fence — whether or
 // not a heartbeat is in flight: a few times per renew, so that the fence
@@ -179,12 +188,35 @@ func (c *Core) Turn(now time.Time) (ids []uint64, beat, checkFence bool) {
 // Unacked records that the heartbeat in flight got no answer.
 func (c *Core) Unacked() { c.beating, c.wakeBeat = false, false }
 
-// Stop is a run to stop: gracefully (cancel) or at once (kill, gone, fence).
+// Stop is a run to stop: gracefully (cancel) or at once (kill, gone,
+// refused, fence).
 type Stop struct {
 	Lease uint64
 	Run   Run
 	Kill  bool
-	Why   string // the directive (cancel, kill, gone), "refused" or "fence"
+	Why   Cause
+}
+
+// Cause is why a run is to be stopped.
+type Cause int
+
+const (
+	CauseCancel  Cause = iota + 1 // a heartbeat's answer: cancel
+	CauseKill                     // a heartbeat's answer: kill
+	CauseGone                     // a heartbeat's answer: the lease is not the worker's (any more)
+	CauseRefused                  // the daemon refused the run's start: the lease is not the worker's
+	CauseFence                    // the worker fenced itself
+)
+
+var causes = [...]string{CauseCancel: "cancel", CauseKill: "kill", CauseGone: "gone", CauseRefused: "refused", CauseFence: "fence"}
+
+// String is the word of the directive (cancel, kill, gone), or refused, or
+// fence.
+func (c Cause) String() string {
+	if c > 0 && int(c) < len(causes) {
+		return causes[c]
+	}
+	return fmt.Sprintf("cause(%d)", int(c))
 }
 
 // Acts is what an answer to a heartbeat makes the worker do.
@@ -232,7 +264,7 @@ func (c *Core) Acked(sent, now time.Time, reply api.HeartbeatReply) Acts {
 		c.lastAck = sent
 	}
 	if reply.RenewSeconds > 0 {
-		c.timing = reply.Timing
+		c.timing = ConfigOf(reply.Timing)
 	}
 	late := now.Sub(sent) > c.fence()
 	if c.fenced && !late {
@@ -240,8 +272,8 @@ func (c *Core) Acked(sent, now time.Time, reply api.HeartbeatReply) Acts {
 	}
 	for _, d := range reply.Leases {
 		h := c.held[d.Lease]
-		if d.Directive == lease.Gone {
-			s, f := c.Drop(d.Lease, string(lease.Gone))
+		if d.Directive == api.DirectiveGone {
+			s, f := c.Drop(d.Lease, CauseGone)
 			if s.Run != nil {
 				a.Stop = append(a.Stop, s)
 			}
@@ -260,20 +292,22 @@ func (c *Core) Acked(sent, now time.Time, reply api.HeartbeatReply) Acts {
 			a.Fence = append(a.Fence, d)
 		}
 		switch {
-		case h.pending && d.Directive == lease.Continue && late:
+		case h.pending && d.Directive == api.DirectiveContinue && late:
 			// Stays pending: the next heartbeat says whether it is still ours.
-		case h.pending && d.Directive == lease.Continue:
+		case h.pending && d.Directive == api.DirectiveContinue:
 			h.pending = false
 			a.Start = append(a.Start, h)
 		case h.pending:
 			h.pending = false
 			o := Outcome{Outcome: "cancelled", Reason: "revoked before it started"}
-			if d.Directive == lease.Kill {
+			if d.Directive == api.DirectiveKill {
 				o.Outcome = "killed"
 			}
 			a.Report = append(a.Report, Ended{h, o})
-		case h.run != nil && (d.Directive == lease.Cancel || d.Directive == lease.Kill):
-			a.Stop = append(a.Stop, Stop{Lease: d.Lease, Run: h.run, Kill: d.Directive == lease.Kill, Why: string(d.Directive)})
+		case h.run != nil && d.Directive == api.DirectiveCancel:
+			a.Stop = append(a.Stop, Stop{Lease: d.Lease, Run: h.run, Why: CauseCancel})
+		case h.run != nil && d.Directive == api.DirectiveKill:
+			a.Stop = append(a.Stop, Stop{Lease: d.Lease, Run: h.run, Kill: true, Why: CauseKill})
 		}
 	}
 	return a
@@ -299,7 +333,7 @@ func (c *Core) Fence(now time.Time) (stops []Stop, fell bool, silent, fence time
 			continue // a job that ended on its own keeps its own outcome
 		}
 		h.fenced = true
-		stops = append(stops, Stop{Lease: id, Run: h.run, Kill: true, Why: "fence"})
+		stops = append(stops, Stop{Lease: id, Run: h.run, Kill: true, Why: CauseFence})
 	}
 	return stops, fell, silent, fence
 }
@@ -328,7 +362,7 @@ func (c *Core) NextFence() (at time.Time, ok bool) {
 // worker. A lease not started is to be reported TooLate.
 func (c *Core) Take(g api.Grant, sent, now time.Time) (h *Held, start bool) {
 	if g.RenewSeconds > 0 {
-		c.timing = g.Timing
+		c.timing = ConfigOf(g.Timing)
 	}
 	base := sent
 	if held := g.HeldSeconds; held > 0 {
@@ -425,7 +459,7 @@ func (c *Core) Orphans(gs []api.Grant, mark uint64) []api.Grant {
 // Drop marks lease id as not the worker's any more (why: gone, or its start
 // refused): its run is to be stopped at once and never reported. It returns
 // the run to stop, or, when it has none yet, the lease to forget now.
-func (c *Core) Drop(id uint64, why string) (stop Stop, forget *Held) {
+func (c *Core) Drop(id uint64, why Cause) (stop Stop, forget *Held) {
 	h := c.held[id]
 	if h == nil {
 		return Stop{}, nil

@@ -11,7 +11,6 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/lease"
 )
 
 // TestCoreScenarios plays the files of testdata/core against a Core, on a
@@ -34,6 +33,7 @@ import (
 func TestCoreScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata/core", func(t *testing.T, path string) {
 		var c *Core
+		var wire api.Timing // what the daemon says of its timing
 		runs := map[uint64]*fakeRun{}
 		held := func(t *testing.T, d *datadriven.TestData) *Held {
 			id := leaseArg(t, d)
@@ -47,7 +47,7 @@ func TestCoreScenarios(t *testing.T) {
 			var b strings.Builder
 			switch d.Cmd {
 			case "core":
-				tm := api.Timing{
+				wire = api.Timing{
 					RenewSeconds:      durArg(t, d, "renew").Seconds(),
 					GraceSeconds:      durArg(t, d, "grace").Seconds(),
 					TolerationSeconds: durArg(t, d, "toleration").Seconds(),
@@ -56,11 +56,11 @@ func TestCoreScenarios(t *testing.T) {
 				if d.HasArg("capacity") {
 					d.ScanArgs(t, "capacity", &capacity)
 				}
-				c = NewCore(capacity, tm, t0)
+				c = NewCore(capacity, ConfigOf(wire), t0)
 				clear(runs)
 				fmt.Fprintf(&b, "fence %v\n", c.fence())
 			case "take":
-				g := api.Grant{Lease: leaseArg(t, d), Timing: c.Timing()}
+				g := api.Grant{Lease: leaseArg(t, d), Timing: wire}
 				if d.HasArg("held") {
 					g.HeldSeconds = durArg(t, d, "held").Seconds()
 				}
@@ -80,7 +80,7 @@ func TestCoreScenarios(t *testing.T) {
 				}
 				writeDeadline(&b, c, h)
 			case "reattach":
-				g := api.Grant{Lease: leaseArg(t, d), Timing: c.Timing()}
+				g := api.Grant{Lease: leaseArg(t, d), Timing: wire}
 				var r Run
 				if !d.HasArg("gone") {
 					fr := newFakeRun()
@@ -92,7 +92,7 @@ func TestCoreScenarios(t *testing.T) {
 				}
 				writeDeadline(&b, c, h)
 			case "adopt":
-				h := c.Adopt(api.Grant{Lease: leaseArg(t, d), Timing: c.Timing()})
+				h := c.Adopt(api.Grant{Lease: leaseArg(t, d), Timing: wire})
 				writeDeadline(&b, c, h)
 			case "beat":
 				ids, due := c.BeatDue(at(durArg(t, d, "now")))
@@ -101,10 +101,10 @@ func TestCoreScenarios(t *testing.T) {
 				}
 				fmt.Fprintf(&b, "heartbeat names %v\n", ids)
 			case "ack":
-				reply := api.HeartbeatReply{Timing: c.Timing()}
-				for _, dir := range []lease.Directive{lease.Continue, lease.Cancel, lease.Kill, lease.Gone} {
+				reply := api.HeartbeatReply{Timing: wire}
+				for _, dir := range []api.Directive{api.DirectiveContinue, api.DirectiveCancel, api.DirectiveKill, api.DirectiveGone} {
 					for _, id := range idsArg(t, d, string(dir)) {
-						reply.Leases = append(reply.Leases, api.Directive{Lease: id, Directive: dir})
+						reply.Leases = append(reply.Leases, api.LeaseDirective{Lease: id, Directive: dir})
 					}
 				}
 				a := c.Acked(at(durArg(t, d, "sent")), at(durArg(t, d, "now")), reply)

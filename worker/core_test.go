@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/lease"
 )
 
 // coreTiming: renew 1s, fence at toleration − 2×renew = 13s.
@@ -18,7 +17,7 @@ func at(d time.Duration) time.Time { return t0.Add(d) }
 func continueAll(ids []uint64) api.HeartbeatReply {
 	r := api.HeartbeatReply{Timing: coreTiming}
 	for _, id := range ids {
-		r.Leases = append(r.Leases, api.Directive{Lease: id, Directive: lease.Continue})
+		r.Leases = append(r.Leases, api.LeaseDirective{Lease: id, Directive: api.DirectiveContinue})
 	}
 	return r
 }
@@ -40,7 +39,7 @@ func TestCoreTurnWaitsForTheHeartbeatAfterAWake(t *testing.T) {
 		{name: "a pause with a heartbeat in flight", gap: 20 * time.Second, inflight: true, wantFence: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := NewCore(1, coreTiming, t0)
+			c := NewCore(1, ConfigOf(coreTiming), t0)
 			if _, beat, fence := c.Turn(at(0)); !beat || !fence {
 				t.Fatalf("first turn: beat=%v fence=%v, want both", beat, fence)
 			}
@@ -79,7 +78,7 @@ func TestCoreTurnWaitsForTheHeartbeatAfterAWake(t *testing.T) {
 		})
 	}
 	t.Run("the heartbeat after the wake times out", func(t *testing.T) {
-		c := NewCore(1, coreTiming, t0)
+		c := NewCore(1, ConfigOf(coreTiming), t0)
 		c.Turn(at(0))
 		c.Acked(at(0), at(0), continueAll(nil))
 		c.Turn(at(20 * time.Second))
@@ -94,8 +93,8 @@ func TestCoreTurnWaitsForTheHeartbeatAfterAWake(t *testing.T) {
 // of the last call that proves the daemon heard of it, not from the worker's
 // last acknowledged heartbeat: a grant that arrives late is older than that.
 func TestCoreFenceCountsPerLease(t *testing.T) {
-	c := NewCore(2, coreTiming, t0)
-	fence := coreTiming.Config().SelfFence()
+	c := NewCore(2, ConfigOf(coreTiming), t0)
+	fence := ConfigOf(coreTiming).SelfFence()
 
 	// Lease 1, granted to an acquire sent at 0 and answered at once.
 	h1, start := c.Take(api.Grant{Lease: 1, Timing: coreTiming}, at(0), at(0))
@@ -117,7 +116,7 @@ func TestCoreFenceCountsPerLease(t *testing.T) {
 
 	// Past lease 2's fence (1s + 13s) but not lease 1's (5s + 13s).
 	stops, _, _, _ := c.Fence(at(time.Second + fence + time.Millisecond))
-	if len(stops) != 1 || stops[0].Lease != 2 || !stops[0].Kill || stops[0].Why != "fence" {
+	if len(stops) != 1 || stops[0].Lease != 2 || !stops[0].Kill || stops[0].Why != CauseFence {
 		t.Fatalf("stops %+v, want lease 2 killed by the fence alone", stops)
 	}
 	if o, report := c.Ended(h2); !report || o.Outcome != "lost" {
@@ -129,8 +128,8 @@ func TestCoreFenceCountsPerLease(t *testing.T) {
 // have expired and gone to another worker already: its job never starts,
 // and it is reported lost.
 func TestCoreLateGrantIsNotStarted(t *testing.T) {
-	c := NewCore(1, coreTiming, t0)
-	fence := coreTiming.Config().SelfFence()
+	c := NewCore(1, ConfigOf(coreTiming), t0)
+	fence := ConfigOf(coreTiming).SelfFence()
 	if _, start := c.Take(api.Grant{Lease: 9, Timing: coreTiming}, at(0), at(fence+time.Millisecond)); start {
 		t.Fatal("a grant past its fence was started")
 	}
@@ -145,8 +144,8 @@ func TestCoreLateGrantIsNotStarted(t *testing.T) {
 // TestCoreFencedWorkerTakesNoWork: once the last acknowledged heartbeat is
 // past the fence the worker takes no work, until a heartbeat is answered.
 func TestCoreFencedWorkerTakesNoWork(t *testing.T) {
-	c := NewCore(3, coreTiming, t0)
-	fence := coreTiming.Config().SelfFence()
+	c := NewCore(3, ConfigOf(coreTiming), t0)
+	fence := ConfigOf(coreTiming).SelfFence()
 	if _, fell, _, _ := c.Fence(at(fence)); fell || c.Room() != 3 {
 		t.Fatalf("fenced at the fence (room %d)", c.Room())
 	}
@@ -166,8 +165,8 @@ func TestCoreFencedWorkerTakesNoWork(t *testing.T) {
 // the fence either. (Found by the simulation, seed 60684: a paused worker
 // started a job that another worker was running.)
 func TestCoreLateAnswerStartsNothing(t *testing.T) {
-	fence := coreTiming.Config().SelfFence()
-	c := NewCore(2, coreTiming, t0)
+	fence := ConfigOf(coreTiming).SelfFence()
+	c := NewCore(2, ConfigOf(coreTiming), t0)
 	h := c.Adopt(api.Grant{Lease: 9, Timing: coreTiming})
 	ids, _ := c.BeatDue(at(0))
 	c.Fence(at(fence + time.Second)) // silent past the fence: fenced
@@ -189,7 +188,7 @@ func TestCoreLateAnswerStartsNothing(t *testing.T) {
 // list asked for after the let-go is believed again (simulation seeds 39584,
 // 95528).
 func TestCoreLeaseLetGoIsNoOrphan(t *testing.T) {
-	c := NewCore(2, coreTiming, t0)
+	c := NewCore(2, ConfigOf(coreTiming), t0)
 	h, _ := c.Take(api.Grant{Lease: 9, Timing: coreTiming}, at(0), at(0))
 	mark := c.ListMark() // the list is asked for while lease 9 is held
 	if !c.Forget(h) {    // its report is answered: let go

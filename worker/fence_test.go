@@ -51,7 +51,7 @@ func (d *holdingDaemon) Acquire(ctx context.Context, worker string, max int, wai
 // say how long it was held counts from the send time, and is refused.
 func TestIdleWorkerTakesItsFirstJob(t *testing.T) {
 	const hold = time.Second
-	fence := timing.Config().SelfFence()
+	fence := ConfigOf(daemonTiming).SelfFence()
 	if hold <= fence {
 		t.Fatalf("hold %v must exceed the fence %v", hold, fence)
 	}
@@ -96,13 +96,13 @@ func TestDeadlinesFollowHeartbeats(t *testing.T) {
 	start := clock.Now()
 	newTestWorker(t, d, e, clock.Now)
 	run := receive(t, e.started, "start")
-	fence := timing.Config().SelfFence()
+	fence := ConfigOf(daemonTiming).SelfFence()
 	if got := receive(t, run.fenced, "the first deadline"); !got.Equal(start.Add(fence)) {
 		t.Fatalf("first deadline %v after the grant, want %v", got.Sub(start), fence)
 	}
 	for i := 1; i <= 3; i++ {
-		clock.Advance(timing.Config().Renew) // the next heartbeat is due
-		want := start.Add(time.Duration(i)*timing.Config().Renew + fence)
+		clock.Advance(ConfigOf(daemonTiming).Renew) // the next heartbeat is due
+		want := start.Add(time.Duration(i)*ConfigOf(daemonTiming).Renew + fence)
 		for {
 			got := receive(t, run.fenced, fmt.Sprintf("the deadline of heartbeat %d", i))
 			if got.Equal(want) {

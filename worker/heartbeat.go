@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/leaselog/leaselog/lease"
 )
 
 // heartbeatLoop sends one heartbeat for all held leases every renew, acts on
@@ -79,10 +77,10 @@ func (w *Worker) beat(ctx context.Context, ids []uint64, sent time.Time, timeout
 		w.log().Info().Msg("heartbeat acknowledged again: taking work again")
 	}
 	for _, s := range a.Stop {
-		if s.Why == string(lease.Gone) {
+		if s.Why == CauseGone {
 			w.log().Warn().Uint64("lease", s.Lease).Msg("lease gone; dropping the job")
 		} else {
-			w.log().Info().Uint64("lease", s.Lease).Str("directive", s.Why).Msg("revoked")
+			w.log().Info().Uint64("lease", s.Lease).Stringer("directive", s.Why).Msg("revoked")
 		}
 	}
 	w.apply(a.Stop, a.Forget)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // Daemon is what a worker needs of the daemon. *api.Client is one (remote);
@@ -50,7 +51,7 @@ type Options struct {
 	Logger   zerolog.Logger
 	// Timing is what the worker assumes until the daemon says otherwise
 	// (every acquire and heartbeat reply carries the daemon's timing).
-	Timing api.Timing
+	Timing timing.Config
 	// Wait is how long one acquire long-polls; 0 means 30s.
 	Wait time.Duration
 	// Now reads the fence clock: the worker's clock for its decisions
@@ -90,7 +91,7 @@ func New(opts Options) (*Worker, error) {
 	if opts.Capacity < 1 {
 		return nil, fmt.Errorf("worker: capacity must be at least 1, is %d", opts.Capacity)
 	}
-	if err := opts.Timing.Config().Validate(); err != nil {
+	if err := opts.Timing.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: timing: %w", err)
 	}
 	if opts.Wait <= 0 {
@@ -379,7 +380,7 @@ func (w *Worker) forget(h *Held) {
 // forgets it without a report.
 func (w *Worker) drop(lease uint64) {
 	w.mu.Lock()
-	stop, forget := w.mu.core.Drop(lease, "refused")
+	stop, forget := w.mu.core.Drop(lease, CauseRefused)
 	w.mu.Unlock()
 	w.apply([]Stop{stop}, []*Held{forget})
 }

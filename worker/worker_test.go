@@ -10,17 +10,16 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/lease"
 )
 
-var timing = api.Timing{RenewSeconds: 0.02, GraceSeconds: 0.1, TolerationSeconds: 0.3}
+var daemonTiming = api.Timing{RenewSeconds: 0.02, GraceSeconds: 0.1, TolerationSeconds: 0.3}
 
 // fakeDaemon records calls and answers from scripted state.
 type fakeDaemon struct {
 	mu         sync.Mutex
 	queue      []api.Grant
 	live       []api.Grant // what WorkerLeases answers
-	directives map[uint64]lease.Directive
+	directives map[uint64]api.Directive
 	beatErr    error // heartbeats fail with this while set
 	reportErr  []error
 	reports    chan api.Report
@@ -31,7 +30,7 @@ type fakeDaemon struct {
 }
 
 func newFakeDaemon() *fakeDaemon {
-	return &fakeDaemon{directives: map[uint64]lease.Directive{}, reports: make(chan api.Report, 16),
+	return &fakeDaemon{directives: map[uint64]api.Directive{}, reports: make(chan api.Report, 16),
 		started: make(chan uint64, 16), beats: make(chan []uint64, 1024)}
 }
 
@@ -60,13 +59,13 @@ func (d *fakeDaemon) Heartbeat(ctx context.Context, worker string, leases []uint
 	if d.beatErr != nil {
 		return api.HeartbeatReply{}, d.beatErr
 	}
-	r := api.HeartbeatReply{Timing: timing}
+	r := api.HeartbeatReply{Timing: daemonTiming}
 	for _, id := range leases {
 		dir, ok := d.directives[id]
 		if !ok {
-			dir = lease.Continue
+			dir = api.DirectiveContinue
 		}
-		r.Leases = append(r.Leases, api.Directive{Lease: id, Directive: dir})
+		r.Leases = append(r.Leases, api.LeaseDirective{Lease: id, Directive: dir})
 	}
 	return r, nil
 }
@@ -174,7 +173,7 @@ func (e *fakeExecutor) Reattach(ctx context.Context, g api.Grant) (Run, bool, er
 }
 
 func newTestWorker(t *testing.T, d Daemon, e Executor, now func() time.Time) (*Worker, context.CancelFunc, chan error) {
-	w, err := New(Options{ID: "w1", Capacity: 2, Daemon: d, Executor: e, Timing: timing, Wait: 50 * time.Millisecond, Logger: zerolog.Nop(), Now: now})
+	w, err := New(Options{ID: "w1", Capacity: 2, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, Logger: zerolog.Nop(), Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +196,7 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 }
 
 func grant(id uint64, job string) api.Grant {
-	return api.Grant{Lease: id, Job: api.Job{ID: job}, Timing: timing}
+	return api.Grant{Lease: id, Job: api.Job{ID: job}, Timing: daemonTiming}
 }
 
 func TestRunsAndReportsJobs(t *testing.T) {
@@ -229,8 +228,8 @@ func TestRunsAndReportsJobs(t *testing.T) {
 func TestDirectives(t *testing.T) {
 	d, e := newFakeDaemon(), newFakeExecutor()
 	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
-	d.directives[3] = lease.Cancel
-	d.directives[4] = lease.Gone
+	d.directives[3] = api.DirectiveCancel
+	d.directives[4] = api.DirectiveGone
 	w, _, _ := newTestWorker(t, d, e, nil)
 	a, b := receive(t, e.started, "start"), receive(t, e.started, "start")
 	receive(t, a.done, "")
@@ -283,7 +282,7 @@ func TestSelfFencing(t *testing.T) {
 	d.mu.Lock()
 	d.beatErr = errors.New("connection refused")
 	d.mu.Unlock()
-	fence := timing.Config().SelfFence()
+	fence := ConfigOf(daemonTiming).SelfFence()
 	w.mu.Lock()
 	last := w.mu.core.lastAck
 	w.mu.Unlock()

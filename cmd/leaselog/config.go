@@ -12,8 +12,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // Config is the daemon's configuration file (TOML). Every key has a default;
@@ -104,7 +104,7 @@ type LogConfig struct {
 
 // DefaultConfig is the configuration of an empty file.
 func DefaultConfig() Config {
-	def := lease.DefaultConfig()
+	def := timing.Default()
 	capacity := runtime.NumCPU()
 	return Config{
 		Server: ServerConfig{Listen: "127.0.0.1:7420"},
@@ -138,10 +138,10 @@ func ParseConfig(text string) (Config, error) {
 }
 
 // Lease returns the lease timing of [plugins.executor].
-func (c Config) Lease() lease.Config {
+func (c Config) Lease() timing.Config {
 	e := c.Plugins.Executor
 	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-	return lease.Config{Renew: sec(e.RenewSeconds), Grace: sec(e.GraceSeconds), Toleration: sec(e.TolerationSeconds)}
+	return timing.Config{Renew: sec(e.RenewSeconds), Grace: sec(e.GraceSeconds), Toleration: sec(e.TolerationSeconds)}
 }
 
 // Capacity is the local worker's capacity.
@@ -181,7 +181,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.Lease().Validate(); err != nil {
-		var ce *lease.ConfigError
+		var ce *timing.ConfigError
 		if errors.As(err, &ce) {
 			return fmt.Errorf("config: plugins.executor.%s: %s", ce.Key, ce.Message)
 		}

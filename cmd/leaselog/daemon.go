@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/inprocess"
 	"github.com/leaselog/leaselog/internal/hostclock"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
@@ -134,8 +134,8 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		exec, err := local.New(local.Options{Dir: cfg.Workdir(), Logger: wlog, Clock: clock})
 		if err == nil {
 			var w *worker.Worker
-			w, err = worker.New(worker.Options{ID: "local", Capacity: n, Daemon: worker.InProcess(svc), Executor: exec,
-				Timing: api.TimingOf(cfg.Lease()), Logger: wlog, Now: clock.Now})
+			w, err = worker.New(worker.Options{ID: "local", Capacity: n, Daemon: inprocess.New(svc), Executor: exec,
+				Timing: cfg.Lease(), Logger: wlog, Now: clock.Now})
 			if err == nil {
 				d.goRun("local worker", func() error { return w.Run(runCtx) })
 			}

@@ -235,7 +235,7 @@ func (x *demo) remoteWorker(id, dir string) (*worker.Worker, error) {
 		return nil, err
 	}
 	return worker.New(worker.Options{ID: id, Capacity: 1, Daemon: x.c, Executor: exec, Logger: logger,
-		Timing: api.TimingOf(x.cfg.Lease()), Wait: time.Second})
+		Timing: x.cfg.Lease(), Wait: time.Second})
 }
 
 // waitEvent waits for the first event of a type and job after seq after.

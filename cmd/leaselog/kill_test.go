@@ -95,11 +95,11 @@ type op struct {
 
 // opAnswer is what a 2xx (or a stale report's 409) said.
 type opAnswer struct {
-	grants []api.Grant     // acquire, leases
-	dirs   []api.Directive // heartbeat
-	table  []api.Lease     // audit: the live leases
-	events []api.Event     // audit: a page of the log
-	seq    uint64          // report: the lease.reported, or the lease.stale_report if stale
+	grants []api.Grant          // acquire, leases
+	dirs   []api.LeaseDirective // heartbeat
+	table  []api.Lease          // audit: the live leases
+	events []api.Event          // audit: a page of the log
+	seq    uint64               // report: the lease.reported, or the lease.stale_report if stale
 	stale  bool
 	job    api.Job // submit, read
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/internal/hostclock"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/timing"
 	"github.com/leaselog/leaselog/worker"
 	"github.com/leaselog/leaselog/worker/local"
 )
@@ -72,7 +73,7 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 			}
 			w, err := worker.New(worker.Options{
 				ID: id, Capacity: capacity, Daemon: c, Executor: exec, Logger: logger, Now: clock.Now,
-				Timing: api.TimingOf(lease.DefaultConfig()), // until the daemon's first answer
+				Timing: timing.Default(), // until the daemon's first answer
 			})
 			if err != nil {
 				return err

@@ -230,7 +230,7 @@ func (e *Executor) newRun(g api.Grant) (*run, error) {
 		done:  make(chan struct{}),
 	}
 	if g.TolerationSeconds > 0 {
-		r.firstFence = g.Timing.Config().SelfFence()
+		r.firstFence = worker.ConfigOf(g.Timing).SelfFence()
 	}
 	r.log = e.log.With().Str("job", r.job).Uint64("lease", r.lease).Logger()
 	return r, nil

@@ -1,29 +1,38 @@
-package worker
+// Package inprocess is where the daemon's own local worker meets its lease
+// service: an adapter that gives the worker (worker.Daemon) the service's
+// answers as the HTTP API would give them, without the network. The daemon
+// (cmd/leaselog) and the simulation wire a worker through it; it converts
+// with the server's own conversions, so that the two paths cannot drift
+// apart, and keeps the worker package free of the service and its store.
+package inprocess
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/server"
+	"github.com/leaselog/leaselog/worker"
 )
 
-// InProcess adapts a lease.Service to Daemon, for the worker built into the
+// New adapts a lease.Service to worker.Daemon, for the worker built into the
 // daemon. Errors come back as *api.Error, as they would over HTTP.
-func InProcess(svc *lease.Service) Daemon { return inProcess{svc} }
+func New(svc *lease.Service) worker.Daemon { return inProcess{svc} }
 
 type inProcess struct{ svc *lease.Service }
 
 func (d inProcess) grants(ctx context.Context, gs []lease.Grant, held time.Duration) ([]api.Grant, error) {
-	timing := api.TimingOf(d.svc.Config())
+	timing := server.TimingOf(d.svc.Config())
 	out := make([]api.Grant, 0, len(gs))
 	for _, g := range gs {
 		l, err := d.svc.Lease(ctx, g.Lease)
 		if err != nil {
-			return nil, api.ErrorOf(err)
+			return nil, server.ErrorOf(err)
 		}
-		out = append(out, api.Grant{Lease: g.Lease, Job: api.JobOf(g.Job, &l), HeldSeconds: held.Seconds(), Timing: timing})
+		out = append(out, api.Grant{Lease: g.Lease, Job: server.JobOf(g.Job, &l), HeldSeconds: held.Seconds(), Timing: timing})
 	}
 	return out, nil
 }
@@ -35,7 +44,7 @@ func (d inProcess) grants(ctx context.Context, gs []lease.Grant, held time.Durat
 func (d inProcess) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
 	gs, err := d.svc.Acquire(ctx, worker, max)
 	if err != nil {
-		return nil, api.ErrorOf(err)
+		return nil, server.ErrorOf(err)
 	}
 	var held time.Duration
 	if len(gs) == 0 && wait > 0 {
@@ -45,7 +54,7 @@ func (d inProcess) Acquire(ctx context.Context, worker string, max int, wait tim
 		gs, err = d.svc.AcquireWait(waitCtx, worker, max)
 		held = time.Since(since)
 		if err != nil {
-			return nil, api.ErrorOf(err)
+			return nil, server.ErrorOf(err)
 		}
 	}
 	return d.grants(context.WithoutCancel(ctx), gs, held)
@@ -54,15 +63,15 @@ func (d inProcess) Acquire(ctx context.Context, worker string, max int, wait tim
 func (d inProcess) Heartbeat(ctx context.Context, worker string, leases []uint64) (api.HeartbeatReply, error) {
 	ds, err := d.svc.Heartbeat(ctx, worker, leases)
 	if err != nil {
-		return api.HeartbeatReply{}, api.ErrorOf(err)
+		return api.HeartbeatReply{}, server.ErrorOf(err)
 	}
-	return api.HeartbeatReply{Leases: ds, Timing: api.TimingOf(d.svc.Config())}, nil
+	return api.HeartbeatReply{Leases: server.DirectivesOf(ds), Timing: server.TimingOf(d.svc.Config())}, nil
 }
 
 func (d inProcess) WorkerLeases(ctx context.Context, worker string) ([]api.Grant, error) {
 	gs, err := d.svc.WorkerLeases(ctx, worker)
 	if err != nil {
-		return nil, api.ErrorOf(err)
+		return nil, server.ErrorOf(err)
 	}
 	return d.grants(ctx, gs, 0)
 }
@@ -70,19 +79,19 @@ func (d inProcess) WorkerLeases(ctx context.Context, worker string) ([]api.Grant
 func (d inProcess) Start(ctx context.Context, worker string, id uint64) (api.Lease, error) {
 	l, err := d.svc.Start(ctx, worker, id)
 	if err != nil {
-		return api.Lease{}, api.ErrorOf(err)
+		return api.Lease{}, server.ErrorOf(err)
 	}
-	return api.LeaseOf(l), nil
+	return server.LeaseOf(l), nil
 }
 
 func (d inProcess) Report(ctx context.Context, id uint64, r api.Report) (api.ReportReply, error) {
 	o, err := event.ParseOutcome(r.Outcome)
 	if err != nil {
-		return api.ReportReply{}, &api.Error{Status: 400, Code: api.CodeBadRequest, Message: err.Error()}
+		return api.ReportReply{}, &api.Error{Status: http.StatusBadRequest, Code: api.CodeBadRequest, Message: err.Error()}
 	}
 	a, err := d.svc.Report(ctx, r.Worker, id, lease.Report{Outcome: o, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
 	if err != nil {
-		e := api.ErrorOf(err)
+		e := server.ErrorOf(err)
 		if a.Stale {
 			e.StaleReportSeq = a.Seq
 		}

@@ -1,4 +1,4 @@
-package worker
+package inprocess_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/inprocess"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -28,7 +29,7 @@ func TestInProcessHeldSeconds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := InProcess(svc)
+	d := inprocess.New(svc)
 	ctx := context.Background()
 
 	if _, _, err := svc.Submit(ctx, "waiting", event.KindRun, []byte(`{"run":"true"}`)); err != nil {
@@ -64,7 +65,12 @@ func TestInProcessHeldSeconds(t *testing.T) {
 	if _, _, err := svc.Submit(ctx, "later", event.KindRun, []byte(`{"run":"true"}`)); err != nil {
 		t.Fatal(err)
 	}
-	a := receive(t, done, "the held acquire")
+	var a answer
+	select {
+	case a = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the held acquire")
+	}
 	if a.err != nil {
 		t.Fatal(a.err)
 	}

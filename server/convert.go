@@ -1,0 +1,123 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/projection"
+	"github.com/leaselog/leaselog/timing"
+)
+
+// The conversions from the lease table, the log and the service to the
+// documents of package api. They live here, beside the handlers that send
+// them, so that api stays the wire contract alone and links none of the
+// daemon; the in-process adapter of the local worker (package inprocess)
+// and the simulation use them too, so that they answer as the server does.
+
+func unixTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+// JobOf converts a table job; live is its live lease, if any.
+func JobOf(j projection.Job, live *projection.Lease) api.Job {
+	out := api.Job{
+		ID: j.ID, Kind: j.Kind.String(), State: j.State.String(), Attempts: j.Attempts, Leases: j.Leases,
+		Outcome: j.Outcome.String(), Reason: j.Reason, Ref: j.Ref, Result: json.RawMessage(j.Result),
+		Spec: json.RawMessage(j.Spec), Submitted: unixTime(j.Submitted), Updated: unixTime(j.Updated),
+	}
+	if len(out.Spec) == 0 {
+		out.Spec = json.RawMessage("{}")
+	}
+	if live != nil {
+		l := LeaseOf(*live)
+		out.Lease = &l
+	}
+	return out
+}
+
+// LeaseOf converts a table lease.
+func LeaseOf(l projection.Lease) api.Lease {
+	return api.Lease{
+		Lease: l.ID, Job: l.Job, Kind: l.Kind.String(), Worker: l.Worker, State: l.State.String(),
+		Revoke: l.Mode.String(), Acquired: unixTime(l.Acquired), Heard: unixTime(l.Heard), Report: l.ReportSeq,
+	}
+}
+
+// EventOf converts a log event. It copies what it keeps, so e may alias an
+// iterator.
+func EventOf(e *event.Event) api.Event {
+	c := e.Clone()
+	e = &c
+	return api.Event{
+		Seq: e.Seq, ID: e.ID.String(), Type: e.Type.String(), Time: unixTime(e.Time), Job: e.Job, Lease: e.Lease,
+		Worker: e.Worker, Kind: e.Kind.String(), Outcome: e.Outcome.String(), Revoke: e.Mode.String(),
+		Ref: e.Ref, Reason: e.Reason, GapSeconds: time.Duration(e.Gap).Seconds(),
+		Spec: json.RawMessage(e.Spec), Result: json.RawMessage(e.Result),
+	}
+}
+
+// TimingOf converts the service's timing to what a worker is told of it.
+func TimingOf(c timing.Config) api.Timing {
+	return api.Timing{RenewSeconds: c.Renew.Seconds(), GraceSeconds: c.Grace.Seconds(), TolerationSeconds: c.Toleration.Seconds()}
+}
+
+// directives are the service's directives as the API spells them.
+var directives = map[lease.Directive]api.Directive{
+	lease.Continue: api.DirectiveContinue,
+	lease.Cancel:   api.DirectiveCancel,
+	lease.Kill:     api.DirectiveKill,
+	lease.Gone:     api.DirectiveGone,
+}
+
+// DirectivesOf converts the service's answer to a heartbeat; never nil, so
+// that an answer naming no lease is [] on the wire.
+func DirectivesOf(ds []lease.LeaseDirective) []api.LeaseDirective {
+	out := make([]api.LeaseDirective, 0, len(ds))
+	for _, d := range ds {
+		a, ok := directives[d.Directive]
+		if !ok {
+			a = api.Directive(d.Directive) // a directive the table lacks: TestDirectivesOf fails
+		}
+		out = append(out, api.LeaseDirective{Lease: d.Lease, Directive: a})
+	}
+	return out
+}
+
+// errorStatus maps the service's sentinels to their HTTP status and code.
+var errorStatus = []struct {
+	errs   []error
+	status int
+	code   string
+}{
+	{[]error{lease.ErrInvalid}, http.StatusBadRequest, api.CodeBadRequest},
+	{[]error{lease.ErrNotFound}, http.StatusNotFound, api.CodeNotFound},
+	{[]error{lease.ErrWrongWorker}, http.StatusForbidden, api.CodeForbidden},
+	{[]error{lease.ErrStaleLease}, http.StatusConflict, api.CodeStaleLease},
+	{[]error{lease.ErrJobExists}, http.StatusConflict, api.CodeJobExists},
+	{[]error{lease.ErrStopping}, http.StatusServiceUnavailable, api.CodeStopping},
+	// The command that finds the log failed gets the log's own error; the
+	// service fails with it and refuses every later one.
+	{[]error{lease.ErrFailed, eventlog.ErrFailed, eventlog.ErrClosed}, http.StatusServiceUnavailable, api.CodeUnavailable},
+}
+
+// ErrorOf maps an error of the lease service to the API error a client sees:
+// its HTTP status and code. An *api.Error is returned as it is; errors that
+// are not the service's sentinels are internal (500).
+func ErrorOf(err error) *api.Error {
+	var e *api.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	for _, m := range errorStatus {
+		for _, target := range m.errs {
+			if errors.Is(err, target) {
+				return &api.Error{Status: m.status, Code: m.code, Message: err.Error()}
+			}
+		}
+	}
+	return &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: err.Error()}
+}
