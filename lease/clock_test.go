@@ -1,16 +1,15 @@
 package lease_test
 
 import (
-	"math/rand"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -146,7 +145,6 @@ func TestShortSleepIsAbsence(t *testing.T) {
 	wall, boot, mono := clocktest.New(clocktest.Epoch), clocktest.New(time.Unix(5000, 0)), clocktest.New(time.Unix(4000, 0))
 	f := &lifeFixture{t: t, fs: vfs.NewMem(), wall: wall, boot: boot, mono: mono}
 	f.open()
-	t.Cleanup(func() { _ = f.log.Close() })
 	awake := func(d time.Duration) { wall.Advance(d); boot.Advance(d); mono.Advance(d) }
 	sleep := 3 * testConfig.Renew // past the fence's slack of 2×renew, short of grace
 	_, _, err := f.svc.Submit(ctx, "r1", event.KindRun, nil)
@@ -214,7 +212,6 @@ func TestWallClockBridgesRestarts(t *testing.T) {
 		}
 		f.must(f.log.Close())
 	}
-	f.open() // for the cleanup
 }
 
 type lifeFixture struct {
@@ -230,21 +227,18 @@ type lifeFixture struct {
 func newLifeFixture(t *testing.T, wall, boot *clocktest.Clock) *lifeFixture {
 	f := &lifeFixture{t: t, fs: vfs.NewMem(), wall: wall, boot: boot}
 	f.open()
-	t.Cleanup(func() { _ = f.log.Close() })
 	return f
 }
 
+// open opens the service (again, for a restart) on the fixture's store.
 func (f *lifeFixture) open() {
 	f.t.Helper()
-	log, err := eventlog.Open("data", eventlog.Options{FS: f.fs, Logger: zerolog.Nop()})
-	f.must(err)
-	opts := lease.Options{Config: testConfig, Wall: f.wall, Boot: f.boot, Entropy: rand.New(rand.NewSource(1))}
-	if f.mono != nil {
-		opts.Mono = f.mono
-	}
-	svc, err := lease.Open(log, opts)
-	f.must(err)
-	f.log, f.svc = log, svc
+	f.log, f.svc = leasetest.Open(f.t, leasetest.FS(f.fs), leasetest.Service(func(o *lease.Options) {
+		o.Wall, o.Boot = f.wall, f.boot
+		if f.mono != nil {
+			o.Mono = f.mono
+		}
+	}))
 }
 
 func (f *lifeFixture) must(err error) {

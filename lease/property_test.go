@@ -22,6 +22,7 @@ import (
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
@@ -29,7 +30,8 @@ import (
 
 var ctx = context.Background()
 
-var testConfig = lease.Config{Renew: time.Second, Grace: 5 * time.Second, Toleration: 15 * time.Second}
+// testConfig is the fixture's timing, which the tests compute their steps from.
+var testConfig = leasetest.Timing()
 
 // harness runs a lease.Service on a crashable in-memory store with the
 // daemon's own clock fed by two manual ones — the wall clock, and the boot
@@ -62,15 +64,9 @@ func newHarness(t *rapid.T) *harness {
 }
 
 func (h *harness) open() {
-	log, err := eventlog.Open("data", eventlog.Options{FS: h.fs, Logger: zerolog.Nop()})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	svc, err := lease.Open(log, lease.Options{Config: testConfig, Wall: h.wall, Boot: h.clock, Entropy: rand.New(rand.NewSource(7)), SnapshotEvery: 25})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.log, h.svc = log, svc
+	h.log, h.svc = leasetest.Open(h.t, leasetest.FS(h.fs), leasetest.Service(func(o *lease.Options) {
+		o.Wall, o.Boot, o.Entropy, o.SnapshotEvery = h.wall, h.clock, rand.New(rand.NewSource(7)), 25
+	}))
 }
 
 func (h *harness) close() { _ = h.log.Close() }

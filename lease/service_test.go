@@ -3,16 +3,15 @@ package lease_test
 import (
 	"bytes"
 	"errors"
-	"math/rand"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
 )
@@ -28,21 +27,13 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	f := &fixture{t: t, fs: vfs.NewMem(), clock: clocktest.New(clocktest.Epoch)}
 	f.open()
-	t.Cleanup(func() { _ = f.log.Close() })
 	return f
 }
 
+// open opens the service (again, for a restart) on the fixture's store.
 func (f *fixture) open() {
 	f.t.Helper()
-	log, err := eventlog.Open("data", eventlog.Options{FS: f.fs, Logger: zerolog.Nop()})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	svc, err := lease.Open(log, lease.Options{Config: testConfig, Clock: f.clock, Entropy: rand.New(rand.NewSource(1))})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.log, f.svc = log, svc
+	f.log, f.svc = leasetest.Open(f.t, leasetest.FS(f.fs), leasetest.Clock(f.clock))
 }
 
 func (f *fixture) snapshot() []byte {
@@ -198,5 +189,4 @@ func TestFailedServiceRefusesEverything(t *testing.T) {
 			t.Errorf("%s: %v, want ErrFailed", name, err)
 		}
 	}
-	f.log, _ = eventlog.Open("data", eventlog.Options{FS: f.fs, Logger: zerolog.Nop()}) // for the cleanup
 }
