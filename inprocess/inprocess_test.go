@@ -2,33 +2,19 @@ package inprocess_test
 
 import (
 	"context"
-	"math/rand"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/rs/zerolog"
-
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/inprocess"
-	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/internal/leasetest"
 )
 
 // TestInProcessHeldSeconds: the in-process adapter says, as the HTTP server
 // does, how long the daemon held an acquire before granting: nothing for a
 // job that was waiting, and the wait for one that came during the long poll.
 func TestInProcessHeldSeconds(t *testing.T) {
-	log, err := eventlog.Open("data", eventlog.Options{FS: vfs.NewMem(), Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = log.Close() })
-	cfg := lease.Config{Renew: time.Second, Grace: 5 * time.Second, Toleration: 15 * time.Second}
-	svc, err := lease.Open(log, lease.Options{Config: cfg, Entropy: rand.New(rand.NewSource(1))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, svc := leasetest.Open(t) // on the host's clock: the hold is measured in real time
 	d := inprocess.New(svc)
 	ctx := context.Background()
 

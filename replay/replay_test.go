@@ -3,15 +3,14 @@ package replay_test
 import (
 	"context"
 	"errors"
-	"math/rand"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/replay"
 )
@@ -36,15 +35,7 @@ func (d damaged) Snapshot(seq uint64) ([]byte, error) {
 // skipped, with a warning, for the one before it; the table comes out the
 // same as a full fold.
 func TestRebuildFallsBackPastABadSnapshot(t *testing.T) {
-	log, err := eventlog.Open("data", eventlog.Options{FS: vfs.NewMem(), Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	svc, err := lease.Open(log, lease.Options{Config: lease.DefaultConfig(), Clock: clocktest.New(clocktest.Epoch), Entropy: rand.New(rand.NewSource(1))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	log, svc := leasetest.Open(t, leasetest.Config(lease.DefaultConfig()), leasetest.Clock(clocktest.New(clocktest.Epoch)))
 	snapshotAfter := func(id string) {
 		if _, _, err := svc.Submit(ctx, id, event.KindRun, nil); err != nil {
 			t.Fatal(err)
