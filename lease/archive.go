@@ -82,7 +82,7 @@ func (s *Service) staleLocked(k projection.StaleKey) (uint64, bool, error) {
 // refused with ErrFailed like every other.
 func (s *Service) readFailedLocked(err error) error {
 	if errors.Is(err, eventlog.ErrFailed) || errors.Is(err, eventlog.ErrClosed) {
-		s.failLocked(err)
+		s.failLocked(err, "archive read")
 		return s.mu.err
 	}
 	return err

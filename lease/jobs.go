@@ -31,35 +31,29 @@ func (s *Service) Submit(ctx context.Context, id string, kind event.Kind, spec [
 	if err != nil {
 		return projection.Job{}, false, err
 	}
-	if err := s.lock(); err != nil {
-		return projection.Job{}, false, err
+	type submitted struct {
+		job     projection.Job
+		created bool
 	}
-	j, ok, err := s.jobLocked(id)
-	if err != nil {
-		s.mu.Unlock()
-		return projection.Job{}, false, err
-	}
-	if ok {
-		seq := s.mu.table.Seq()
-		s.mu.Unlock()
-		if j.Kind != kind || !bytes.Equal(j.Spec, spec) {
-			return j, false, fmt.Errorf("%w: job %q exists as a %s with spec %s", ErrJobExists, id, j.Kind, j.Spec)
+	r, err := command(ctx, s, "submit", func(t *tx) (submitted, error) {
+		j, ok, err := s.jobLocked(id)
+		switch {
+		case err != nil:
+			return submitted{}, err
+		case ok && (j.Kind != kind || !bytes.Equal(j.Spec, spec)):
+			return submitted{job: j}, fmt.Errorf("%w: job %q exists as a %s with spec %s", ErrJobExists, id, j.Kind, j.Spec)
+		case ok:
+			return submitted{job: j}, nil // the same job: a read
+		case s.mu.stopping:
+			return submitted{}, ErrStopping
 		}
-		return j, false, s.log.WaitDurable(ctx, seq)
-	}
-	if s.mu.stopping {
-		s.mu.Unlock()
-		return projection.Job{}, false, ErrStopping
-	}
-	_, c, err := s.commitLocked(s.now(), []event.Event{{Type: event.TypeQueued, Job: id, Kind: kind, Spec: spec}})
-	if err == nil {
+		if _, err := t.stage(event.Event{Type: event.TypeQueued, Job: id, Kind: kind, Spec: spec}); err != nil {
+			return submitted{}, err
+		}
 		j, _ = s.mu.table.Job(id)
-	}
-	s.mu.Unlock()
-	if err != nil {
-		return projection.Job{}, false, err
-	}
-	return j, true, s.wait(c)
+		return submitted{job: j, created: true}, nil
+	})
+	return r.job, r.created, err
 }
 
 func canonicalSpec(spec []byte) ([]byte, error) {
@@ -108,47 +102,39 @@ func (s *Service) revoke(ctx context.Context, id string, mode event.RevokeMode) 
 	if err := CheckID("job", id); err != nil {
 		return projection.Job{}, err
 	}
-	if err := s.lock(); err != nil {
-		return projection.Job{}, err
-	}
-	j, ok, err := s.jobLocked(id)
-	if err != nil || !ok {
-		s.mu.Unlock()
-		if err == nil {
-			err = fmt.Errorf("%w: job %q", ErrNotFound, id)
+	return command(ctx, s, mode.String(), func(t *tx) (projection.Job, error) {
+		j, ok, err := s.jobLocked(id)
+		if err != nil || !ok {
+			if err == nil {
+				err = fmt.Errorf("%w: job %q", ErrNotFound, id)
+			}
+			return j, err
 		}
-		return j, err
-	}
-	var evs []event.Event
-	switch {
-	case j.State == fsm.Queued:
-		reason := event.ReasonCancelled
-		if mode == event.RevokeKill {
-			reason = event.ReasonKilled
+		var e event.Event
+		switch {
+		case j.State == fsm.Queued:
+			reason := event.ReasonCancelled
+			if mode == event.RevokeKill {
+				reason = event.ReasonKilled
+			}
+			e = event.Event{Type: event.TypeCancelled, Job: id, Reason: reason}
+		case j.State.Live():
+			if l, _ := s.mu.table.Lease(j.Lease); l.Mode < mode {
+				e = event.Event{Type: event.TypeRevoked, Job: id, Lease: l.ID, Worker: l.Worker, Mode: mode}
+			}
 		}
-		evs = []event.Event{{Type: event.TypeCancelled, Job: id, Reason: reason}}
-	case j.State.Live():
-		if l, _ := s.mu.table.Lease(j.Lease); l.Mode < mode {
-			evs = []event.Event{{Type: event.TypeRevoked, Job: id, Lease: l.ID, Worker: l.Worker, Mode: mode}}
+		if e.Type == 0 {
+			return j, nil // ended, or revoked as hard already: a read
 		}
-	}
-	if len(evs) == 0 {
-		seq := s.mu.table.Seq()
-		s.mu.Unlock()
-		return j, s.log.WaitDurable(ctx, seq)
-	}
-	_, c, err := s.commitLocked(s.now(), evs)
-	if err == nil {
+		if _, err := t.stage(e); err != nil {
+			return projection.Job{}, err
+		}
 		j, _, err = s.jobLocked(id) // a cancelled job is in the archive now
-	}
-	s.mu.Unlock()
-	if err != nil {
-		if c != nil {
-			_ = s.wait(c)
+		if err != nil {
+			return projection.Job{}, err
 		}
-		return projection.Job{}, err
-	}
-	return j, s.wait(c)
+		return j, nil
+	})
 }
 
 // Stop is the graceful stop of the daemon: every queued job is cancelled
@@ -157,27 +143,22 @@ func (s *Service) revoke(ctx context.Context, id string, mode event.RevokeMode) 
 // restart. After Stop, submissions and acquires are refused with ErrStopping,
 // and waiting acquires return empty.
 func (s *Service) Stop(ctx context.Context) error {
-	if err := s.lock(); err != nil {
-		return err
-	}
-	if s.mu.stopping {
-		s.mu.Unlock()
-		return nil
-	}
-	s.mu.stopping = true
-	var evs []event.Event
-	for _, j := range s.mu.table.Queued(0) {
-		evs = append(evs, event.Event{Type: event.TypeCancelled, Job: j.ID, Reason: event.ReasonDaemonStopped})
-	}
-	evs = append(evs, event.Event{Type: event.TypeDaemonStopping})
-	_, c, err := s.commitLocked(s.now(), evs)
-	close(s.mu.queued) // wake every waiting acquire: it will find the daemon stopping
-	s.mu.queued = make(chan struct{})
-	s.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	return s.wait(c)
+	_, err := command(ctx, s, "stop", func(t *tx) (struct{}, error) {
+		if s.mu.stopping {
+			t.noReadWait = true
+			return struct{}{}, nil
+		}
+		s.mu.stopping = true
+		var evs []event.Event
+		for _, j := range s.mu.table.Queued(0) {
+			evs = append(evs, event.Event{Type: event.TypeCancelled, Job: j.ID, Reason: event.ReasonDaemonStopped})
+		}
+		evs = append(evs, event.Event{Type: event.TypeDaemonStopping})
+		_, err := t.stage(evs...)
+		s.wakeLocked() // every waiting acquire: it will find the daemon stopping
+		return struct{}{}, err
+	})
+	return err
 }
 
 // WorkerLeases returns the live leases worker holds, with their jobs: what a

@@ -1,19 +1,25 @@
 // Package lease is the lease service: commands in, events out. It is the only
-// writer of the event log. Each command is decided under one mutex against the
-// lease table (with the transition table of package fsm), its events are
-// staged into the log in decision order, folded into the table, and the reply
-// waits, outside the mutex, until the events are durable. Concurrent commands
-// so share fsyncs without ever answering about an event a crash could undo.
+// writer of events. Every command takes one path (command.go): it is decided
+// under one mutex against the lease table (and the archive of ended jobs), its
+// events are staged into the log in decision order and folded into the table
+// (the fold checks each against the transition table of package fsm), and the
+// reply waits, outside the mutex, until the events are durable. Concurrent
+// commands so share fsyncs without ever answering about an event a crash could
+// undo. A failure of the log fails the service: from then on every command is
+// refused with ErrFailed until the daemon restarts. Reads take the same path
+// and wait until what they read is durable; the service answers every read its
+// API needs (jobs, leases, events, counts), so that no caller reaches into its
+// log or its table.
 //
 // The service also owns time: the sweeper that turns silence into
 // worker.unreachable and lease.expired, and the detection of the daemon's own
 // absence (daemon.started at Open; daemon.resumed, checked by every command
-// and every sweep before it touches a deadline) that keeps a sleep or a stop
-// from ever counting against a worker. Time comes from a Clock: by default
-// the daemon's own (the wall clock at Open, then CLOCK_BOOTTIME's count, so
-// that a wall-clock step never expires anything), injected by tests and the
-// simulation. The decisions are recorded as events, so replay never reads a
-// clock.
+// that records an event and by every sweep, before it touches a deadline) that
+// keeps a sleep or a stop from ever counting against a worker. Time comes from
+// a Clock: by default the daemon's own (the wall clock at Open, then
+// CLOCK_BOOTTIME's count, so that a wall-clock step never expires anything),
+// injected by tests and the simulation. The decisions are recorded as events,
+// so replay never reads a clock.
 package lease
 
 import (
@@ -135,19 +141,17 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 	s.logger.Info().Uint64("seq", table.Seq()).Uint64("snapshot", st.SnapshotSeq).Int("replayed", st.Events).
 		Msg("lease table rebuilt")
 
-	s.mu.Lock()
-	now := s.clock.Now().UnixNano()
-	var gap int64
-	if table.Seq() > 0 {
-		gap = max(0, now-table.LastTime())
-	}
-	s.mu.lastSeen, s.mu.snapAt = now, now
-	_, c, err := s.commitLocked(now, []event.Event{{Type: event.TypeDaemonStarted, Gap: gap}})
-	s.mu.Unlock()
+	_, err = command(context.Background(), s, "open", func(t *tx) (struct{}, error) {
+		now := t.clock()
+		var gap int64
+		if table.Seq() > 0 {
+			gap = max(0, now-table.LastTime())
+		}
+		s.mu.lastSeen, s.mu.snapAt = now, now
+		_, err := t.stage(event.Event{Type: event.TypeDaemonStarted, Gap: gap})
+		return struct{}{}, err
+	})
 	if err != nil {
-		return nil, err
-	}
-	if err := s.wait(c); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -163,141 +167,11 @@ func (s *Service) Config() Config { return s.cfg }
 // Log returns the event log the service writes, for readers of history.
 func (s *Service) Log() *eventlog.Log { return s.log }
 
-// awakeLocked is the rule every command and every sweep follows before it
-// touches a deadline (DESIGN §4): if the daemon's last sweep or commit is
-// more than grace ago on its clock, the daemon itself was absent — asleep,
-// stopped, starved — and the whole gap is recorded first, as daemon.resumed,
-// which takes it out of every deadline. A sleep of the host shorter than that
-// is the daemon's absence too (its clock knows how long the host slept: see
-// sleeper), and is recorded as daemon.resumed with the sleep as its gap;
-// erring this way only delays expiries. It returns that event, or nil when
-// the daemon was present (and then counts it as seen now: moving lastSeen on
-// hides no gap, since none was pending). commitLocked applies it to every
-// command's events; Sweep, which judges deadlines, calls it through
-// commitLocked before it judges.
-func (s *Service) awakeLocked(now int64) []event.Event {
-	if sl, ok := s.clock.(sleeper); ok {
-		s.mu.sleptNow = sl.Slept()
-	}
-	gap := now - s.mu.lastSeen
-	if slept := s.mu.sleptNow - s.mu.slept; gap <= int64(s.cfg.Grace) && slept >= minSleep {
-		gap = min(gap, int64(slept))
-	} else if gap <= int64(s.cfg.Grace) {
-		s.mu.lastSeen, s.mu.slept = max(s.mu.lastSeen, now), s.mu.sleptNow
-		return nil
-	}
-	return []event.Event{{Type: event.TypeDaemonResumed, Gap: gap}}
-}
-
-// minSleep is the shortest sleep of the host taken as absence: shorter than
-// any suspend, longer than the two clocks' readings can differ by.
-const minSleep = time.Millisecond
-
-// commitLocked stamps evs (time, ULID), stages them into the log and folds
-// them into the table, after the daemon.resumed that awakeLocked asks for, if
-// any. It returns the events as staged (numbered; a resume first), and nil
-// with no commit when there is nothing to stage. The caller must Wait on the
-// commit, outside the lock, before telling anyone about the events.
-func (s *Service) commitLocked(now int64, evs []event.Event) ([]event.Event, *eventlog.Commit, error) {
-	if s.mu.err != nil {
-		return nil, nil, s.mu.err
-	}
-	if resume := s.awakeLocked(now); resume != nil {
-		evs = append(resume, evs...)
-	}
-	if len(evs) == 0 {
-		return nil, nil, nil
-	}
-	for i := range evs {
-		id, err := ulid.New(ulid.Timestamp(time.Unix(0, now)), s.mu.entropy)
-		if err != nil {
-			return nil, nil, fmt.Errorf("lease: mint event id: %w", err)
-		}
-		evs[i].ID, evs[i].Time = id, now
-	}
-	// The events are folded once numbered, before they enter the pipeline,
-	// so that the archive records of the jobs they end go in the same batch.
-	folded := false
-	c, err := s.log.Stage(evs, func(evs []event.Event) ([]eventlog.Record, error) {
-		folded = true
-		for i := range evs {
-			if err := s.mu.table.Apply(&evs[i]); err != nil {
-				return nil, fmt.Errorf("fold of own event: %w", err)
-			}
-		}
-		return s.mu.table.TakeRetired(), nil
-	})
-	if err != nil {
-		// Once folded, the table is ahead of the log (an event the fold
-		// refused is a bug in the decision above; nothing was written): stop
-		// before the two drift apart any further.
-		if folded || errors.Is(err, eventlog.ErrFailed) || errors.Is(err, eventlog.ErrClosed) {
-			s.failLocked(err)
-			return nil, nil, s.mu.err
-		}
-		return nil, nil, err
-	}
-	s.mu.lastSeen, s.mu.slept = max(s.mu.lastSeen, now), s.mu.sleptNow
-	queued := false
-	for i := range evs {
-		queued = queued || evs[i].Type == event.TypeQueued
-		s.logEvent(&evs[i])
-	}
-	if queued {
-		close(s.mu.queued)
-		s.mu.queued = make(chan struct{})
-	}
-	return evs, c, nil
-}
-
-// lock takes the service's mutex for a command, unless the service failed:
-// then every command is refused, those that would record nothing included.
-func (s *Service) lock() error {
-	s.mu.Lock()
-	if err := s.failedLocked(); err != nil {
-		s.mu.Unlock()
-		return err
-	}
-	return nil
-}
-
-// failedLocked returns the error that failed the service. The log may have
-// failed under something other than one of its commands (a snapshot's sync,
-// Pebble's Fatalf in a background flush): the service fails with it the
-// first time it looks.
-func (s *Service) failedLocked() error {
-	if s.mu.err == nil {
-		if err := s.log.Err(); err != nil {
-			s.failLocked(err)
-		}
-	}
-	return s.mu.err
-}
-
-// wait waits for c to be durable; a failure fails the service.
-func (s *Service) wait(c *eventlog.Commit) error {
-	if err := c.Wait(); err != nil {
-		s.mu.Lock()
-		s.failLocked(err)
-		err = s.mu.err
-		s.mu.Unlock()
-		return err
-	}
-	return nil
-}
-
-func (s *Service) failLocked(err error) {
-	if s.mu.err == nil {
-		s.mu.err = fmt.Errorf("%w: %v", ErrFailed, err)
-		s.logger.Error().Err(err).Msg("lease service failed: refusing every command until restarted")
-	}
-}
-
 // Err returns the error that failed the service, or nil.
 func (s *Service) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.failedLocked()
+	return s.failedLocked("")
 }
 
 func (s *Service) logEvent(e *event.Event) {
@@ -338,13 +212,11 @@ func (s *Service) logEvent(e *event.Event) {
 // could have seen is durable, so that no answer a reader gets can be undone by
 // a crash.
 func (s *Service) read(ctx context.Context, fn func(t *projection.Table)) error {
-	if err := s.lock(); err != nil {
-		return err
-	}
-	fn(s.mu.table)
-	seq := s.mu.table.Seq()
-	s.mu.Unlock()
-	return s.log.WaitDurable(ctx, seq)
+	_, err := command(ctx, s, "read", func(*tx) (struct{}, error) {
+		fn(s.mu.table)
+		return struct{}{}, nil
+	})
+	return err
 }
 
 // View runs fn on the lease table, under the service's lock; fn must not keep
@@ -368,16 +240,18 @@ func (s *Service) Close() error {
 func (s *Service) snapshot(force bool) error {
 	s.mu.Lock()
 	seq, now := s.mu.table.Seq(), s.now()
-	due := seq > s.mu.lastSnap && (force ||
+	due := seq > s.mu.lastSnap && s.mu.err == nil && (force ||
 		(s.every > 0 && seq-s.mu.lastSnap >= uint64(s.every)) ||
 		(s.period > 0 && now-s.mu.snapAt >= int64(s.period)))
-	if !due || s.mu.err != nil {
-		s.mu.Unlock()
+	var data []byte
+	if due {
+		data = s.mu.table.Snapshot()
+		s.mu.lastSnap, s.mu.snapAt = seq, now
+	}
+	s.mu.Unlock()
+	if !due {
 		return nil
 	}
-	data := s.mu.table.Snapshot()
-	s.mu.lastSnap, s.mu.snapAt = seq, now
-	s.mu.Unlock()
 	if err := s.log.WaitDurable(context.Background(), seq); err != nil {
 		return err
 	}

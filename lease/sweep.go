@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/projection"
 )
 
@@ -21,46 +20,35 @@ func (s *Service) now() int64 { return s.clock.Now().UnixNano() }
 // attempt); an evaluation goes back to the queue with a new token to come, or
 // is cancelled if it had been revoked.
 func (s *Service) Sweep() error {
-	if err := s.lock(); err != nil {
-		return err
-	}
-	now := s.now()
-	// The resume, if any, is its own batch, folded before the table judges
-	// silence: deadlines are then in present time, the gap taken out.
-	_, resumed, err := s.commitLocked(now, nil)
+	_, err := command(context.Background(), s, "sweep", func(t *tx) (struct{}, error) {
+		t.noReadWait = true // a sweep answers no one
+		// The resume, if any, is its own batch, folded before the table
+		// judges silence: deadlines are then in present time, the gap taken
+		// out.
+		if err := t.resume(); err != nil {
+			return struct{}{}, err
+		}
+		now := t.clock()
+		var evs []event.Event
+		leases, workers := s.mu.table.Silent(now, int64(s.cfg.Grace), int64(s.cfg.Toleration))
+		for _, w := range workers {
+			evs = append(evs, event.Event{Type: event.TypeWorkerUnreachable, Worker: w.ID})
+		}
+		for _, l := range leases {
+			reason := event.ReasonLeaseExpired
+			switch {
+			case l.Kind == event.KindRun:
+				reason = event.ReasonWorkerLost
+			case l.Mode != 0:
+				reason = event.ReasonRevokedLost
+			}
+			evs = lost(evs, l, event.Event{Type: event.TypeExpired, Reason: reason}, event.ReasonLeaseExpired)
+		}
+		_, err := t.stage(evs...)
+		return struct{}{}, err
+	})
 	if err != nil {
-		s.mu.Unlock()
 		return err
-	}
-	var evs []event.Event
-	leases, workers := s.mu.table.Silent(now, int64(s.cfg.Grace), int64(s.cfg.Toleration))
-	for _, w := range workers {
-		evs = append(evs, event.Event{Type: event.TypeWorkerUnreachable, Worker: w.ID})
-	}
-	for _, l := range leases {
-		reason := event.ReasonLeaseExpired
-		switch {
-		case l.Kind == event.KindRun:
-			reason = event.ReasonWorkerLost
-		case l.Mode != 0:
-			reason = event.ReasonRevokedLost
-		}
-		evs = lost(evs, l, event.Event{Type: event.TypeExpired, Reason: reason}, event.ReasonLeaseExpired)
-	}
-	_, c, err := s.commitLocked(now, evs)
-	s.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	// Each commit is waited for, the resume's too: Wait releases its batch,
-	// and Log.Close waits until every commit has been.
-	for _, c := range []*eventlog.Commit{resumed, c} {
-		if c == nil {
-			continue
-		}
-		if err := s.wait(c); err != nil {
-			return err
-		}
 	}
 	return s.snapshot(false)
 }

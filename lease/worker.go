@@ -7,7 +7,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/projection"
 )
@@ -24,71 +23,69 @@ const MaxAcquire = 100
 // Acquire gives worker up to max queued jobs, oldest first, without waiting.
 // A call from an unreachable worker first records that it is reachable again.
 func (s *Service) Acquire(ctx context.Context, worker string, max int) ([]Grant, error) {
-	grants, _, err := s.acquire(worker, max)
-	return grants, err
+	r, err := s.acquire(ctx, worker, max)
+	return r.grants, err
 }
 
 // AcquireWait is Acquire that waits, until ctx is done, for a job to be queued
 // when none is. It returns no grants (and no error) when ctx ends first.
 func (s *Service) AcquireWait(ctx context.Context, worker string, max int) ([]Grant, error) {
 	for {
-		grants, wake, err := s.acquire(worker, max)
-		if err != nil || len(grants) > 0 {
-			return grants, err
+		r, err := s.acquire(ctx, worker, max)
+		if err != nil || len(r.grants) > 0 {
+			return r.grants, err
 		}
 		select {
-		case <-wake:
+		case <-r.wake:
 		case <-ctx.Done():
 			return nil, nil
 		}
 	}
 }
 
-// acquire takes what it can now, and otherwise returns a channel that is
-// closed when a job is queued (or the daemon stops).
-func (s *Service) acquire(worker string, n int) ([]Grant, <-chan struct{}, error) {
+// acquired is what one try of an acquire got: grants, or, when there was
+// nothing to record, a channel that is closed when a job is queued (or the
+// daemon stops).
+type acquired struct {
+	grants []Grant
+	wake   <-chan struct{}
+}
+
+// acquire takes what it can now. Finding nothing, it waits for nothing:
+// "no job yet" is no answer a crash could undo, and the long poll waits on
+// wake instead.
+func (s *Service) acquire(ctx context.Context, worker string, n int) (acquired, error) {
 	if err := CheckID("worker", worker); err != nil {
-		return nil, nil, err
+		return acquired{}, err
 	}
 	if n < 1 || n > MaxAcquire {
-		return nil, nil, fmt.Errorf("%w: max must be 1 to %d, is %d", ErrInvalid, MaxAcquire, n)
+		return acquired{}, fmt.Errorf("%w: max must be 1 to %d, is %d", ErrInvalid, MaxAcquire, n)
 	}
-	if err := s.lock(); err != nil {
-		return nil, nil, err
-	}
-	if s.mu.stopping {
-		s.mu.Unlock()
-		return nil, nil, ErrStopping
-	}
-	t := s.mu.table
-	evs := s.reachableLocked(worker, nil)
-	jobs := t.Queued(n)
-	for _, j := range jobs {
-		evs = append(evs, event.Event{Type: event.TypeAcquired, Job: j.ID, Worker: worker})
-	}
-	if len(evs) == 0 {
-		wake := s.mu.queued
-		s.mu.Unlock()
-		return nil, wake, nil
-	}
-	evs, c, err := s.commitLocked(s.now(), evs)
-	var grants []Grant
-	if err == nil {
+	return command(ctx, s, "acquire", func(t *tx) (acquired, error) {
+		if s.mu.stopping {
+			return acquired{}, ErrStopping
+		}
+		evs := s.reachableLocked(worker, nil)
+		for _, j := range s.mu.table.Queued(n) {
+			evs = append(evs, event.Event{Type: event.TypeAcquired, Job: j.ID, Worker: worker})
+		}
+		if len(evs) == 0 {
+			t.noReadWait = true
+			return acquired{wake: s.mu.queued}, nil
+		}
+		evs, err := t.stage(evs...)
+		if err != nil {
+			return acquired{}, err
+		}
+		var grants []Grant
 		for _, e := range evs {
 			if e.Type == event.TypeAcquired {
-				j, _ := t.Job(e.Job)
+				j, _ := s.mu.table.Job(e.Job)
 				grants = append(grants, Grant{Lease: e.Lease, Job: j})
 			}
 		}
-	}
-	s.mu.Unlock()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := s.wait(c); err != nil {
-		return nil, nil, err
-	}
-	return grants, nil, nil
+		return acquired{grants: grants}, nil
+	})
 }
 
 // reachableLocked appends worker.reachable to evs if worker is marked
@@ -122,32 +119,25 @@ func (s *Service) Start(ctx context.Context, worker string, id uint64) (projecti
 	if err := CheckID("worker", worker); err != nil {
 		return projection.Lease{}, err
 	}
-	if err := s.lock(); err != nil {
-		return projection.Lease{}, err
-	}
-	l, err := s.holdLocked(worker, id)
-	if err == nil && !l.Live() {
-		err = fmt.Errorf("%w: lease %d is %s", ErrStaleLease, id, l.State)
-	}
-	if err != nil || l.State == fsm.Running {
-		seq := s.mu.table.Seq()
-		s.mu.Unlock()
+	return command(ctx, s, "start", func(t *tx) (projection.Lease, error) {
+		l, err := s.holdLocked(worker, id)
+		if err == nil && !l.Live() {
+			err = fmt.Errorf("%w: lease %d is %s", ErrStaleLease, id, l.State)
+		}
 		if err != nil {
 			return projection.Lease{}, err
 		}
-		return l, s.log.WaitDurable(ctx, seq)
-	}
-	evs := s.reachableLocked(worker, nil)
-	evs = append(evs, event.Event{Type: event.TypeRunning, Job: l.Job, Lease: id, Worker: worker})
-	_, c, err := s.commitLocked(s.now(), evs)
-	if err == nil {
+		if l.State == fsm.Running {
+			return l, nil // started before: a read
+		}
+		evs := s.reachableLocked(worker, nil)
+		evs = append(evs, event.Event{Type: event.TypeRunning, Job: l.Job, Lease: id, Worker: worker})
+		if _, err := t.stage(evs...); err != nil {
+			return projection.Lease{}, err
+		}
 		l, _ = s.mu.table.Lease(id)
-	}
-	s.mu.Unlock()
-	if err != nil {
-		return projection.Lease{}, err
-	}
-	return l, s.wait(c)
+		return l, nil
+	})
 }
 
 // Directive tells a worker what to do with a lease it heartbeats.
@@ -180,35 +170,27 @@ func (s *Service) Heartbeat(ctx context.Context, worker string, ids []uint64) ([
 	if len(ids) > MaxHeartbeatLeases {
 		return nil, fmt.Errorf("%w: %d leases in one heartbeat, at most %d", ErrInvalid, len(ids), MaxHeartbeatLeases)
 	}
-	out := make([]LeaseDirective, 0, len(ids))
-	if err := s.lock(); err != nil {
-		return nil, err
-	}
-	evs := s.reachableLocked(worker, make([]event.Event, 0, len(ids)+1))
-	seen := make(map[uint64]bool, len(ids))
-	for _, id := range ids {
-		if seen[id] {
-			continue
+	return command(ctx, s, "heartbeat", func(t *tx) ([]LeaseDirective, error) {
+		out := make([]LeaseDirective, 0, len(ids))
+		evs := s.reachableLocked(worker, make([]event.Event, 0, len(ids)+1))
+		seen := make(map[uint64]bool, len(ids))
+		for _, id := range ids {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			d := LeaseDirective{Lease: id, Directive: Gone}
+			if l, ok := s.mu.table.Lease(id); ok && l.Worker == worker && l.Live() {
+				d.Directive = directiveOf(l.Mode)
+				evs = append(evs, event.Event{Type: event.TypeHeartbeat, Job: l.Job, Lease: id, Worker: worker})
+			}
+			out = append(out, d)
 		}
-		seen[id] = true
-		d := LeaseDirective{Lease: id, Directive: Gone}
-		if l, ok := s.mu.table.Lease(id); ok && l.Worker == worker && l.Live() {
-			d.Directive = directiveOf(l.Mode)
-			evs = append(evs, event.Event{Type: event.TypeHeartbeat, Job: l.Job, Lease: id, Worker: worker})
+		if _, err := t.stage(evs...); err != nil { // nothing to renew: a read
+			return nil, err
 		}
-		out = append(out, d)
-	}
-	if len(evs) == 0 {
-		seq := s.mu.table.Seq()
-		s.mu.Unlock()
-		return out, s.log.WaitDurable(ctx, seq)
-	}
-	_, c, err := s.commitLocked(s.now(), evs)
-	s.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	return out, s.wait(c)
+		return out, nil
+	})
 }
 
 func directiveOf(m event.RevokeMode) Directive {
@@ -264,47 +246,43 @@ func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report
 	if err := r.check(); err != nil {
 		return Answer{}, err
 	}
-	if err := s.lock(); err != nil {
-		return Answer{}, err
-	}
-	l, err := s.holdLocked(worker, id)
-	if err != nil {
-		s.mu.Unlock()
-		return Answer{}, err
-	}
-	a := Answer{Job: l.Job, Lease: id, Seq: l.ReportSeq}
-	var evs []event.Event
-	answer := event.TypeReported // the type of the event that answers
-	switch {
-	case l.Live():
-		evs = s.reachableLocked(worker, nil)
-		if r.Outcome == event.OutcomeLost {
-			answer = event.TypeLost
-			evs = lost(evs, l, event.Event{Type: event.TypeLost, Ref: r.Ref, Reason: r.Reason, Result: r.Result}, event.ReasonWorkerLost)
-		} else {
-			evs = append(evs, event.Event{Type: event.TypeReported, Job: l.Job, Lease: id, Worker: worker,
-				Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
-		}
-	case l.ReportSeq != 0: // reported (or lost) already: the first answer, byte for byte
-	default:
-		a.Stale, answer = true, event.TypeStaleReport
-		e := event.Event{Type: event.TypeStaleReport, Job: l.Job, Lease: id, Worker: worker,
-			Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result}
-		seq, ok, err := s.staleLocked(projection.StaleKeyOf(&e))
+	var state fsm.State // the lease's, for the error of a stale report
+	a, err := command(ctx, s, "report", func(t *tx) (Answer, error) {
+		l, err := s.holdLocked(worker, id)
 		if err != nil {
-			s.mu.Unlock()
 			return Answer{}, err
 		}
-		if ok {
-			a.Seq = seq
-		} else {
-			evs = append(evs, e)
+		state = l.State
+		a := Answer{Job: l.Job, Lease: id, Seq: l.ReportSeq}
+		var evs []event.Event
+		answer := event.TypeReported // the type of the event that answers
+		switch {
+		case l.Live():
+			evs = s.reachableLocked(worker, nil)
+			if r.Outcome == event.OutcomeLost {
+				answer = event.TypeLost
+				evs = lost(evs, l, event.Event{Type: event.TypeLost, Ref: r.Ref, Reason: r.Reason, Result: r.Result}, event.ReasonWorkerLost)
+			} else {
+				evs = append(evs, event.Event{Type: event.TypeReported, Job: l.Job, Lease: id, Worker: worker,
+					Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
+			}
+		case l.ReportSeq != 0: // reported (or lost) already: the first answer, byte for byte
+		default:
+			a.Stale, answer = true, event.TypeStaleReport
+			e := event.Event{Type: event.TypeStaleReport, Job: l.Job, Lease: id, Worker: worker,
+				Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result}
+			seq, ok, err := s.staleLocked(projection.StaleKeyOf(&e))
+			if err != nil {
+				return Answer{}, err
+			}
+			if ok {
+				a.Seq = seq
+			} else {
+				evs = append(evs, e)
+			}
 		}
-	}
-	var c *eventlog.Commit
-	if len(evs) > 0 { // an answer given before records nothing
-		if evs, c, err = s.commitLocked(s.now(), evs); err != nil {
-			s.mu.Unlock()
+		evs, err = t.stage(evs...) // an answer given before records nothing: a read
+		if err != nil {
 			return Answer{}, err
 		}
 		for _, e := range evs {
@@ -312,19 +290,13 @@ func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report
 				a.Seq = e.Seq
 			}
 		}
-	}
-	seq := s.mu.table.Seq()
-	s.mu.Unlock()
-	if c != nil {
-		err = s.wait(c)
-	} else {
-		err = s.log.WaitDurable(ctx, seq)
-	}
+		return a, nil
+	})
 	if err != nil {
 		return Answer{}, err
 	}
 	if a.Stale {
-		return a, fmt.Errorf("%w: lease %d of job %q is %s; report kept as seq %d", ErrStaleLease, id, l.Job, l.State, a.Seq)
+		return a, fmt.Errorf("%w: lease %d of job %q is %s; report kept as seq %d", ErrStaleLease, id, a.Job, state, a.Seq)
 	}
 	return a, nil
 }
