@@ -6,6 +6,10 @@
 // the log from scratch equals the live table), and after a crash that the
 // rebuilt table is the one before it.
 //
+// Each row of the Leases page has a file whose first line names the row
+// ("# Word: ...", "# Timing: ...", "# What happens: ..."; a test holds that);
+// the other files pin the edges of its diagram and the corners around them.
+//
 // The same scripts run two ways: from go test (scenario_test.go, through
 // cockroachdb/datadriven, which rewrites them with -rewrite), and from the
 // binary (`leaselog replay --script FILE`, through Play), so an operator can

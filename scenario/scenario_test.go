@@ -42,6 +42,42 @@ func CommandOf(d *datadriven.TestData) scenario.Command {
 	return c
 }
 
+// leasesPage is every row of the Leases page (the product document the
+// design comes from): its words, its timing keys and its "what happens"
+// table. Each has a scenario whose first line names it.
+var leasesPage = []string{
+	`Word: "Job `, `Word: "Worker `, `Word: "Heartbeat `, `Word: "Fencing token `, `Word: "Revoke `,
+	`Timing: "renew_seconds `, `Timing: "grace_seconds `, `Timing: "toleration_seconds `,
+	`What happens: "A worker dies during a run `, `What happens: "A worker dies during an evaluation `,
+	`What happens: "A late report `, `What happens: "The same report twice `,
+	`What happens: "The machine sleeps `, `What happens: "leaselog serve restarts `,
+}
+
+func TestEveryRowOfTheLeasesPageHasAScenario(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(dir, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var firsts []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, _, _ := strings.Cut(string(b), "\n")
+		firsts = append(firsts, first)
+	}
+	for _, row := range leasesPage {
+		found := false
+		for _, first := range firsts {
+			found = found || strings.HasPrefix(first, "# "+row)
+		}
+		if !found {
+			t.Errorf("no scenario in %s begins with %q", dir, "# "+row)
+		}
+	}
+}
+
 // TestPlayWritesTheFileBack: Play reads what datadriven reads and writes what
 // datadriven's -rewrite writes, so a golden file comes back byte for byte.
 func TestPlayWritesTheFileBack(t *testing.T) {
