@@ -103,21 +103,25 @@ func (c *Core) Timing() timing.Config { return c.timing }
 func (c *Core) Renew() time.Duration { return c.timing.Renew }
 
 // FenceEvery is how often the heartbeat loop checks the fence — whether or
-// not a heartbeat is in flight: a few times per renew, so that the fence
-// falls well inside the 2×renew of slack the daemon leaves.
+// not a heartbeat is in flight, but not while it wakes from a pause (Turn):
+// a few times per renew, so that the fence falls well inside the 2×renew of
+// slack the daemon leaves.
 func (c *Core) FenceEvery() time.Duration { return c.Renew() / 4 }
 
-// BeatTimeout bounds one heartbeat call: an answer later than the next
-// heartbeat is of no use.
+// BeatTimeout bounds one heartbeat call. Heartbeats go one at a time
+// (BeatDue), so one whose answer is lost holds up the next until it times
+// out (Unacked): after renew, when the next is due.
 func (c *Core) BeatTimeout() time.Duration { return c.Renew() }
 
-// CallTimeout bounds every other call but an acquire's long poll. Without
-// one, a call whose request or answer is lost on a connection that is not
-// reset waits for as long as TCP keeps it, and its lease — heartbeated all
-// along — is never reported. Every call is safe to send again.
+// CallTimeout bounds every call but a heartbeat (BeatTimeout); an acquire
+// gets its long poll's wait on top (AcquireTimeout). Without one, a call
+// whose request or answer is lost on a connection that is not reset waits
+// for as long as TCP keeps it, and its lease — heartbeated all along — is
+// never reported. Every call is safe to send again.
 func (c *Core) CallTimeout() time.Duration { return 2 * c.Renew() }
 
-// AcquireTimeout bounds an acquire that long-polls for wait.
+// AcquireTimeout bounds an acquire that long-polls for wait: the wait, then
+// CallTimeout as for any call.
 func (c *Core) AcquireTimeout(wait time.Duration) time.Duration { return wait + c.CallTimeout() }
 
 // Leases returns the leases held, sorted: what a heartbeat names.
@@ -456,8 +460,9 @@ func (c *Core) Orphans(gs []api.Grant, mark uint64) []api.Grant {
 	return out
 }
 
-// Drop marks lease id as not the worker's any more (why: gone, or its start
-// refused): its run is to be stopped at once and never reported. It returns
+// Drop marks lease id as not the worker's any more (why: CauseGone, or
+// CauseRefused when its start was refused): its run is to be stopped at once
+// and never reported. It returns
 // the run to stop, or, when it has none yet, the lease to forget now.
 func (c *Core) Drop(id uint64, why Cause) (stop Stop, forget *Held) {
 	h := c.held[id]

@@ -86,10 +86,10 @@ func (w *Worker) beat(ctx context.Context, ids []uint64, sent time.Time, timeout
 	w.apply(a.Stop, a.Forget)
 	for _, h := range a.Start {
 		w.log().Info().Uint64("lease", h.Lease()).Str("job", h.Grant().Job.ID).Msg("adopted lease renewed: starting its job")
-		go w.run(ctx, h)
+		w.leases.Go(func() { w.run(ctx, h) })
 	}
 	for _, e := range a.Report {
-		go w.report(ctx, e.Held, e.Outcome)
+		w.leases.Go(func() { w.report(ctx, e.Held, e.Outcome) })
 	}
 }
 

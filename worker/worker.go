@@ -71,6 +71,10 @@ type Options struct {
 type Worker struct {
 	opts Options
 	now  func() time.Time
+	// leases counts the goroutines of single leases (start, await, report,
+	// an adopted lease's run): each ends once ctx is done, and Run waits
+	// for them.
+	leases sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
@@ -108,10 +112,12 @@ func New(opts Options) (*Worker, error) {
 func (w *Worker) log() *zerolog.Logger { return &w.opts.Logger }
 
 // Run re-attaches to the leases the daemon still holds for this worker, then
-// takes, runs and reports jobs until ctx is done. Jobs in flight are left
-// running when it returns: their leases stay, and a restarted worker
+// takes, runs and reports jobs until ctx is done. It returns once every
+// goroutine it started has ended, those of single leases included. Jobs in
+// flight are left running: their leases stay, and a restarted worker
 // re-attaches to them.
 func (w *Worker) Run(ctx context.Context) error {
+	defer w.leases.Wait()
 	if err := w.reattach(ctx); err != nil {
 		return err
 	}
@@ -172,7 +178,7 @@ func (w *Worker) reattach(ctx context.Context) error {
 		if run == nil {
 			o := Lost(err)
 			w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Str("reason", o.Reason).Msg("lease lost on restart")
-			go w.report(ctx, h, o)
+			w.leases.Go(func() { w.report(ctx, h, o) })
 			continue
 		}
 		w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("re-attached")
@@ -254,7 +260,7 @@ func (w *Worker) start(ctx context.Context, g api.Grant, sent time.Time) {
 	w.mu.Unlock()
 	if !ok {
 		w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("the grant arrived past the fence: not starting the job")
-		go w.report(ctx, h, TooLate())
+		w.leases.Go(func() { w.report(ctx, h, TooLate()) })
 		return
 	}
 	w.run(ctx, h)
@@ -266,7 +272,7 @@ func (w *Worker) run(ctx context.Context, h *Held) {
 	run, err := w.opts.Executor.Start(ctx, g)
 	if err != nil {
 		w.log().Warn().Err(err).Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("job could not start")
-		go w.report(ctx, h, NotStarted(err))
+		w.leases.Go(func() { w.report(ctx, h, NotStarted(err)) })
 		return
 	}
 	w.fenceMu.Lock()
@@ -282,7 +288,7 @@ func (w *Worker) run(ctx context.Context, h *Held) {
 		run.Stop(true)
 	}
 	w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("job started")
-	go func() {
+	w.leases.Go(func() {
 		err := w.retry(ctx, "start", func(ctx context.Context) error {
 			_, err := w.opts.Daemon.Start(ctx, w.opts.ID, g.Lease)
 			return err
@@ -292,13 +298,13 @@ func (w *Worker) run(ctx context.Context, h *Held) {
 			w.log().Warn().Err(err).Uint64("lease", g.Lease).Msg("start refused; stopping the job")
 			w.drop(g.Lease)
 		}
-	}()
+	})
 	w.await(ctx, h)
 }
 
 // await waits for a run to end, then reports it.
 func (w *Worker) await(ctx context.Context, h *Held) {
-	go func() {
+	w.leases.Go(func() {
 		select {
 		case <-h.run.Done():
 		case <-ctx.Done():
@@ -312,7 +318,7 @@ func (w *Worker) await(ctx context.Context, h *Held) {
 			return
 		}
 		w.report(ctx, h, o)
-	}()
+	})
 }
 
 // report sends a job's outcome until the daemon answers for good. Reports

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,6 +223,63 @@ func TestRunsAndReportsJobs(t *testing.T) {
 	r2.finish(Outcome{Outcome: "failed", Reason: "exit status 1"})
 	if rep := receive(t, d.reports, "report"); rep.Outcome != "failed" {
 		t.Fatalf("report %+v", rep)
+	}
+}
+
+// unansweredReports is a daemon that answers no report: each waits for its
+// call's context to end, then a while longer for Run to return before it.
+type unansweredReports struct {
+	*fakeDaemon
+	entered   chan struct{} // a report call came in
+	finished  chan struct{} // a report call returned
+	returned  chan struct{} // closed once Run has returned
+	overtaken atomic.Bool   // Run returned while a report call was in flight
+}
+
+func (d *unansweredReports) Report(ctx context.Context, id uint64, r api.Report) (api.ReportReply, error) {
+	defer func() { d.finished <- struct{}{} }()
+	select {
+	case d.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	select {
+	case <-d.returned:
+		d.overtaken.Store(true)
+	case <-time.After(100 * time.Millisecond): // a Run that waits for this call cannot return first
+	}
+	return api.ReportReply{}, ctx.Err()
+}
+
+// TestRunWaitsForItsLeases: Run returns only once the goroutines of single
+// leases have ended — here one whose report the daemon has not answered
+// when ctx ends.
+func TestRunWaitsForItsLeases(t *testing.T) {
+	d := &unansweredReports{fakeDaemon: newFakeDaemon(), entered: make(chan struct{}, 1),
+		finished: make(chan struct{}, 16), returned: make(chan struct{})}
+	e := newFakeExecutor()
+	d.queue = []api.Grant{grant(3, "j1")}
+	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		err := w.Run(ctx)
+		close(d.returned)
+		done <- err
+	}()
+	receive(t, e.started, "the job's start").finish(Outcome{Outcome: "succeeded"})
+	receive(t, d.entered, "the report")
+	cancel()
+	if err := receive(t, done, "Run's return"); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, d.finished, "the report's return")
+	if d.overtaken.Load() {
+		t.Fatal("Run returned while a report call was still in flight")
 	}
 }
 
