@@ -18,6 +18,7 @@ import (
 	"github.com/leaselog/leaselog/internal/testutil"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // BenchmarkHeartbeatHTTP: W workers, each holding one lease, heartbeat as
@@ -44,7 +45,7 @@ func daemonOnDisk(b *testing.B) *api.Client {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := lease.Open(log, lease.Options{Config: lease.DefaultConfig(), SnapshotEvery: -1})
+	svc, err := lease.Open(log, lease.Options{Config: timing.Default(), SnapshotEvery: -1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -24,11 +24,12 @@ import (
 	"github.com/leaselog/leaselog/internal/testutil"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // testConfig is short timing, so a test reaches an expiry in a few sweeps.
-func testConfig() lease.Config {
-	return lease.Config{Renew: time.Second, Grace: 5 * time.Second, Toleration: 15 * time.Second}
+func testConfig() timing.Config {
+	return timing.Config{Renew: time.Second, Grace: 5 * time.Second, Toleration: 15 * time.Second}
 }
 
 // fixture is a real lease.Service on an in-memory Pebble with a manual clock,

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // The timing every run uses, and the bounds the safety and liveness checks
@@ -51,8 +51,8 @@ const (
 	maxJob = 3 * toleration
 )
 
-func leaseConfig() lease.Config {
-	return lease.Config{Renew: renew, Grace: grace, Toleration: toleration}
+func leaseConfig() timing.Config {
+	return timing.Config{Renew: renew, Grace: grace, Toleration: toleration}
 }
 
 // livenessBound is how long after the faults stop every job must have ended,

@@ -33,7 +33,7 @@ import (
 )
 
 // Daemon is what a worker needs of the daemon. *api.Client is one (remote);
-// InProcess adapts a lease.Service (the built-in local worker).
+// package inprocess adapts a lease.Service (the built-in local worker).
 type Daemon interface {
 	Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error)
 	Heartbeat(ctx context.Context, worker string, leases []uint64) (api.HeartbeatReply, error)
