@@ -20,7 +20,7 @@ func (m *Main) replayCommand() *cobra.Command {
 	var dir, script string
 	var verify bool
 	cmd := &cobra.Command{
-		Use:   "replay --data DIR [--verify] | replay --script FILE",
+		Use:   "replay {--data DIR [--verify] | --script FILE}",
 		Short: "Rebuild the lease table from a stopped daemon's log, offline, and print it; or play a scenario",
 		Long: `Rebuild the lease table from the log in DIR (newest snapshot plus tail) and print it:
 what a restart holds, the jobs that have not ended. Jobs that ended are in the
