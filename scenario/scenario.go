@@ -41,7 +41,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand"
 	randv2 "math/rand/v2"
 	"slices"
 	"strconv"
@@ -54,9 +53,11 @@ import (
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // Runner plays one script: it holds the store, the clock and the service
@@ -64,7 +65,7 @@ import (
 type Runner struct {
 	fs           *vfs.MemFS
 	clock        *clocktest.Clock
-	cfg          lease.Config
+	cfg          timing.Config
 	snapEvery    int
 	snapInterval time.Duration
 	log          *eventlog.Log
@@ -76,7 +77,7 @@ type Runner struct {
 // New returns a Runner with an empty store, the clock at clocktest.Epoch and
 // the default timing; the script's first command opens the daemon.
 func New() *Runner {
-	return &Runner{fs: vfs.NewCrashableMem(), clock: clocktest.New(clocktest.Epoch), cfg: lease.DefaultConfig()}
+	return &Runner{fs: vfs.NewCrashableMem(), clock: clocktest.New(clocktest.Epoch), cfg: timing.Default()}
 }
 
 // Close closes the store, if open.
@@ -319,16 +320,9 @@ func (r *Runner) read(a args) (string, error) {
 }
 
 func (r *Runner) open() error {
-	log, err := eventlog.Open("data", eventlog.Options{FS: r.fs, Logger: zerolog.Nop()})
+	log, svc, err := leasetest.OpenErr(leasetest.FS(r.fs), leasetest.Clock(r.clock), leasetest.Config(r.cfg),
+		leasetest.Service(func(o *lease.Options) { o.SnapshotEvery, o.SnapshotInterval = r.snapEvery, r.snapInterval }))
 	if err != nil {
-		return err
-	}
-	svc, err := lease.Open(log, lease.Options{
-		Config: r.cfg, Clock: r.clock, Entropy: rand.New(rand.NewSource(1)), SnapshotEvery: r.snapEvery,
-		SnapshotInterval: r.snapInterval,
-	})
-	if err != nil {
-		log.Close()
 		return err
 	}
 	r.log, r.svc = log, svc
@@ -358,7 +352,7 @@ func (r *Runner) crash(pct int) error {
 	if pct != 0 {
 		return nil
 	}
-	log, err := eventlog.Open("data", eventlog.Options{FS: r.fs, Logger: zerolog.Nop()})
+	log, err := eventlog.Open(leasetest.Dir, eventlog.Options{FS: r.fs, Logger: zerolog.Nop()})
 	if err != nil {
 		return err
 	}
