@@ -38,6 +38,7 @@ import (
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // Errors callers branch on. Each is returned wrapped, with a message saying
@@ -54,7 +55,7 @@ var (
 
 // Options configures a Service.
 type Options struct {
-	Config
+	timing.Config
 	// Clock is the time the service decides by and stamps events with. nil
 	// means the daemon's clock of DESIGN §4: Wall read once at Open, then
 	// Boot's count since, so that within one life a wall-clock step moves
@@ -80,7 +81,7 @@ type Options struct {
 // Service is the lease service. Its methods are safe for concurrent use.
 type Service struct {
 	log    *eventlog.Log
-	cfg    Config
+	cfg    timing.Config
 	clock  Clock
 	logger zerolog.Logger
 	every  int
@@ -162,7 +163,7 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 func (s *Service) Rebuilt() replay.Stats { return s.built }
 
 // Config returns the timing the service runs with.
-func (s *Service) Config() Config { return s.cfg }
+func (s *Service) Config() timing.Config { return s.cfg }
 
 // Log returns the event log the service writes, for readers of history.
 func (s *Service) Log() *eventlog.Log { return s.log }

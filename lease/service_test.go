@@ -140,27 +140,6 @@ func TestAbsenceExpiresNothing(t *testing.T) {
 	}
 }
 
-func TestConfigValidate(t *testing.T) {
-	for _, tc := range []struct {
-		c   lease.Config
-		key string
-	}{
-		{lease.Config{Renew: 0, Grace: 5, Toleration: 10}, "renew_seconds"},
-		{lease.Config{Renew: 3, Grace: 6, Toleration: 10}, "grace_seconds"},
-		{lease.Config{Renew: 1, Grace: 10, Toleration: 10}, "toleration_seconds"},
-		{lease.DefaultConfig(), ""},
-	} {
-		err := tc.c.Validate()
-		var ce *lease.ConfigError
-		switch {
-		case tc.key == "" && err != nil:
-			t.Errorf("%+v: %v", tc.c, err)
-		case tc.key != "" && (!errors.As(err, &ce) || ce.Key != tc.key):
-			t.Errorf("%+v: %v, want an error naming %s", tc.c, err, tc.key)
-		}
-	}
-}
-
 // TestFailedServiceRefusesEverything: once the log fails under it, the
 // service answers every command, those that would record nothing included,
 // with ErrFailed, and never a stale table.

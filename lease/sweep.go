@@ -74,7 +74,7 @@ func lost(evs []event.Event, l projection.Lease, loss event.Event, requeue strin
 	return evs
 }
 
-// Run sweeps every Config.SweepEvery until ctx is done. The ticker only
+// Run sweeps every timing.Config.SweepEvery until ctx is done. The ticker only
 // paces the sweeps; what each decides comes from the injected clock.
 func (s *Service) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.SweepEvery())

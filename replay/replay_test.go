@@ -11,8 +11,8 @@ import (
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/internal/leasetest"
-	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/replay"
+	"github.com/leaselog/leaselog/timing"
 )
 
 var ctx = context.Background()
@@ -35,7 +35,7 @@ func (d damaged) Snapshot(seq uint64) ([]byte, error) {
 // skipped, with a warning, for the one before it; the table comes out the
 // same as a full fold.
 func TestRebuildFallsBackPastABadSnapshot(t *testing.T) {
-	log, svc := leasetest.Open(t, leasetest.Config(lease.DefaultConfig()), leasetest.Clock(clocktest.New(clocktest.Epoch)))
+	log, svc := leasetest.Open(t, leasetest.Config(timing.Default()), leasetest.Clock(clocktest.New(clocktest.Epoch)))
 	snapshotAfter := func(id string) {
 		if _, _, err := svc.Submit(ctx, id, event.KindRun, nil); err != nil {
 			t.Fatal(err)

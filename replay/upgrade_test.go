@@ -16,6 +16,7 @@ import (
 	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/replay"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // TestUpgradeFormat1Store: a store written by the build before the archive
@@ -94,7 +95,7 @@ func TestUpgradeFormat1Store(t *testing.T) {
 	}
 	log.Close()
 
-	_, svc := leasetest.Open(t, leasetest.Disk(dir), leasetest.Config(lease.DefaultConfig()), leasetest.Clock(clocktest.New(clocktest.Epoch)))
+	_, svc := leasetest.Open(t, leasetest.Disk(dir), leasetest.Config(timing.Default()), leasetest.Clock(clocktest.New(clocktest.Epoch)))
 	if got := svc.Rebuilt(); got.Upgraded != 0 {
 		t.Fatalf("second open upgraded again: %d records", got.Upgraded)
 	}

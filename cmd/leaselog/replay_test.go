@@ -21,7 +21,7 @@ import (
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/internal/synth"
-	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/timing"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -33,7 +33,7 @@ func run(t *testing.T, args ...string) (string, error) {
 
 func TestReplayCommand(t *testing.T) {
 	dir := t.TempDir()
-	log, svc := leasetest.Open(t, leasetest.Disk(dir), leasetest.Config(lease.DefaultConfig()), leasetest.Clock(clocktest.New(clocktest.Epoch)))
+	log, svc := leasetest.Open(t, leasetest.Disk(dir), leasetest.Config(timing.Default()), leasetest.Clock(clocktest.New(clocktest.Epoch)))
 	ctx := context.Background()
 	if _, _, err := svc.Submit(ctx, "j1", event.KindRun, nil); err != nil {
 		t.Fatal(err)
