@@ -161,29 +161,6 @@ func (s *Service) Stop(ctx context.Context) error {
 	return err
 }
 
-// WorkerLeases returns the live leases worker holds, with their jobs: what a
-// worker re-attaches to after a restart.
-func (s *Service) WorkerLeases(ctx context.Context, worker string) ([]Grant, error) {
-	if err := CheckID("worker", worker); err != nil {
-		return nil, err
-	}
-	var gs []Grant
-	err := s.read(ctx, func(t *projection.Table) {
-		for _, l := range t.Leases(projection.LeaseFilter{Worker: worker}) {
-			j, _ := t.Job(l.Job)
-			gs = append(gs, Grant{Lease: l.ID, Job: j})
-		}
-	})
-	return gs, err
-}
-
-// Seq is the sequence number of the last durable event the table holds.
-func (s *Service) Seq(ctx context.Context) (uint64, error) {
-	var seq uint64
-	err := s.read(ctx, func(t *projection.Table) { seq = t.Seq() })
-	return seq, err
-}
-
 // CheckID checks a job or worker id: 1 to 128 bytes of letters, digits and
 // . _ - : @, but not "." or "..", so that it is safe in a URL path, a log
 // line and an index key.

@@ -165,9 +165,6 @@ func (s *Service) Rebuilt() replay.Stats { return s.built }
 // Config returns the timing the service runs with.
 func (s *Service) Config() timing.Config { return s.cfg }
 
-// Log returns the event log the service writes, for readers of history.
-func (s *Service) Log() *eventlog.Log { return s.log }
-
 // Err returns the error that failed the service, or nil.
 func (s *Service) Err() error {
 	s.mu.Lock()
@@ -220,8 +217,11 @@ func (s *Service) read(ctx context.Context, fn func(t *projection.Table)) error 
 	return err
 }
 
-// View runs fn on the lease table, under the service's lock; fn must not keep
-// the table or block. Tests and the daemon's read paths use it.
+// View runs fn on the lease table, under the service's lock, then waits until
+// what fn could have seen is durable; fn must not keep the table or block.
+// It is for checkers that compare the whole table (tests, the simulation, the
+// scenario runner, the crash check): the daemon's answers use the service's
+// own reads.
 func (s *Service) View(ctx context.Context, fn func(t *projection.Table)) error {
 	return s.read(ctx, fn)
 }

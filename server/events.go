@@ -12,7 +12,6 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -38,15 +37,15 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, c *call) err
 	if err != nil {
 		return err
 	}
-	q.Limit = defaultEventLimit
+	limit := defaultEventLimit
 	if v := p["limit"]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxEventLimit {
 			return badRequest("limit %q: want an integer from 1 to %d", v, maxEventLimit)
 		}
-		q.Limit = n
+		limit = n
 	}
-	evs, last, err := s.query(q)
+	evs, last, err := s.query(q, limit)
 	if err != nil {
 		return err
 	}
@@ -60,8 +59,8 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, c *call) err
 
 // eventQuery parses the filters an events query and an event stream share:
 // type, job, worker, since, until, after.
-func eventQuery(p map[string]string) (eventlog.Query, error) {
-	var q eventlog.Query
+func eventQuery(p map[string]string) (lease.EventFilter, error) {
+	var q lease.EventFilter
 	if v := p["type"]; v != "" {
 		t, err := event.ParseType(v)
 		if err != nil {
@@ -111,23 +110,18 @@ func parseTime(name, v string) (int64, error) {
 	return t.UnixNano(), nil
 }
 
-// query runs q against the log and converts what it finds, returning the seq
-// of the last event (0 if none). Only durable events are ever seen. A cursor
-// at or past the last durable event finds nothing without asking the log, so
-// no cursor, up to 2^64−1, can wrap around to the start.
-func (s *Server) query(q eventlog.Query) ([]api.Event, uint64, error) {
+// query reads up to limit (0: all) of the events q selects and converts
+// them, returning the seq of the last (0 if none). Only durable events are
+// ever seen.
+func (s *Server) query(q lease.EventFilter, limit int) ([]api.Event, uint64, error) {
 	out := []api.Event{}
-	if q.After >= s.svc.Log().DurableSeq() {
-		return out, 0, nil
-	}
-	it := s.svc.Log().Query(q)
 	var last uint64
-	for it.Next() {
-		e := it.Event() // aliases the iterator: converted (copied) before Next
-		out = append(out, EventOf(e))
+	_, err := s.svc.Events(q, limit, func(e *event.Event) error {
+		out = append(out, EventOf(e)) // e aliases the log's buffers: converted (copied) here
 		last = e.Seq
-	}
-	if err := it.Close(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, 0, fmt.Errorf("server: query events: %w", err)
 	}
 	return out, last, nil
@@ -172,42 +166,36 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 		return nil // the client is gone, cannot stream, or asked for headers only
 	}
 
-	log := s.svc.Log()
 	for {
-		// Every event up to upper is durable and so visible to the iterator
-		// made after it; those it skips did not match the filters. Resuming
-		// past upper never misses one. A cursor at or past upper reads
-		// nothing: there is nothing after it yet.
-		upper := log.DurableSeq()
-		if q.After < upper {
-			it := log.Query(q)
-			n := 0
-			var werr error
-			for werr == nil && it.Next() {
-				if n%streamFlushEvery == 0 {
-					_ = rc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout)) // not every writer has one
-				}
-				e := it.Event()
-				werr = writeEvent(w, EventOf(e))
-				q.After = e.Seq
-				if n++; n%streamFlushEvery == 0 && werr == nil {
-					werr = rc.Flush()
-				}
+		// Every durable event up to upper that matches the filters was read;
+		// resuming past upper never misses one. A cursor at or past upper
+		// reads nothing: there is nothing after it yet.
+		n := 0
+		var werr error
+		upper, err := s.svc.Events(q, 0, func(e *event.Event) error {
+			if n%streamFlushEvery == 0 {
+				_ = rc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout)) // not every writer has one
 			}
-			if err := it.Close(); err != nil {
-				s.log.Error().Err(err).Str("route", c.route).Msg("event stream: read the log")
-				return nil // the status line is out: ending the stream is all that is left
+			werr = writeEvent(w, EventOf(e))
+			q.After = e.Seq
+			if n++; n%streamFlushEvery == 0 && werr == nil {
+				werr = rc.Flush()
 			}
-			if werr != nil {
-				return nil // the client went away
-			}
-			if n > 0 {
-				if err := rc.Flush(); err != nil {
-					return nil
-				}
-			}
-			q.After = max(q.After, upper)
+			return werr
+		})
+		switch {
+		case werr != nil:
+			return nil // the client went away
+		case err != nil:
+			s.log.Error().Err(err).Str("route", c.route).Msg("event stream: read the log")
+			return nil // the status line is out: ending the stream is all that is left
 		}
+		if n > 0 {
+			if err := rc.Flush(); err != nil {
+				return nil
+			}
+		}
+		q.After = max(q.After, upper)
 		if err := s.waitEvents(ctx, w, rc, q.After); err != nil {
 			return nil // the client left, the server closed, or the log failed
 		}
@@ -219,7 +207,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 // error when ctx ends, the log fails, or a keepalive cannot be written. After
 // seq 2^64−1 no event can come: it waits for ctx alone.
 func (s *Server) waitEvents(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, seq uint64) error {
-	log := s.svc.Log()
 	for {
 		if s.streamHook != nil {
 			s.streamHook("wait")
@@ -229,7 +216,7 @@ func (s *Server) waitEvents(ctx context.Context, w http.ResponseWriter, rc *http
 		if seq == math.MaxUint64 {
 			<-tick.Done()
 		} else {
-			err = log.WaitDurable(tick, seq+1)
+			err = s.svc.WaitDurable(tick, seq+1)
 		}
 		quiet := tick.Err() != nil
 		stop()

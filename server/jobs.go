@@ -9,7 +9,6 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
@@ -162,7 +161,7 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c *call) error 
 	if _, err := s.svc.Job(r.Context(), c.job); err != nil {
 		return err
 	}
-	evs, _, err := s.query(eventlog.Query{Job: c.job})
+	evs, _, err := s.query(lease.EventFilter{Job: c.job}, 0)
 	if err != nil {
 		return err
 	}

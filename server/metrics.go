@@ -15,7 +15,6 @@ import (
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/lease"
-	"github.com/leaselog/leaselog/projection"
 )
 
 // Metrics are the server's Prometheus metrics. What describes the lease
@@ -111,16 +110,21 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, _ *call) e
 	return nil
 }
 
-// tableCollector reads the lease table at scrape time, under the service's
-// lock: live leases and jobs by state, events by type, the log's seq.
+// tableCollector reads the lease table's counts at scrape time: live leases
+// and jobs by state, events by type, workers by reachability, the log's seq.
 type tableCollector struct {
-	svc     *lease.Service
+	svc     counter
 	timeout time.Duration
 
 	up, leases, jobs, events, seq, workers *prometheus.Desc
 }
 
-func newTableCollector(svc *lease.Service, timeout time.Duration) *tableCollector {
+// counter is what the collector asks of the lease service.
+type counter interface {
+	Counts(ctx context.Context) (lease.Counts, error)
+}
+
+func newTableCollector(svc counter, timeout time.Duration) *tableCollector {
 	return &tableCollector{
 		svc:     svc,
 		timeout: timeout,
@@ -146,50 +150,24 @@ func liveStates() []fsm.State { return []fsm.State{fsm.Acquired, fsm.Running} }
 func (tc *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
 	defer cancel()
-	var (
-		leases, jobs           = map[fsm.State]float64{}, map[fsm.State]float64{}
-		counts                 [event.NumTypes]float64
-		seq                    uint64
-		reachable, unreachable float64
-	)
-	err := tc.svc.View(ctx, func(t *projection.Table) {
-		// Counts the fold keeps, and a walk of the live leases only: a scrape
-		// costs O(live leases), not O(history), under the lock.
-		for _, st := range liveStates() {
-			leases[st] = float64(t.LiveCount(st))
-		}
-		for _, st := range fsm.States() {
-			jobs[st] = float64(t.JobCount(st))
-		}
-		for _, typ := range event.Types() {
-			counts[typ] = float64(t.Count(typ))
-		}
-		for _, w := range t.Workers() {
-			if w.Unreachable {
-				unreachable++
-			} else {
-				reachable++
-			}
-		}
-		seq = t.Seq()
-	})
+	n, err := tc.svc.Counts(ctx)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(tc.up, prometheus.GaugeValue, 0)
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(tc.up, prometheus.GaugeValue, 1)
 	for _, st := range liveStates() {
-		ch <- prometheus.MustNewConstMetric(tc.leases, prometheus.GaugeValue, leases[st], st.String())
+		ch <- prometheus.MustNewConstMetric(tc.leases, prometheus.GaugeValue, float64(n.Leases[st]), st.String())
 	}
 	for _, st := range fsm.States() {
-		ch <- prometheus.MustNewConstMetric(tc.jobs, prometheus.GaugeValue, jobs[st], st.String())
+		ch <- prometheus.MustNewConstMetric(tc.jobs, prometheus.GaugeValue, float64(n.Jobs[st]), st.String())
 	}
 	for _, typ := range event.Types() {
-		ch <- prometheus.MustNewConstMetric(tc.events, prometheus.CounterValue, counts[typ], typ.String())
+		ch <- prometheus.MustNewConstMetric(tc.events, prometheus.CounterValue, float64(n.Events[typ]), typ.String())
 	}
-	ch <- prometheus.MustNewConstMetric(tc.seq, prometheus.GaugeValue, float64(seq))
-	ch <- prometheus.MustNewConstMetric(tc.workers, prometheus.GaugeValue, reachable, "reachable")
-	ch <- prometheus.MustNewConstMetric(tc.workers, prometheus.GaugeValue, unreachable, "unreachable")
+	ch <- prometheus.MustNewConstMetric(tc.seq, prometheus.GaugeValue, float64(n.Seq))
+	ch <- prometheus.MustNewConstMetric(tc.workers, prometheus.GaugeValue, float64(n.Reachable), "reachable")
+	ch <- prometheus.MustNewConstMetric(tc.workers, prometheus.GaugeValue, float64(n.Unreachable), "unreachable")
 }
 
 // promLogger sends promhttp's errors to zerolog.

@@ -63,20 +63,15 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, c *call) error 
 	// The wait's deadline may be spent; what remains is an ordinary read.
 	rctx, rcancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 	defer rcancel()
-	out := api.Grants{Leases: make([]api.Grant, 0, len(grants))}
-	timing := TimingOf(s.svc.Config())
-	err = s.svc.View(rctx, func(t *projection.Table) {
-		for _, g := range grants {
-			var live *projection.Lease
-			if l, ok := t.Lease(g.Lease); ok {
-				live = &l
-			}
-			out.Leases = append(out.Leases, api.Grant{Lease: g.Lease, Job: JobOf(g.Job, live), HeldSeconds: held, Timing: timing})
-		}
-	})
+	vs, err := s.svc.GrantViews(rctx, grants)
 	if err != nil {
 		// The leases are taken: the worker finds them with GET .../leases.
 		return fmt.Errorf("server: read back %d leases granted to %q: %w", len(grants), c.worker, err)
+	}
+	out := api.Grants{Leases: make([]api.Grant, 0, len(grants))}
+	timing := TimingOf(s.svc.Config())
+	for i, v := range vs {
+		out.Leases = append(out.Leases, api.Grant{Lease: grants[i].Lease, Job: JobOf(v.Job, v.Live), HeldSeconds: held, Timing: timing})
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
@@ -109,16 +104,14 @@ func (s *Server) workerLeases(w http.ResponseWriter, r *http.Request, c *call) e
 	if err := lease.CheckID("worker", c.worker); err != nil {
 		return err
 	}
-	out := api.Grants{Leases: []api.Grant{}}
-	timing := TimingOf(s.svc.Config())
-	err := s.svc.View(r.Context(), func(t *projection.Table) {
-		for _, l := range t.Leases(projection.LeaseFilter{Worker: c.worker}) {
-			j, _ := t.Job(l.Job)
-			out.Leases = append(out.Leases, api.Grant{Lease: l.ID, Job: JobOf(j, &l), Timing: timing})
-		}
-	})
+	vs, err := s.svc.WorkerViews(r.Context(), c.worker)
 	if err != nil {
 		return err
+	}
+	out := api.Grants{Leases: make([]api.Grant, 0, len(vs))}
+	timing := TimingOf(s.svc.Config())
+	for _, v := range vs {
+		out.Leases = append(out.Leases, api.Grant{Lease: v.Live.ID, Job: JobOf(v.Job, v.Live), Timing: timing})
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
