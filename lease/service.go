@@ -71,12 +71,17 @@ type Options struct {
 	Entropy io.Reader
 	Logger  zerolog.Logger
 	// SnapshotEvery is how many events pass between snapshots the sweeper
-	// writes; 0 means 100,000, negative means never.
+	// writes; 0 (or negative) means never by count, as in the daemon's
+	// config (store.snapshot_every), whose default is DefaultSnapshotEvery.
 	SnapshotEvery int
 	// SnapshotInterval is how much time (on Clock) may pass between snapshots
 	// while events are appended; 0 means never by time.
 	SnapshotInterval time.Duration
 }
+
+// DefaultSnapshotEvery is the daemon's default SnapshotEvery, so that a
+// restart replays no more than about this many events after its snapshot.
+const DefaultSnapshotEvery = 100_000
 
 // Service is the lease service. Its methods are safe for concurrent use.
 type Service struct {
@@ -112,9 +117,6 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 	}
 	if opts.Entropy == nil {
 		opts.Entropy = rand.Reader
-	}
-	if opts.SnapshotEvery == 0 {
-		opts.SnapshotEvery = 100_000
 	}
 	table, st, err := replay.Rebuild(log, opts.Logger)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/timing"
 )
@@ -108,7 +109,7 @@ func DefaultConfig() Config {
 	capacity := runtime.NumCPU()
 	return Config{
 		Server: ServerConfig{Listen: "127.0.0.1:7420"},
-		Store:  StoreConfig{Dir: "./leaselog-data", SnapshotEvery: 100_000, SnapshotSeconds: 60},
+		Store:  StoreConfig{Dir: "./leaselog-data", SnapshotEvery: lease.DefaultSnapshotEvery, SnapshotSeconds: 60},
 		Plugins: PluginsConfig{Executor: ExecutorConfig{
 			RenewSeconds: def.Renew.Seconds(), GraceSeconds: def.Grace.Seconds(), TolerationSeconds: def.Toleration.Seconds(),
 			LocalCapacity: &capacity,

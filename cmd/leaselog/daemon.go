@@ -80,12 +80,8 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		}
 		auth = &server.Auth{Admin: []string{d.token}}
 	}
-	every := cfg.Store.SnapshotEvery
-	if every == 0 {
-		every = -1 // in the file 0 means never; to the service it means its default
-	}
 	logger.Info().Msg("rebuilding the lease table")
-	d.svc, err = lease.Open(log, lease.Options{Config: cfg.Lease(), Logger: logger, SnapshotEvery: every,
+	d.svc, err = lease.Open(log, lease.Options{Config: cfg.Lease(), Logger: logger, SnapshotEvery: cfg.Store.SnapshotEvery,
 		SnapshotInterval: time.Duration(cfg.Store.SnapshotSeconds * float64(time.Second))})
 	if err != nil {
 		return fail(fmt.Errorf("serve: %w", err))
