@@ -43,7 +43,7 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := lease.CheckID("worker", id); err != nil {
-				return errors.New("worker: --id: " + err.Error())
+				return fmt.Errorf("worker: --id: %w", err)
 			}
 			token, err := m.takeToken(tokenFile)
 			if err != nil {
