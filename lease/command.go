@@ -24,8 +24,9 @@ import (
 //	unlock    the one unlock of the path
 //	wait      outside the mutex, before anyone hears of the reply: each
 //	          commit staged until durable (a failure fails the service); with
-//	          none staged, every event the reply could have read (unless the
-//	          decision says its reply reads nothing: tx.noReadWait)
+//	          none staged, every event the reply could have read, unless the
+//	          decision failed or says its reply tells nothing a crash could
+//	          undo (tx.noReadWait)
 //
 // So decisions are serialised in the order they are staged, concurrent
 // commands share fsyncs, and no reply tells of an event a crash could undo.

@@ -131,10 +131,11 @@ func (s *Server) query(q lease.EventFilter, limit int) ([]api.Event, uint64, err
 // /v1/events but limit) with server-sent events: one per log event, in order,
 // with id = seq and event = type, the event's JSON as data. A client resumes
 // with Last-Event-ID, which wins over after=. Only durable events are sent:
-// the stream reads the log, and waits on the log's durable mark for more.
-// Idle, it sleeps on that mark and wakes only for a keepalive comment every
-// Options.StreamKeepalive; it ends when its client hangs up (net/http cancels
-// the request's context), when a write fails, or when the server closes.
+// the stream reads them (lease.Service.Events), and waits for more on the
+// log's durable mark (lease.Service.WaitDurable). Idle, it sleeps on that
+// mark and wakes only for a keepalive comment every Options.StreamKeepalive;
+// it ends when its client hangs up (net/http cancels the request's context),
+// when a write fails, or when the server closes.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	if s.streamHook != nil {
 		defer s.streamHook("end")
