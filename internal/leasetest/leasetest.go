@@ -2,7 +2,10 @@
 // core: a store and a lease.Service on it, opened as the daemon opens them,
 // with the short lease timing the tests run by. A test says only what differs
 // from the defaults: its clock, its filesystem (to restart on, or to inject
-// faults into), an option of the store or of the service.
+// faults into), an option of the store or of the service. The scenario
+// runner, which `leaselog replay --script` runs too, opens its in-memory
+// daemon with it; so it imports no testing package, only what a test passes
+// in (TB).
 package leasetest
 
 import (
