@@ -43,9 +43,8 @@ func (s *Service) AcquireWait(ctx context.Context, worker string, max int) ([]Gr
 	}
 }
 
-// acquired is what one try of an acquire got: grants, or, when there was
-// nothing to record, a channel that is closed when a job is queued (or the
-// daemon stops).
+// acquired is what one try of an acquire got: grants, or, when there were
+// none, a channel that is closed when a job is queued (or the daemon stops).
 type acquired struct {
 	grants []Grant
 	wake   <-chan struct{}
@@ -84,7 +83,9 @@ func (s *Service) acquire(ctx context.Context, worker string, n int) (acquired, 
 				grants = append(grants, Grant{Lease: e.Lease, Job: j})
 			}
 		}
-		return acquired{grants: grants}, nil
+		// Finding no job may still have recorded worker.reachable: the long
+		// poll then waits for the next job like one that recorded nothing.
+		return acquired{grants: grants, wake: s.mu.queued}, nil
 	})
 }
 
