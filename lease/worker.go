@@ -152,10 +152,11 @@ const (
 	Gone     Directive = "gone"     // the lease is not yours (any more): drop the job
 )
 
-// LeaseDirective is the reply for one lease of a heartbeat.
+// LeaseDirective is the reply for one lease of a heartbeat. The wire has its
+// own (api.LeaseDirective); the server converts.
 type LeaseDirective struct {
-	Lease     uint64    `json:"lease"`
-	Directive Directive `json:"directive"`
+	Lease     uint64
+	Directive Directive
 }
 
 // MaxHeartbeatLeases bounds the leases one heartbeat may name.
