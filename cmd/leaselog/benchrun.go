@@ -1,0 +1,363 @@
+package main
+
+// The workload of `leaselog bench` (../shared/peers/WORKLOAD.md): E enqueuers
+// submit N jobs; W workers each acquire one (long poll), start it, heartbeat
+// it H times and report it succeeded, until N jobs are done. Every call is
+// timed by its caller. At the end the log is read back: each job must have
+// exactly one lease.reported (succeeded) and no stale report.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+)
+
+// benchAdmin is what the bench asks of the daemon as an admin (submit) and a
+// reader (the check); *api.Client is one.
+type benchAdmin interface {
+	Submit(ctx context.Context, s api.Submit) (api.Job, bool, error)
+	Jobs(ctx context.Context, state, kind string) ([]api.Job, error)
+	Events(ctx context.Context, q api.EventQuery) (api.Events, error)
+	Health(ctx context.Context) (api.Health, error)
+}
+
+// benchWorker is what the bench asks of the daemon as a worker; *api.Client
+// is one.
+type benchWorker interface {
+	Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error)
+	Start(ctx context.Context, worker string, lease uint64) (api.Lease, error)
+	Heartbeat(ctx context.Context, worker string, leases []uint64) (api.HeartbeatReply, error)
+	Report(ctx context.Context, lease uint64, r api.Report) (api.ReportReply, error)
+}
+
+// benchKind is the kind of the jobs the bench submits (as the shared
+// harness's leaselog peer does); the daemon runs nothing for them.
+const benchKind = "evaluation"
+
+// benchAcquireWait is the long poll of one acquire (the harness's too).
+const benchAcquireWait = 5 * time.Second
+
+// bench is one run of the workload.
+type bench struct {
+	admin      benchAdmin
+	worker     benchWorker
+	jobs       int
+	workers    int
+	enqueuers  int
+	heartbeats int
+	prefix     string // job ids are prefix + "-" + number
+	workerID   string // every worker acts as this id; "" gives each its own
+	progress   func(done, submitted int64)
+
+	seq0      uint64 // the log's last seq before the first submit
+	submitted atomic.Int64
+	done      atomic.Int64
+	accepted  []atomic.Int32 // accepted reports per job
+	rejected  atomic.Int64   // reports refused by the token check
+	lost      atomic.Int64   // heartbeats answered with anything but continue
+	lat       [4][]time.Duration
+	latMu     sync.Mutex
+}
+
+// The timed operations.
+const (
+	opSubmit = iota
+	opAcquire
+	opHeartbeat
+	opReport
+)
+
+var opNames = [4]string{"submit", "acquire", "heartbeat", "report"}
+
+func (b *bench) jobID(i int) string { return b.prefix + "-" + strconv.Itoa(i) }
+
+// jobIndex is the number of one of this run's job ids, or -1.
+func (b *bench) jobIndex(id string) int {
+	rest, ok := strings.CutPrefix(id, b.prefix+"-")
+	if !ok {
+		return -1
+	}
+	i, err := strconv.Atoi(rest)
+	if err != nil || i < 0 || i >= b.jobs || b.jobID(i) != id {
+		return -1
+	}
+	return i
+}
+
+func (b *bench) workerName(i int) string {
+	if b.workerID != "" {
+		return b.workerID
+	}
+	return fmt.Sprintf("%s-w%03d", b.prefix, i)
+}
+
+// record keeps one goroutine's samples.
+func (b *bench) record(samples *[4][]time.Duration) {
+	b.latMu.Lock()
+	defer b.latMu.Unlock()
+	for op := range samples {
+		b.lat[op] = append(b.lat[op], samples[op]...)
+	}
+}
+
+// run runs the workload and returns its elapsed time: from the first submit
+// to the last accepted report. An error of a call stops the run.
+func (b *bench) run(ctx context.Context) (time.Duration, error) {
+	b.accepted = make([]atomic.Int32, b.jobs)
+	h, err := b.admin.Health(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("the daemon's /healthz: %w", err)
+	}
+	b.seq0 = h.Seq
+	// A worker takes the oldest queued job, whoever submitted it.
+	if queued, err := b.admin.Jobs(ctx, "queued", ""); err != nil {
+		return 0, fmt.Errorf("list the queued jobs: %w", err)
+	} else if len(queued) > 0 {
+		return 0, fmt.Errorf("the daemon has %d queued jobs (%s first): its workers would take them; run the bench on a daemon with none queued", len(queued), queued[0].ID)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	fail := func(err error) { cancel(err) }
+
+	var spec []byte
+	spec, _ = json.Marshal(api.Spec{Run: "bench"})
+	result := json.RawMessage(`{"result":"ok"}`)
+
+	var wg sync.WaitGroup
+	var slots atomic.Int64 // jobs not yet taken by a worker
+	slots.Store(int64(b.jobs))
+	var next atomic.Int64 // the next job number to submit
+	t0 := time.Now()
+	for range b.enqueuers {
+		wg.Go(func() {
+			var s [4][]time.Duration
+			defer b.record(&s)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= b.jobs || ctx.Err() != nil {
+					return
+				}
+				st := time.Now()
+				_, created, err := b.admin.Submit(ctx, api.Submit{ID: b.jobID(i), Kind: benchKind, Spec: spec})
+				if err == nil && !created {
+					err = errors.New("it existed already")
+				}
+				if err != nil {
+					fail(fmt.Errorf("submit %s: %w", b.jobID(i), err))
+					return
+				}
+				s[opSubmit] = append(s[opSubmit], time.Since(st))
+				b.submitted.Add(1)
+			}
+		})
+	}
+	var end atomic.Int64 // ns after t0 of the last accepted report
+	for w := range b.workers {
+		worker := b.workerName(w)
+		wg.Go(func() {
+			var s [4][]time.Duration
+			defer b.record(&s)
+			for slots.Add(-1) >= 0 {
+				if err := b.lifecycle(ctx, worker, result, &s); err != nil {
+					fail(err)
+					return
+				}
+				b.done.Add(1)
+				for {
+					e, now := end.Load(), int64(time.Since(t0))
+					if now <= e || end.CompareAndSwap(e, now) {
+						break
+					}
+				}
+			}
+		})
+	}
+	stop := make(chan struct{})
+	var pw sync.WaitGroup
+	if b.progress != nil {
+		pw.Go(func() {
+			tick := time.NewTicker(250 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					b.progress(b.done.Load(), b.submitted.Load())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	pw.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return 0, err
+	}
+	return time.Duration(end.Load()), nil
+}
+
+// lifecycle takes one job through acquire, start, heartbeats and report.
+func (b *bench) lifecycle(ctx context.Context, worker string, result json.RawMessage, s *[4][]time.Duration) error {
+	st := time.Now()
+	var g api.Grant
+	for {
+		gs, err := b.worker.Acquire(ctx, worker, 1, benchAcquireWait)
+		if err != nil {
+			return fmt.Errorf("worker %s: acquire: %w", worker, workerCallHint(err))
+		}
+		if len(gs) > 1 {
+			return fmt.Errorf("worker %s: acquire of at most 1 granted %d leases", worker, len(gs))
+		}
+		if len(gs) == 1 {
+			g = gs[0]
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if b.jobIndex(g.Job.ID) < 0 {
+		return fmt.Errorf("worker %s: acquired job %s (lease %d), which this bench did not submit: run the bench on a daemon with no other queued jobs", worker, g.Job.ID, g.Lease)
+	}
+	l, err := b.worker.Start(ctx, worker, g.Lease)
+	if err != nil {
+		return fmt.Errorf("worker %s: start lease %d: %w", worker, g.Lease, err)
+	}
+	if l.Lease != g.Lease || l.State != "running" {
+		return fmt.Errorf("worker %s: start lease %d: answered lease %d in state %q", worker, g.Lease, l.Lease, l.State)
+	}
+	s[opAcquire] = append(s[opAcquire], time.Since(st))
+	return b.heartbeatAndReport(ctx, worker, g, result, s)
+}
+
+// heartbeatAndReport heartbeats the lease H times and reports it succeeded.
+func (b *bench) heartbeatAndReport(ctx context.Context, worker string, g api.Grant, result json.RawMessage, s *[4][]time.Duration) error {
+	ids := []uint64{g.Lease}
+	for range b.heartbeats {
+		st := time.Now()
+		r, err := b.worker.Heartbeat(ctx, worker, ids)
+		if err != nil {
+			return fmt.Errorf("worker %s: heartbeat lease %d: %w", worker, g.Lease, err)
+		}
+		s[opHeartbeat] = append(s[opHeartbeat], time.Since(st))
+		if len(r.Leases) != 1 || r.Leases[0].Lease != g.Lease || r.Leases[0].Directive != api.DirectiveContinue {
+			b.lost.Add(1)
+		}
+	}
+	st := time.Now()
+	rr, err := b.worker.Report(ctx, g.Lease, api.Report{Worker: worker, Outcome: "succeeded", Result: result})
+	if api.IsCode(err, api.CodeStaleLease) {
+		b.rejected.Add(1)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("worker %s: report lease %d: %w", worker, g.Lease, err)
+	}
+	s[opReport] = append(s[opReport], time.Since(st))
+	if rr.Accepted && rr.Lease == g.Lease && rr.Job == g.Job.ID {
+		if i := b.jobIndex(rr.Job); i >= 0 {
+			b.accepted[i].Add(1)
+		}
+	}
+	return nil
+}
+
+// workerCallHint adds to a 403 on a worker call what the bench needs.
+func workerCallHint(err error) error {
+	if api.IsCode(err, api.CodeForbidden) || api.IsCode(err, api.CodeUnauthorized) {
+		return fmt.Errorf("%w (the workers' calls need an open daemon or a worker's token: an admin token cannot act as a worker; see --worker-id and --worker-token-file)", err)
+	}
+	return err
+}
+
+// check reads back the log after seq0: every job of the run must have
+// exactly one lease.reported, succeeded, and the run one accepted report per
+// job, no refused report, no lost heartbeat. Its error names the jobs.
+func (b *bench) check(ctx context.Context) (string, error) {
+	reported := make([]int, b.jobs)
+	var stale []string
+	var bad []string // reported with another outcome
+	for _, typ := range []string{"lease.reported", "lease.stale_report"} {
+		q := api.EventQuery{Type: typ, After: b.seq0, Limit: 1000}
+		for {
+			page, err := b.admin.Events(ctx, q)
+			if err != nil {
+				return "", fmt.Errorf("bench: check: read %s events: %w", typ, err)
+			}
+			for _, e := range page.Events {
+				i := b.jobIndex(e.Job)
+				switch {
+				case i < 0:
+				case typ == "lease.stale_report":
+					stale = append(stale, e.Job)
+				case e.Outcome != "succeeded":
+					bad = append(bad, e.Job+" ("+e.Outcome+")")
+					reported[i]++
+				default:
+					reported[i]++
+				}
+			}
+			if len(page.Events) == 0 || page.Next == q.After {
+				break
+			}
+			q.After = page.Next
+		}
+	}
+	return checkCounts(b, reported, stale, bad)
+}
+
+// checkCounts judges what check read and what the run counted.
+func checkCounts(b *bench, reported []int, stale, bad []string) (string, error) {
+	var missing, twice, acc []string
+	for i, n := range reported {
+		switch {
+		case n == 0:
+			missing = append(missing, b.jobID(i))
+		case n > 1:
+			twice = append(twice, fmt.Sprintf("%s (%d)", b.jobID(i), n))
+		}
+		if a := b.accepted[i].Load(); a != 1 {
+			acc = append(acc, fmt.Sprintf("%s (%d)", b.jobID(i), a))
+		}
+	}
+	var problems []string
+	add := func(what string, jobs []string) {
+		if len(jobs) > 0 {
+			problems = append(problems, fmt.Sprintf("%d %s: %s", len(jobs), what, names(jobs)))
+		}
+	}
+	add("jobs with no lease.reported", missing)
+	add("jobs with more than one lease.reported", twice)
+	add("jobs reported with an outcome other than succeeded", bad)
+	add("stale reports", stale)
+	add("jobs whose accepted reports in this run were not one", acc)
+	if n := b.rejected.Load(); n > 0 {
+		problems = append(problems, fmt.Sprintf("%d reports refused by the token check", n))
+	}
+	if n := b.lost.Load(); n > 0 {
+		problems = append(problems, fmt.Sprintf("%d heartbeats not answered continue", n))
+	}
+	if len(problems) > 0 {
+		return "", fmt.Errorf("bench: check failed: %s", strings.Join(problems, "; "))
+	}
+	return fmt.Sprintf("%d/%d jobs reported exactly once (succeeded), each with one accepted report; 0 stale reports", b.jobs, b.jobs), nil
+}
+
+// names lists up to 10 names and how many more.
+func names(s []string) string {
+	slices.Sort(s)
+	if len(s) <= 10 {
+		return strings.Join(s, ", ")
+	}
+	return strings.Join(s[:10], ", ") + fmt.Sprintf(" and %d more", len(s)-10)
+}
