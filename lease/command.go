@@ -142,10 +142,14 @@ func (t *tx) commitLocked(evs []event.Event) ([]event.Event, error) {
 		}
 		evs[i].ID, evs[i].Time = id, now
 	}
+	linkStarts(evs, func() uint64 { return s.log.LastSeq() + 1 })
 	// The events are folded once numbered, before they enter the pipeline,
 	// so that the archive records of the jobs they end go in the same batch.
 	folded := false
 	c, err := s.log.Stage(evs, func(evs []event.Event) ([]eventlog.Record, error) {
+		if err := checkStarts(evs); err != nil {
+			return nil, err // nothing folded, nothing written
+		}
 		folded = true
 		for i := range evs {
 			if err := s.mu.table.Apply(&evs[i]); err != nil {

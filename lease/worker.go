@@ -23,15 +23,35 @@ const MaxAcquire = 100
 // Acquire gives worker up to max queued jobs, oldest first, without waiting.
 // A call from an unreachable worker first records that it is reachable again.
 func (s *Service) Acquire(ctx context.Context, worker string, max int) ([]Grant, error) {
-	r, err := s.acquire(ctx, worker, max)
-	return r.grants, err
+	return s.AcquireWith(ctx, worker, AcquireOptions{Max: max})
 }
 
 // AcquireWait is Acquire that waits, until ctx is done, for a job to be queued
 // when none is. It returns no grants (and no error) when ctx ends first.
 func (s *Service) AcquireWait(ctx context.Context, worker string, max int) ([]Grant, error) {
+	return s.AcquireWaitWith(ctx, worker, AcquireOptions{Max: max})
+}
+
+// AcquireOptions are the options of an acquire.
+type AcquireOptions struct {
+	Max int // how many leases to take at most: 1 to MaxAcquire
+	// Start records each grant's job as started in the same batch as its
+	// grant (lease.acquired, then lease.running): the acquire and the start
+	// of each lease in one command and one fsync, where Acquire then Start
+	// take two. The grants come back running.
+	Start bool
+}
+
+// AcquireWith is Acquire with its options.
+func (s *Service) AcquireWith(ctx context.Context, worker string, o AcquireOptions) ([]Grant, error) {
+	r, err := s.acquire(ctx, worker, o)
+	return r.grants, err
+}
+
+// AcquireWaitWith is AcquireWait with its options.
+func (s *Service) AcquireWaitWith(ctx context.Context, worker string, o AcquireOptions) ([]Grant, error) {
 	for {
-		r, err := s.acquire(ctx, worker, max)
+		r, err := s.acquire(ctx, worker, o)
 		if err != nil || len(r.grants) > 0 {
 			return r.grants, err
 		}
@@ -50,24 +70,28 @@ type acquired struct {
 	wake   <-chan struct{}
 }
 
+func (o AcquireOptions) check() error {
+	if o.Max < 1 || o.Max > MaxAcquire {
+		return fmt.Errorf("%w: max must be 1 to %d, is %d", ErrInvalid, MaxAcquire, o.Max)
+	}
+	return nil
+}
+
 // acquire takes what it can now. Finding nothing, it waits for nothing:
 // "no job yet" is no answer a crash could undo, and the long poll waits on
 // wake instead.
-func (s *Service) acquire(ctx context.Context, worker string, n int) (acquired, error) {
+func (s *Service) acquire(ctx context.Context, worker string, o AcquireOptions) (acquired, error) {
 	if err := CheckID("worker", worker); err != nil {
 		return acquired{}, err
 	}
-	if n < 1 || n > MaxAcquire {
-		return acquired{}, fmt.Errorf("%w: max must be 1 to %d, is %d", ErrInvalid, MaxAcquire, n)
+	if err := o.check(); err != nil {
+		return acquired{}, err
 	}
 	return command(ctx, s, "acquire", func(t *tx) (acquired, error) {
 		if s.mu.stopping {
 			return acquired{}, ErrStopping
 		}
-		evs := s.reachableLocked(worker, nil)
-		for _, j := range s.mu.table.Queued(n) {
-			evs = append(evs, event.Event{Type: event.TypeAcquired, Job: j.ID, Worker: worker})
-		}
+		evs := s.grantEventsLocked(s.reachableLocked(worker, nil), worker, o)
 		if len(evs) == 0 {
 			t.noReadWait = true
 			return acquired{wake: s.mu.queued}, nil
@@ -76,17 +100,37 @@ func (s *Service) acquire(ctx context.Context, worker string, n int) (acquired, 
 		if err != nil {
 			return acquired{}, err
 		}
-		var grants []Grant
-		for _, e := range evs {
-			if e.Type == event.TypeAcquired {
-				j, _ := s.mu.table.Job(e.Job)
-				grants = append(grants, Grant{Lease: e.Lease, Job: j})
-			}
-		}
 		// Finding no job may still have recorded worker.reachable: the long
 		// poll then waits for the next job like one that recorded nothing.
-		return acquired{grants: grants, wake: s.mu.queued}, nil
+		return acquired{grants: s.grantsLocked(evs), wake: s.mu.queued}, nil
 	})
+}
+
+// grantEventsLocked appends to evs the events of an acquire by worker: a
+// lease.acquired for each of the oldest o.Max queued jobs, each followed, if
+// o.Start, by the lease.running of its job, whose token tx.stage fills in
+// (see linkStarts).
+func (s *Service) grantEventsLocked(evs []event.Event, worker string, o AcquireOptions) []event.Event {
+	for _, j := range s.mu.table.Queued(o.Max) {
+		evs = append(evs, event.Event{Type: event.TypeAcquired, Job: j.ID, Worker: worker})
+		if o.Start {
+			evs = append(evs, event.Event{Type: event.TypeRunning, Job: j.ID, Worker: worker})
+		}
+	}
+	return evs
+}
+
+// grantsLocked returns the grants among staged events, each with its job as
+// the table holds it now.
+func (s *Service) grantsLocked(evs []event.Event) []Grant {
+	var grants []Grant
+	for _, e := range evs {
+		if e.Type == event.TypeAcquired {
+			j, _ := s.mu.table.Job(e.Job)
+			grants = append(grants, Grant{Lease: e.Lease, Job: j})
+		}
+	}
+	return grants
 }
 
 // reachableLocked appends worker.reachable to evs if worker is marked
@@ -248,59 +292,86 @@ func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report
 	if err := r.check(); err != nil {
 		return Answer{}, err
 	}
-	var state fsm.State // the lease's, for the error of a stale report
-	a, err := command(ctx, s, "report", func(t *tx) (Answer, error) {
-		l, err := s.holdLocked(worker, id)
+	d, err := command(ctx, s, "report", func(t *tx) (reportDecision, error) {
+		d, err := s.reportLocked(worker, id, r)
 		if err != nil {
-			return Answer{}, err
+			return d, err
 		}
-		state = l.State
-		a := Answer{Job: l.Job, Lease: id, Seq: l.ReportSeq}
-		var evs []event.Event
-		answer := event.TypeReported // the type of the event that answers
-		switch {
-		case l.Live():
-			evs = s.reachableLocked(worker, nil)
-			if r.Outcome == event.OutcomeLost {
-				answer = event.TypeLost
-				evs = lost(evs, l, event.Event{Type: event.TypeLost, Ref: r.Ref, Reason: r.Reason, Result: r.Result}, event.ReasonWorkerLost)
-			} else {
-				evs = append(evs, event.Event{Type: event.TypeReported, Job: l.Job, Lease: id, Worker: worker,
-					Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
-			}
-		case l.ReportSeq != 0: // reported (or lost) already: the first answer, byte for byte
-		default:
-			a.Stale, answer = true, event.TypeStaleReport
-			e := event.Event{Type: event.TypeStaleReport, Job: l.Job, Lease: id, Worker: worker,
-				Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result}
-			seq, ok, err := s.staleLocked(projection.StaleKeyOf(&e))
-			if err != nil {
-				return Answer{}, err
-			}
-			if ok {
-				a.Seq = seq
-			} else {
-				evs = append(evs, e)
-			}
-		}
-		evs, err = t.stage(evs...) // an answer given before records nothing: a read
+		evs, err := t.stage(d.evs...) // an answer given before records nothing: a read
 		if err != nil {
-			return Answer{}, err
+			return reportDecision{}, err
 		}
-		for _, e := range evs {
-			if e.Type == answer {
-				a.Seq = e.Seq
-			}
-		}
-		return a, nil
+		d.staged(evs)
+		return d, nil
 	})
+	return d.result(err)
+}
+
+// reportDecision is what a report decided under the service's mutex.
+type reportDecision struct {
+	a      Answer
+	evs    []event.Event // to stage
+	answer event.Type    // the type of the staged event whose seq answers
+	state  fsm.State     // the lease's, for the error of a stale report
+	// accepted: the lease was live, and this report ends it (the first
+	// report of the lease, not a repeat).
+	accepted bool
+}
+
+// reportLocked decides worker's report r on lease id (see Report).
+func (s *Service) reportLocked(worker string, id uint64, r Report) (reportDecision, error) {
+	l, err := s.holdLocked(worker, id)
+	if err != nil {
+		return reportDecision{}, err
+	}
+	d := reportDecision{a: Answer{Job: l.Job, Lease: id, Seq: l.ReportSeq}, answer: event.TypeReported, state: l.State}
+	switch {
+	case l.Live():
+		d.accepted = true
+		d.evs = s.reachableLocked(worker, nil)
+		if r.Outcome == event.OutcomeLost {
+			d.answer = event.TypeLost
+			d.evs = lost(d.evs, l, event.Event{Type: event.TypeLost, Ref: r.Ref, Reason: r.Reason, Result: r.Result}, event.ReasonWorkerLost)
+		} else {
+			d.evs = append(d.evs, event.Event{Type: event.TypeReported, Job: l.Job, Lease: id, Worker: worker,
+				Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
+		}
+	case l.ReportSeq != 0: // reported (or lost) already: the first answer, byte for byte
+	default:
+		d.a.Stale, d.answer = true, event.TypeStaleReport
+		e := event.Event{Type: event.TypeStaleReport, Job: l.Job, Lease: id, Worker: worker,
+			Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result}
+		seq, ok, err := s.staleLocked(projection.StaleKeyOf(&e))
+		if err != nil {
+			return reportDecision{}, err
+		}
+		if ok {
+			d.a.Seq = seq
+		} else {
+			d.evs = append(d.evs, e)
+		}
+	}
+	return d, nil
+}
+
+// staged takes the seq of the answer from the events as staged.
+func (d *reportDecision) staged(evs []event.Event) {
+	for _, e := range evs {
+		if e.Type == d.answer {
+			d.a.Seq = e.Seq
+		}
+	}
+}
+
+// result is the report's answer and error, once its events are durable.
+func (d reportDecision) result(err error) (Answer, error) {
 	if err != nil {
 		return Answer{}, err
 	}
-	if a.Stale {
-		return a, fmt.Errorf("%w: lease %d of job %q is %s; report kept as seq %d", ErrStaleLease, id, a.Job, state, a.Seq)
+	if d.a.Stale {
+		return d.a, fmt.Errorf("%w: lease %d of job %q is %s; report kept as seq %d", ErrStaleLease, d.a.Lease, d.a.Job, d.state, d.a.Seq)
 	}
-	return a, nil
+	return d.a, nil
 }
 
 // check refuses what is malformed and keeps what is only long (see the
