@@ -26,7 +26,9 @@ type Client struct {
 }
 
 // NewClient returns a client for the daemon at server: an http:// URL, or
-// unix:///path/to.sock. token, if set, is sent as a bearer token.
+// unix:///path/to.sock. token, if set, is sent as a bearer token. Over
+// http:// and unix:// it speaks HTTP/2 without TLS (h2c), all its calls on one
+// connection, falling back to HTTP/1.1 for a server that speaks only that.
 func NewClient(server, token string) (*Client, error) {
 	if server == "" {
 		server = DefaultServer
@@ -38,12 +40,12 @@ func NewClient(server, token string) (*Client, error) {
 	} else if token = t; strings.ContainsAny(token, "\r\n") {
 		return nil, errors.New("api: the token has a line break in it")
 	}
-	c := &Client{token: token, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}}
+	c := &Client{token: token, http: &http.Client{}}
 	if path, ok := strings.CutPrefix(server, "unix://"); ok {
-		c.http.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		c.http.Transport = newTransport(false, func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
-		}}
+		})
 		c.base = "http://leaselog"
 		return c, nil
 	}
@@ -51,6 +53,7 @@ func NewClient(server, token string) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("api: server %q is not an http(s):// or unix:// address", server)
 	}
+	c.http.Transport = newTransport(u.Scheme == "https", nil)
 	c.base = strings.TrimRight(server, "/")
 	return c, nil
 }

@@ -50,7 +50,9 @@ func daemonOnDisk(b *testing.B) *api.Client {
 		b.Fatal(err)
 	}
 	srv := server.New(svc, server.Options{Logger: zerolog.Nop()})
-	ts := httptest.NewServer(srv)
+	ts := httptest.NewUnstartedServer(srv)
+	ts.Config = server.NewHTTPServer(srv) // as the daemon serves: HTTP/1.1 and h2c
+	ts.Start()
 	b.Cleanup(func() {
 		srv.Close()
 		ts.Close()

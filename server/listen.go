@@ -3,9 +3,38 @@ package server
 import (
 	"errors"
 	"net"
+	"net/http"
 	"sync"
 	"syscall"
+	"time"
 )
+
+// MaxStreams is how many requests one HTTP/2 connection may have in flight
+// at once (http.HTTP2Config.MaxConcurrentStreams; net/http's own default).
+// An HTTP/2 connection counts once against LimitListener's cap however many
+// streams it carries: the cap keeps file descriptors for the store, and a
+// stream takes none. A client past it waits for a stream to end, or opens
+// another connection, which the cap then counts.
+const MaxStreams = 250
+
+// NewHTTPServer returns the http.Server the daemon serves h with. It speaks
+// HTTP/1.1 and HTTP/2 without TLS, with prior knowledge (h2c, as api.Client
+// speaks it), on the same port: a worker then multiplexes its calls, long
+// polls and heartbeats alike, on one connection. A connection that sends no
+// request headers within 10 s, or stays idle for 2 minutes, is closed and
+// gives its place under LimitListener back.
+func NewHTTPServer(h http.Handler) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &p,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: MaxStreams},
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+}
 
 // The connection cap leaves the store the file descriptors it needs. Pebble
 // keeps up to 1,000 sstables open by default (pebble.Options.MaxOpenFiles),

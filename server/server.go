@@ -148,6 +148,7 @@ func New(svc *lease.Service, opts Options) *Server {
 	s.handle("GET /metrics", read, false, s.serveMetrics).whenFailed = true // leaselog_up 0 says why
 
 	s.handle("POST /v1/jobs", admin, false, s.submit)
+	s.handle("POST /v1/jobs/batch", admin, false, s.submitBatch)
 	s.handle("GET /v1/jobs", read, false, s.listJobs)
 	s.handle("GET /v1/jobs/{id}", read, false, s.getJob)
 	s.handle("POST /v1/jobs/{id}/cancel", admin, false, s.cancel)
@@ -206,6 +207,7 @@ type call struct {
 	lease   uint64
 	who     *principal // nil when the server is open
 	started bool       // the status line is written
+	h2      bool       // the request came over HTTP/2: one stream of many
 	// received is when the request's headers were read, on Options.Clock.
 	received time.Time
 	body     *body // the request's body under its deadline; nil: none
@@ -218,7 +220,7 @@ type callKey struct{}
 // logged.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	c := &call{route: "unmatched", received: s.opts.Clock.Now()}
+	c := &call{route: "unmatched", received: s.opts.Clock.Now(), h2: r.ProtoMajor >= 2}
 	rec := &recorder{ResponseWriter: w, c: c}
 	s.watchBody(w, r, c)
 	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
@@ -400,8 +402,11 @@ func (w *recorder) WriteHeader(status int) {
 		w.c.started, w.c.status = true, status
 		// A caller without a token gets nothing more from this connection,
 		// and no answer waits for a body nobody will read: a slow or endless
-		// body must not hold the connection.
-		if status == http.StatusUnauthorized || w.c.pending() {
+		// body must not hold the connection. Over HTTP/2 the body unread is
+		// one stream's, reset when the handler returns, and the connection
+		// carries other calls: only a 401 ends it (gracefully: net/http
+		// sends GOAWAY for Connection: close, the streams in flight finish).
+		if status == http.StatusUnauthorized || (w.c.pending() && !w.c.h2) {
 			hangUp(w.ResponseWriter)
 		}
 	}

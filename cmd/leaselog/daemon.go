@@ -107,11 +107,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		logger.Warn().Err(err).Msg("no boot id to announce")
 	}
 	d.api = server.New(d.svc, server.Options{Auth: auth, Logger: logger, Metrics: metrics, BootID: bootID})
-	d.http = &http.Server{
-		Handler:           d.api,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}
+	d.http = server.NewHTTPServer(d.api) // HTTP/1.1 and h2c on the same port
 	var runCtx context.Context
 	runCtx, d.stopRun = context.WithCancel(context.Background())
 	svc := d.svc

@@ -1,0 +1,109 @@
+package api
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// newTransport returns the transport a Client sends its calls with. For the
+// daemon's http:// and unix:// addresses it speaks HTTP/2 without TLS, with
+// prior knowledge (h2c): every call of a client, long polls and heartbeats
+// alike, is a stream of one connection, not a connection each. A server that
+// answers the HTTP/2 preface in HTTP/1.1 (a daemon from before h2c, a proxy
+// that speaks only HTTP/1.1) has read no request: the call is sent again over
+// HTTP/1.1, and so is every later one. https:// addresses negotiate HTTP/2 or
+// HTTP/1.1 with TLS, as net/http does.
+//
+// dial, if set, replaces the dialer (a unix socket's).
+func newTransport(tls bool, dial func(ctx context.Context, network, addr string) (net.Conn, error)) http.RoundTripper {
+	http1 := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, DialContext: dial}
+	if tls {
+		http1.ForceAttemptHTTP2 = true
+		return http1
+	}
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	t := &h2cTransport{http1: http1}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	t.h2c = &http.Transport{
+		Protocols:       &p,
+		IdleConnTimeout: 90 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			// A connection that stops answering (a cut network) is closed
+			// after a ping goes unanswered, so that the calls after it dial
+			// again rather than wait on it: they all share it.
+			SendPingTimeout: 15 * time.Second,
+			PingTimeout:     5 * time.Second,
+		},
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &sniffConn{Conn: c, http1: &t.useHTTP1}, nil
+		},
+	}
+	return t
+}
+
+// h2cTransport sends over h2c until a server answers in HTTP/1.1.
+type h2cTransport struct {
+	h2c, http1 *http.Transport
+	useHTTP1   atomic.Bool // a server answered the preface in HTTP/1.1
+}
+
+func (t *h2cTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.useHTTP1.Load() {
+		return t.http1.RoundTrip(r)
+	}
+	resp, err := t.h2c.RoundTrip(r)
+	if err == nil || !t.useHTTP1.Load() {
+		return resp, err
+	}
+	// The server read "PRI * HTTP/2.0" as an HTTP/1.1 request and refused
+	// it: it never saw this call, which can be sent again as it is.
+	t.h2c.CloseIdleConnections()
+	r2 := r.Clone(r.Context())
+	if r.Body != nil && r.Body != http.NoBody {
+		if r.GetBody == nil {
+			return nil, err
+		}
+		if r2.Body, err = r.GetBody(); err != nil {
+			return nil, err
+		}
+	}
+	return t.http1.RoundTrip(r2)
+}
+
+// CloseIdleConnections closes both transports' idle connections.
+func (t *h2cTransport) CloseIdleConnections() {
+	t.h2c.CloseIdleConnections()
+	t.http1.CloseIdleConnections()
+}
+
+// sniffConn looks at the first byte a server sends on an h2c connection. An
+// HTTP/2 server's first frame is its SETTINGS, whose first byte (the high
+// byte of a 24-bit length under 16 KiB) is 0; an HTTP/1.1 server's answer
+// starts "HTTP/1.1".
+type sniffConn struct {
+	net.Conn
+	http1   *atomic.Bool
+	sniffed bool // only the connection's reader reads
+}
+
+func (c *sniffConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.sniffed && n > 0 {
+		c.sniffed = true
+		if p[0] == 'H' {
+			c.http1.Store(true)
+		}
+	}
+	return n, err
+}
