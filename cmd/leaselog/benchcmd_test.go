@@ -197,3 +197,71 @@ func TestBenchFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchAuth: with [auth], the submits go with the admin token and the
+// workers' calls with one worker's token (all workers act as its id); with
+// the admin token alone the bench stops before it writes anything, saying
+// why.
+func TestBenchAuth(t *testing.T) {
+	d := startServeConfig(t, t.TempDir(), benchConfig+`
+[auth]
+admin = ["admin-token-0123456789"]
+[auth.workers]
+wb = "wb-worker-token-0123456789"
+`)
+	t.Setenv("LEASELOG_TOKEN", "admin-token-0123456789")
+	out, err := run(t, "bench", "--server", d.url, "--jobs", "20", "--workers", "2")
+	if err == nil || !strings.Contains(err.Error(), "an admin token cannot act as a worker") {
+		t.Fatalf("bench with the admin token alone: %v\n%s", err, out)
+	}
+	t.Setenv("LEASELOG_WORKER_TOKEN", "wb-worker-token-0123456789")
+	out, err = run(t, "bench", "--server", d.url, "--jobs", "100", "--workers", "4", "--worker-id", "wb", "-o", "json")
+	if err != nil || !strings.Contains(out, `"checked":true`) {
+		t.Fatalf("bench with a worker token: %v\n%s", err, out)
+	}
+	c, err := api.NewClient(d.url, "admin-token-0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js, err := c.Jobs(context.Background(), "", ""); err != nil || len(js) != 100 {
+		t.Fatalf("%d jobs (%v), want the 100 of the second run only", len(js), err)
+	}
+}
+
+// failingStart is a worker client whose start of one job fails.
+type failingStart struct {
+	faultyWorker
+	fail string // the job whose start fails
+}
+
+func (w *failingStart) Start(ctx context.Context, worker string, lease uint64) (api.Lease, error) {
+	w.mu.Lock()
+	job := w.jobs[lease]
+	w.mu.Unlock()
+	if job == w.fail {
+		return api.Lease{}, &api.Error{Status: 503, Code: api.CodeUnavailable, Message: "injected"}
+	}
+	return w.benchWorker.Start(ctx, worker, lease)
+}
+
+// TestBenchFailedRunCleansUp: a call that fails stops the run with its error;
+// the leases the run holds are reported failed and its jobs left queued are
+// cancelled, so that the next run finds none queued.
+func TestBenchFailedRunCleansUp(t *testing.T) {
+	d := startServeConfig(t, t.TempDir(), benchConfig)
+	b := &bench{admin: d.c, jobs: 200, workers: 2, enqueuers: 2, heartbeats: 1, prefix: "bench-" + ulid.Make().String()}
+	b.worker = &failingStart{faultyWorker: faultyWorker{benchWorker: d.c, jobs: map[uint64]string{}}, fail: b.jobID(5)}
+	_, err := b.run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "injected") || !strings.Contains(err.Error(), "cancelled the run's") {
+		t.Fatalf("run: %v", err)
+	}
+	for _, state := range []string{"queued", "acquired", "running"} {
+		if js, err := d.c.Jobs(context.Background(), state, ""); err != nil || len(js) != 0 {
+			t.Errorf("%d jobs %s (%v)", len(js), state, err)
+		}
+	}
+	out, err := run(t, "bench", "--server", d.url, "--jobs", "20", "--workers", "2", "-o", "json")
+	if err != nil || !strings.Contains(out, `"checked":true`) {
+		t.Fatalf("the next run: %v\n%s", err, out)
+	}
+}

@@ -26,6 +26,7 @@ import (
 type benchAdmin interface {
 	Submit(ctx context.Context, s api.Submit) (api.Job, bool, error)
 	Jobs(ctx context.Context, state, kind string) ([]api.Job, error)
+	Cancel(ctx context.Context, id string) (api.Job, error)
 	Events(ctx context.Context, q api.EventQuery) (api.Events, error)
 	Health(ctx context.Context) (api.Health, error)
 }
@@ -43,8 +44,10 @@ type benchWorker interface {
 // harness's leaselog peer does); the daemon runs nothing for them.
 const benchKind = "evaluation"
 
-// benchAcquireWait is the long poll of one acquire (the harness's too).
-const benchAcquireWait = 5 * time.Second
+// benchAcquireWait is the long poll of one acquire (the harness waits 5 s;
+// the wait only counts when nothing is queued, and a stopped run waits for
+// the calls it sent).
+const benchAcquireWait = 2 * time.Second
 
 // bench is one run of the workload.
 type bench struct {
@@ -58,7 +61,8 @@ type bench struct {
 	workerID   string // every worker acts as this id; "" gives each its own
 	progress   func(done, submitted int64)
 
-	seq0      uint64 // the log's last seq before the first submit
+	seq0      uint64          // the log's last seq before the first submit
+	stop      context.Context // done when the run stops
 	submitted atomic.Int64
 	done      atomic.Int64
 	accepted  []atomic.Int32 // accepted reports per job
@@ -118,6 +122,17 @@ func (b *bench) run(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("the daemon's /healthz: %w", err)
 	}
 	b.seq0 = h.Seq
+	// The workers' token is tried before anything is written: a heartbeat of
+	// no lease renews nothing.
+	names := b.workers
+	if b.workerID != "" {
+		names = 1 // every worker is that one
+	}
+	for w := range names {
+		if _, err := b.worker.Heartbeat(ctx, b.workerName(w), nil); err != nil {
+			return 0, fmt.Errorf("worker %s: heartbeat: %w", b.workerName(w), workerCallHint(err))
+		}
+	}
 	// A worker takes the oldest queued job, whoever submitted it.
 	if queued, err := b.admin.Jobs(ctx, "queued", ""); err != nil {
 		return 0, fmt.Errorf("list the queued jobs: %w", err)
@@ -127,6 +142,11 @@ func (b *bench) run(ctx context.Context) (time.Duration, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	fail := func(err error) { cancel(err) }
+	// A call, once sent, is let finish (an acquire's long poll, too): when
+	// the run stops, nothing the daemon does after the cleanup's look is
+	// left behind. Between calls, every goroutine looks at b.stop.
+	b.stop = ctx
+	call := context.WithoutCancel(ctx)
 
 	var spec []byte
 	spec, _ = json.Marshal(api.Spec{Run: "bench"})
@@ -147,7 +167,7 @@ func (b *bench) run(ctx context.Context) (time.Duration, error) {
 					return
 				}
 				st := time.Now()
-				_, created, err := b.admin.Submit(ctx, api.Submit{ID: b.jobID(i), Kind: benchKind, Spec: spec})
+				_, created, err := b.admin.Submit(call, api.Submit{ID: b.jobID(i), Kind: benchKind, Spec: spec})
 				if err == nil && !created {
 					err = errors.New("it existed already")
 				}
@@ -167,7 +187,7 @@ func (b *bench) run(ctx context.Context) (time.Duration, error) {
 			var s [4][]time.Duration
 			defer b.record(&s)
 			for slots.Add(-1) >= 0 {
-				if err := b.lifecycle(ctx, worker, result, &s); err != nil {
+				if err := b.lifecycle(call, worker, result, &s); err != nil {
 					fail(err)
 					return
 				}
@@ -201,49 +221,97 @@ func (b *bench) run(ctx context.Context) (time.Duration, error) {
 	close(stop)
 	pw.Wait()
 	if err := context.Cause(ctx); err != nil {
-		return 0, err
+		return 0, b.cleanup(err)
 	}
 	return time.Duration(end.Load()), nil
 }
 
-// lifecycle takes one job through acquire, start, heartbeats and report.
+// cleanup cancels the jobs of a failed run that are still queued (or
+// leased: its workers reported their leases failed, unless that failed too),
+// so that the next run finds none queued, and adds to err what it did.
+func (b *bench) cleanup(err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := 0
+	for _, state := range []string{"queued", "acquired", "running"} {
+		js, lerr := b.admin.Jobs(ctx, state, benchKind)
+		if lerr != nil {
+			return fmt.Errorf("%w (and listing the jobs left %s: %v)", err, state, lerr)
+		}
+		for _, j := range js {
+			if b.jobIndex(j.ID) < 0 {
+				continue
+			}
+			if _, cerr := b.admin.Cancel(ctx, j.ID); cerr != nil {
+				return fmt.Errorf("%w (and cancelling job %s: %v)", err, j.ID, cerr)
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		return fmt.Errorf("%w (cancelled the run's %d jobs left queued or leased)", err, n)
+	}
+	return err
+}
+
+// lifecycle takes one job through acquire, start, heartbeats and report. A
+// lease of the run's whose lifecycle stops short is reported failed, so that
+// its job ends.
 func (b *bench) lifecycle(ctx context.Context, worker string, result json.RawMessage, s *[4][]time.Duration) error {
+	g, err := b.acquire(ctx, worker, s)
+	if err == nil {
+		err = b.heartbeatAndReport(ctx, worker, g, result, s)
+	}
+	if err != nil && g.Lease != 0 && b.jobIndex(g.Job.ID) >= 0 {
+		_, _ = b.worker.Report(ctx, g.Lease, api.Report{Worker: worker, Outcome: "failed", Reason: "leaselog bench stopped: " + err.Error()})
+	}
+	return err
+}
+
+// acquire long-polls until it is granted a lease, and starts it.
+func (b *bench) acquire(ctx context.Context, worker string, s *[4][]time.Duration) (api.Grant, error) {
 	st := time.Now()
 	var g api.Grant
 	for {
+		if err := b.stop.Err(); err != nil {
+			return g, err
+		}
 		gs, err := b.worker.Acquire(ctx, worker, 1, benchAcquireWait)
 		if err != nil {
-			return fmt.Errorf("worker %s: acquire: %w", worker, workerCallHint(err))
+			return g, fmt.Errorf("worker %s: acquire: %w", worker, workerCallHint(err))
 		}
 		if len(gs) > 1 {
-			return fmt.Errorf("worker %s: acquire of at most 1 granted %d leases", worker, len(gs))
+			return g, fmt.Errorf("worker %s: acquire of at most 1 granted %d leases", worker, len(gs))
 		}
 		if len(gs) == 1 {
 			g = gs[0]
 			break
 		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 	}
 	if b.jobIndex(g.Job.ID) < 0 {
-		return fmt.Errorf("worker %s: acquired job %s (lease %d), which this bench did not submit: run the bench on a daemon with no other queued jobs", worker, g.Job.ID, g.Lease)
+		return g, fmt.Errorf("worker %s: acquired job %s (lease %d), which this bench did not submit: run the bench on a daemon with no other queued jobs", worker, g.Job.ID, g.Lease)
+	}
+	if err := b.stop.Err(); err != nil {
+		return g, err
 	}
 	l, err := b.worker.Start(ctx, worker, g.Lease)
 	if err != nil {
-		return fmt.Errorf("worker %s: start lease %d: %w", worker, g.Lease, err)
+		return g, fmt.Errorf("worker %s: start lease %d: %w", worker, g.Lease, err)
 	}
 	if l.Lease != g.Lease || l.State != "running" {
-		return fmt.Errorf("worker %s: start lease %d: answered lease %d in state %q", worker, g.Lease, l.Lease, l.State)
+		return g, fmt.Errorf("worker %s: start lease %d: answered lease %d in state %q", worker, g.Lease, l.Lease, l.State)
 	}
 	s[opAcquire] = append(s[opAcquire], time.Since(st))
-	return b.heartbeatAndReport(ctx, worker, g, result, s)
+	return g, nil
 }
 
 // heartbeatAndReport heartbeats the lease H times and reports it succeeded.
 func (b *bench) heartbeatAndReport(ctx context.Context, worker string, g api.Grant, result json.RawMessage, s *[4][]time.Duration) error {
 	ids := []uint64{g.Lease}
 	for range b.heartbeats {
+		if err := b.stop.Err(); err != nil {
+			return err
+		}
 		st := time.Now()
 		r, err := b.worker.Heartbeat(ctx, worker, ids)
 		if err != nil {
@@ -253,6 +321,9 @@ func (b *bench) heartbeatAndReport(ctx context.Context, worker string, g api.Gra
 		if len(r.Leases) != 1 || r.Leases[0].Lease != g.Lease || r.Leases[0].Directive != api.DirectiveContinue {
 			b.lost.Add(1)
 		}
+	}
+	if err := b.stop.Err(); err != nil {
+		return err
 	}
 	st := time.Now()
 	rr, err := b.worker.Report(ctx, g.Lease, api.Report{Worker: worker, Outcome: "succeeded", Result: result})
