@@ -86,6 +86,9 @@ type Checkout struct {
 type Acquire struct {
 	Max         int     `json:"max"`
 	WaitSeconds float64 `json:"wait_seconds"`
+	// Start: the grants come back running, each lease's start recorded with
+	// its grant (no POST /v1/leases/{lease}/start follows).
+	Start bool `json:"start,omitempty"`
 }
 
 // Grants is the answer to acquire and to GET /v1/workers/{worker}/leases.
@@ -133,6 +136,16 @@ type Report struct {
 	Ref     string          `json:"ref,omitempty"`
 	Reason  string          `json:"reason,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`
+	// Next, if set, is the acquire the report carries: made for Worker once
+	// the report is accepted, its grants in ReportReply.Next.
+	Next *Next `json:"next,omitempty"`
+}
+
+// Next is the acquire a report carries: up to Max leases (0 is 1), started
+// at once if Start, taken without waiting for a job.
+type Next struct {
+	Max   int  `json:"max"`
+	Start bool `json:"start,omitempty"`
 }
 
 // ReportReply is the answer to an accepted (or repeated) report.
@@ -141,6 +154,33 @@ type ReportReply struct {
 	Job      string `json:"job"`
 	Lease    uint64 `json:"lease"`
 	Seq      uint64 `json:"seq"`
+	// Next is the answer to the acquire the report carried, made by the call
+	// that accepted the report: its grants, none when no job was queued. It
+	// is absent when the report carried none, and when the answer repeats
+	// that of an earlier call — whose grants, if its answer was lost, are the
+	// worker's live leases (GET /v1/workers/{worker}/leases).
+	Next *Grants `json:"next,omitempty"`
+}
+
+// SubmitBatch is the body of POST /v1/jobs/batch: up to 1000 jobs.
+type SubmitBatch struct {
+	Jobs []Submit `json:"jobs"`
+}
+
+// Submitted is one job's answer in a batch submit, in the place of its
+// item: Status is what POST /v1/jobs would have answered it (201 created,
+// 200 the same job existed, 4xx or 503 refused), with the job, or with the
+// error that refused it, which recorded nothing.
+type Submitted struct {
+	ID     string `json:"id"`
+	Status int    `json:"status"`
+	Job    *Job   `json:"job,omitempty"`
+	Error  *Error `json:"error,omitempty"`
+}
+
+// SubmitBatchReply is the answer to a batch submit.
+type SubmitBatchReply struct {
+	Jobs []Submitted `json:"jobs"`
 }
 
 // Event is a log event as the API shows it.

@@ -88,6 +88,7 @@ var fuzzRoutes = []fuzzRoute{
 	{"GET", "/v1/leases", doc[api.Leases]()},
 	{"GET", "/v1/events", doc[api.Events]()},
 	{"GET", "/v1/events/stream", nil},
+	{"POST", "/v1/jobs/batch", doc[api.SubmitBatchReply]()},
 }
 
 func (rt *fuzzRoute) String() string { return rt.method + " " + rt.pattern }

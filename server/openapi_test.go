@@ -236,6 +236,7 @@ func TestOpenAPI(t *testing.T) {
 	}{
 		{"GET", "/metrics", nil, w1Tok},
 		{"POST", "/v1/jobs", api.Submit{ID: "x1", Kind: "run"}, auditorTok},
+		{"POST", "/v1/jobs/batch", api.SubmitBatch{Jobs: []api.Submit{{ID: "x1", Kind: "run"}}}, w1Tok},
 		{"GET", "/v1/jobs", nil, w1Tok},
 		{"GET", "/v1/jobs/j0", nil, w1Tok},
 		{"POST", "/v1/jobs/j0/cancel", nil, auditorTok},
@@ -271,6 +272,17 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("GET", "/v1/jobs/j1", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs/nope", auditorTok, nil), http.StatusNotFound)
 	c.call(rq("GET", "/v1/jobs/a%20b", auditorTok, nil), http.StatusBadRequest)
+	// Batches: each item answered in its place, the bad ones alone refused.
+	batch := api.SubmitBatch{Jobs: []api.Submit{{ID: "b1", Kind: "evaluation", Spec: spec}, {ID: "j1", Kind: "run", Spec: spec},
+		{ID: "j1", Kind: "evaluation"}, {ID: "a b", Kind: "run"}, {ID: "b2", Kind: "batch"}}}
+	got := decode[api.SubmitBatchReply](t, c.call(rq("POST", "/v1/jobs/batch", adminTok, batch), http.StatusOK), http.StatusOK)
+	if st := submittedStatuses(got); !slices.Equal(st, []int{201, 200, 409, 400, 400}) {
+		t.Errorf("batch statuses %v", st)
+	}
+	c.call(rq("POST", "/v1/jobs/batch", adminTok, api.SubmitBatch{Jobs: []api.Submit{}}), http.StatusBadRequest)
+	c.call(rq("POST", "/v1/jobs/batch", adminTok, `{"jobs":[{"id":"b3"}],"more":1}`), http.StatusBadRequest)
+	c.call(rq("POST", "/v1/jobs/batch", adminTok, `{"jobs":[{"id":"b3","kind":"run","spec":{}}]}`), http.StatusOK)
+	c.call(rq("POST", "/v1/jobs/b1/cancel", adminTok, nil), http.StatusOK)
 
 	// Workers: take, beat, start, report, report again.
 	g := decode[api.Grants](t, c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, api.Acquire{Max: 2}), http.StatusOK), http.StatusOK)
@@ -281,6 +293,28 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, api.Acquire{WaitSeconds: 0.01}), http.StatusOK) // nothing came
 	c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, `{"max":"2"}`), http.StatusBadRequest)
 	c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, `{"max":1,"max":2}`), http.StatusBadRequest)
+	// An acquire that starts, and a report that carries the next.
+	f.submit("n1", event.KindRun)
+	f.submit("n2", event.KindRun)
+	gn := decode[api.Grants](t, c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, api.Acquire{Max: 1, Start: true}), http.StatusOK), http.StatusOK)
+	if len(gn.Leases) != 1 || gn.Leases[0].Job.State != "running" || gn.Leases[0].Job.Lease.State != "running" {
+		t.Fatalf("acquire with start: %+v", gn)
+	}
+	nextReport := api.Report{Worker: "w1", Outcome: "succeeded", Next: &api.Next{Max: 1, Start: true}}
+	nl := fmt.Sprintf("/v1/leases/%d/report", gn.Leases[0].Lease)
+	rn := decode[api.ReportReply](t, c.call(rq("POST", nl, w1Tok, nextReport), http.StatusOK), http.StatusOK)
+	if rn.Next == nil || len(rn.Next.Leases) != 1 || rn.Next.Leases[0].Job.ID != "n2" {
+		t.Fatalf("report with next: %+v", rn)
+	}
+	if again := decode[api.ReportReply](t, c.call(rq("POST", nl, w1Tok, nextReport), http.StatusOK), http.StatusOK); again.Next != nil || again.Seq != rn.Seq {
+		t.Fatalf("the same report with next again: %+v, want the first answer without next", again)
+	}
+	c.call(rq("POST", nl, w1Tok, `{"worker":"w1","outcome":"succeeded","next":{"max":101}}`), http.StatusBadRequest)
+	rn = decode[api.ReportReply](t, c.call(rq("POST", fmt.Sprintf("/v1/leases/%d/report", rn.Next.Leases[0].Lease), w1Tok,
+		api.Report{Worker: "w1", Outcome: "failed", Next: &api.Next{}}), http.StatusOK), http.StatusOK)
+	if rn.Next == nil || len(rn.Next.Leases) != 0 {
+		t.Fatalf("report with next, nothing queued: %+v", rn)
+	}
 	// A grant after a wait says how long the daemon held the request.
 	<-waiting // drain: every acquire so far passed the hook
 	held := make(chan reply, 1)
@@ -372,6 +406,7 @@ func TestOpenAPI(t *testing.T) {
 		body        any
 	}{
 		{"/v1/jobs", adminTok, api.Submit{ID: "s1", Kind: "run", Spec: spec}},
+		{"/v1/jobs/batch", adminTok, batch},
 		{"/v1/jobs/s1/cancel", adminTok, `{}`},
 		{"/v1/jobs/s1/kill", adminTok, `{}`},
 		{"/v1/workers/w1/acquire", w1Tok, api.Acquire{Max: 1}},
@@ -402,6 +437,7 @@ func TestOpenAPI(t *testing.T) {
 	}{
 		{"GET", "/healthz", "", nil},
 		{"POST", "/v1/jobs", adminTok, api.Submit{ID: "j1", Kind: "run", Spec: spec}},
+		{"POST", "/v1/jobs/batch", adminTok, batch},
 		{"GET", "/v1/jobs", auditorTok, nil},
 		{"GET", "/v1/jobs/j1", auditorTok, nil},
 		{"POST", "/v1/jobs/j1/cancel", adminTok, nil},
@@ -438,6 +474,14 @@ func TestOpenAPI(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("the scenario never produced:\n%s", strings.Join(missing, "\n"))
 	}
+}
+
+func submittedStatuses(r api.SubmitBatchReply) []int {
+	var out []int
+	for _, j := range r.Jobs {
+		out = append(out, j.Status)
+	}
+	return out
 }
 
 // TestOpenAPIRejectsUndescribedAnswers makes sure the contract test has

@@ -50,7 +50,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, c *call) error 
 	if s.waitHook != nil {
 		ctx = s.waitHook(ctx)
 	}
-	grants, err := s.svc.AcquireWait(ctx, c.worker, in.Max)
+	grants, err := s.svc.AcquireWaitWith(ctx, c.worker, lease.AcquireOptions{Max: in.Max, Start: in.Start})
 	if err != nil {
 		return err
 	}
@@ -63,18 +63,28 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, c *call) error 
 	// The wait's deadline may be spent; what remains is an ordinary read.
 	rctx, rcancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 	defer rcancel()
-	vs, err := s.svc.GrantViews(rctx, grants)
+	out, err := s.grants(rctx, c.worker, grants, held)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
+	return nil
+}
+
+// grants reads back the grants an acquire made for worker, as the table
+// holds them now, the daemon having held the request held seconds.
+func (s *Server) grants(ctx context.Context, worker string, grants []lease.Grant, held float64) (api.Grants, error) {
+	vs, err := s.svc.GrantViews(ctx, grants)
 	if err != nil {
 		// The leases are taken: the worker finds them with GET .../leases.
-		return fmt.Errorf("server: read back %d leases granted to %q: %w", len(grants), c.worker, err)
+		return api.Grants{}, fmt.Errorf("server: read back %d leases granted to %q: %w", len(grants), worker, err)
 	}
 	out := api.Grants{Leases: make([]api.Grant, 0, len(grants))}
 	timing := TimingOf(s.svc.Config())
 	for i, v := range vs {
 		out.Leases = append(out.Leases, api.Grant{Lease: grants[i].Lease, Job: JobOf(v.Job, v.Live), HeldSeconds: held, Timing: timing})
 	}
-	s.writeJSON(w, c, http.StatusOK, out)
-	return nil
+	return out, nil
 }
 
 // heartbeat answers POST /v1/workers/{worker}/heartbeat: a directive per
@@ -180,16 +190,26 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request, c *call) error {
 	if string(bytes.TrimSpace(result)) == "null" {
 		result = nil
 	}
-	a, err := s.svc.Report(r.Context(), in.Worker, id, lease.Report{Outcome: outcome, Ref: in.Ref, Reason: in.Reason, Result: result})
+	rep := lease.Report{Outcome: outcome, Ref: in.Ref, Reason: in.Reason, Result: result}
+	if in.Next != nil {
+		return s.reportNext(w, r, c, id, rep, in.Next)
+	}
+	a, err := s.svc.Report(r.Context(), in.Worker, id, rep)
 	c.job = a.Job
 	if err != nil {
-		if a.Stale && errors.Is(err, lease.ErrStaleLease) {
-			return &api.Error{Status: http.StatusConflict, Code: api.CodeStaleLease, Message: err.Error(), StaleReportSeq: a.Seq}
-		}
-		return err
+		return reportError(a, err)
 	}
 	s.writeJSON(w, c, http.StatusOK, api.ReportReply{Accepted: true, Job: a.Job, Lease: a.Lease, Seq: a.Seq})
 	return nil
+}
+
+// reportError is the API error of a refused report: a stale one names the
+// record that keeps it.
+func reportError(a lease.Answer, err error) error {
+	if a.Stale && errors.Is(err, lease.ErrStaleLease) {
+		return &api.Error{Status: http.StatusConflict, Code: api.CodeStaleLease, Message: err.Error(), StaleReportSeq: a.Seq}
+	}
+	return err
 }
 
 // leaseID parses the {lease} path segment: a fencing token, a positive

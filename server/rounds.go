@@ -1,0 +1,102 @@
+package server
+
+import (
+	"bytes"
+	"net/http"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/lease"
+)
+
+// The calls that save round trips (lease/rounds.go): a report that carries
+// the next acquire, and a submit of many jobs. The acquire that starts its
+// jobs is the acquire's "start" (workers.go).
+
+// reportNext answers a report whose body carries next: the report as
+// without it, and, when this call accepted it, the grants of the acquire
+// made for the report's worker in the same command ("next"). A next of max 0
+// asks for 1, as an acquire does.
+func (s *Server) reportNext(w http.ResponseWriter, r *http.Request, c *call, id uint64, rep lease.Report, next *api.Next) error {
+	if next.Max == 0 {
+		next.Max = 1
+	}
+	if next.Max < 0 || next.Max > lease.MaxAcquire {
+		return badRequest("next: max must be 1 to %d, is %d", lease.MaxAcquire, next.Max)
+	}
+	a, grants, err := s.svc.ReportNext(r.Context(), c.worker, id, rep, lease.AcquireOptions{Max: next.Max, Start: next.Start})
+	c.job = a.Job
+	if err != nil {
+		return reportError(a, err)
+	}
+	out := api.ReportReply{Accepted: true, Job: a.Job, Lease: a.Lease, Seq: a.Seq}
+	if grants != nil {
+		g, err := s.grants(r.Context(), c.worker, grants, 0)
+		if err != nil {
+			return err
+		}
+		out.Next = &g
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
+	return nil
+}
+
+// submitBatch answers POST /v1/jobs/batch: 200 and, in the place of each
+// item, what POST /v1/jobs would have answered it — its status with the job,
+// or with the error that refused it. A refused item records nothing; the
+// others are kept. The batch itself is refused (400, recording nothing) when
+// it holds no job or more than lease.MaxSubmitBatch.
+func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request, c *call) error {
+	if _, err := params(r); err != nil {
+		return err
+	}
+	var in api.SubmitBatch
+	if err := decodeBody(r, &in, false); err != nil {
+		return err
+	}
+	if n := len(in.Jobs); n == 0 || n > lease.MaxSubmitBatch {
+		return badRequest("jobs: a batch holds 1 to %d jobs, this one %d", lease.MaxSubmitBatch, n)
+	}
+	items := make([]lease.SubmitItem, len(in.Jobs))
+	refused := make([]error, len(in.Jobs)) // by the server, before the service
+	for i, j := range in.Jobs {
+		items[i] = lease.SubmitItem{ID: j.ID, Spec: j.Spec}
+		if string(bytes.TrimSpace(j.Spec)) == "null" {
+			items[i].Spec = nil
+		}
+		if err := lease.CheckID("job", j.ID); err != nil {
+			refused[i] = err
+			continue
+		}
+		if j.Kind == "" {
+			refused[i] = badRequest("missing kind: want run or evaluation")
+			continue
+		}
+		if items[i].Kind, refused[i] = parseKind(j.Kind); refused[i] != nil {
+			continue
+		}
+	}
+	res, err := s.svc.SubmitBatch(r.Context(), items)
+	if err != nil {
+		return err
+	}
+	out := api.SubmitBatchReply{Jobs: make([]api.Submitted, len(res))}
+	for i, v := range res {
+		o := api.Submitted{ID: in.Jobs[i].ID, Status: http.StatusOK}
+		if err := refused[i]; err != nil || v.Err != nil {
+			if err == nil {
+				err = v.Err
+			}
+			e := ErrorOf(err)
+			o.Status, o.Error = e.Status, &api.Error{Code: e.Code, Message: e.Message}
+		} else {
+			j := JobOf(v.Job, v.Live)
+			o.Job = &j
+			if v.Created {
+				o.Status = http.StatusCreated
+			}
+		}
+		out.Jobs[i] = o
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
+	return nil
+}
