@@ -27,18 +27,29 @@ const (
 
 func (m *Main) benchCommand() *cobra.Command {
 	var f clientFlags
-	var jobs, workers, enqueuers, heartbeats int
-	var workerID, workerTokenFile string
+	var jobs, workers, enqueuers, heartbeats, batch int
+	var workerID, workerTokenFile, protocol string
 	cmd := &cobra.Command{
-		Use:   "bench --server URL [--jobs N] [--workers W] [--heartbeats H] [--enqueuers E] [-o json]",
+		Use:   "bench --server URL [--jobs N] [--workers W] [--heartbeats H] [--enqueuers E] [--protocol P] [-o json]",
 		Short: "Measure a running daemon on the lease lifecycle: submit, acquire + start, heartbeats, report",
 		Long: `Run the standard lease-lifecycle workload (../shared/peers/WORKLOAD.md) against a
 running daemon with the Go client: E enqueuers submit N jobs of kind
 evaluation (the daemon runs nothing for them); W workers, goroutines with a
 worker id each, acquire one (a long poll) and start it, heartbeat it H times
-in a row and report it succeeded, until N jobs are done. That is 4 + H calls
-a job (7 with the default 3 heartbeats). Each call is timed by its caller;
-acquire includes its start and any wait of the long poll for a queued job.
+in a row and report it succeeded, until N jobs are done. Each call is timed
+by its caller; acquire includes its start and any wait of the long poll for
+a queued job.
+
+--protocol says which calls: classic is one call a step, 4 + H calls a job
+(7 with the default 3 heartbeats); combined (the default, the fewest round
+trips) uses all three parts below, and a comma-separated list of them shows
+each step:
+  start  acquire with start: the grant comes back running, no start call
+  next   the report carries the worker's next acquire (no wait): a job it
+         grants has no acquire call of its own (acquire_ms counts only the
+         acquires made alone, and report_ms includes the carried acquire)
+  batch  submit --batch jobs a call (submit_ms is per call)
+calls_per_job is what the run made, long polls that found nothing included.
 
 Throughput is N over the time from the first submit to the last accepted
 report. Then the log is read back from where it stood before the run: every
@@ -56,7 +67,7 @@ as a worker. With a worker token ($LEASELOG_WORKER_TOKEN or
 one worker, holding W leases at once.
 
 Progress goes to stderr when it is a terminal. -o json prints one object:
-jobs, workers, enqueuers, heartbeats, seconds, jobs_per_second,
+jobs, workers, enqueuers, heartbeats, protocol, seconds, jobs_per_second,
 calls_per_job, and submit_ms, acquire_ms, heartbeat_ms, report_ms, each with
 count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 		Args: cobra.NoArgs,
@@ -70,6 +81,12 @@ count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 				return fmt.Errorf("bench: --enqueuers %d: want 0 (as many as --workers) to %d", enqueuers, benchMaxWorkers)
 			case heartbeats < 0 || heartbeats > 1000:
 				return fmt.Errorf("bench: --heartbeats %d: want 0 to 1000", heartbeats)
+			case batch < 1 || batch > 1000:
+				return fmt.Errorf("bench: --batch %d: want 1 to 1000 (a batch submit's limit)", batch)
+			}
+			proto, err := parseProtocol(protocol, batch)
+			if err != nil {
+				return fmt.Errorf("bench: %w", err)
 			}
 			if enqueuers == 0 {
 				enqueuers = workers
@@ -84,7 +101,7 @@ count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 			}
 			b := &bench{
 				admin: admin, worker: worker,
-				jobs: jobs, workers: workers, enqueuers: enqueuers, heartbeats: heartbeats,
+				jobs: jobs, workers: workers, enqueuers: enqueuers, heartbeats: heartbeats, proto: proto,
 				prefix: "bench-" + ulid.Make().String(), workerID: workerID,
 			}
 			stderr := cmd.ErrOrStderr()
@@ -119,6 +136,8 @@ count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 	cmd.Flags().IntVar(&workers, "workers", 16, "concurrent workers (goroutines, each one lease at a time)")
 	cmd.Flags().IntVar(&enqueuers, "enqueuers", 0, "concurrent submitters (0: as many as --workers)")
 	cmd.Flags().IntVar(&heartbeats, "heartbeats", 3, "heartbeats of each lease between its start and its report")
+	cmd.Flags().StringVar(&protocol, "protocol", "combined", "classic, combined, or parts of combined: start,next,batch (see above)")
+	cmd.Flags().IntVar(&batch, "batch", 100, "jobs a submit call with the batch part")
 	cmd.Flags().StringVar(&workerID, "worker-id", "", "every worker acts as this worker id (needed with a worker token); default: one id each, bench-<ULID>-wNNN")
 	cmd.Flags().StringVar(&workerTokenFile, "worker-token-file", "", "the workers' token from FILE (mode 0600) instead of $LEASELOG_WORKER_TOKEN; default: the token of the submits")
 	return cmd
@@ -204,7 +223,9 @@ type benchResult struct {
 	Workers       int          `json:"workers"`
 	Enqueuers     int          `json:"enqueuers"`
 	Heartbeats    int          `json:"heartbeats"`
-	CallsPerJob   int          `json:"calls_per_job"`
+	Protocol      string       `json:"protocol"`
+	Batch         int          `json:"batch,omitempty"` // jobs a submit call
+	CallsPerJob   float64      `json:"calls_per_job"`   // as made, empty long polls too
 	Seconds       float64      `json:"seconds"`
 	JobsPerSecond float64      `json:"jobs_per_second"`
 	Submit        benchLatency `json:"submit_ms"`
@@ -218,7 +239,8 @@ type benchResult struct {
 func (b *bench) result(elapsed time.Duration, verified string, checkErr error) benchResult {
 	r := benchResult{
 		Prefix: b.prefix, Kind: benchKind, Jobs: b.jobs, Workers: b.workers, Enqueuers: b.enqueuers, Heartbeats: b.heartbeats,
-		CallsPerJob: 4 + b.heartbeats, Seconds: elapsed.Seconds(),
+		Protocol: b.proto.String(), Batch: b.proto.batch,
+		CallsPerJob: float64(b.calls.Load()) / float64(b.jobs), Seconds: elapsed.Seconds(),
 		Submit: latencyOf(b.lat[opSubmit]), Acquire: latencyOf(b.lat[opAcquire]),
 		Heartbeat: latencyOf(b.lat[opHeartbeat]), Report: latencyOf(b.lat[opReport]),
 		Checked: checkErr == nil, Check: verified,
@@ -233,8 +255,8 @@ func (b *bench) result(elapsed time.Duration, verified string, checkErr error) b
 }
 
 func (r benchResult) table(out io.Writer) {
-	fmt.Fprintf(out, "%d jobs (%s, %s) in %.2f s: %.0f jobs/s; %d workers, %d enqueuers, %d heartbeats a job, %d calls a job\n\n",
-		r.Jobs, r.Kind, r.Prefix, r.Seconds, r.JobsPerSecond, r.Workers, r.Enqueuers, r.Heartbeats, r.CallsPerJob)
+	fmt.Fprintf(out, "%d jobs (%s, %s) in %.2f s: %.0f jobs/s; %d workers, %d enqueuers, %d heartbeats a job; protocol %s, %.2f calls a job\n\n",
+		r.Jobs, r.Kind, r.Prefix, r.Seconds, r.JobsPerSecond, r.Workers, r.Enqueuers, r.Heartbeats, r.Protocol, r.CallsPerJob)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "OPERATION\tCOUNT\tP50 ms\tP90 ms\tP99 ms\tMAX ms\tMEAN ms\t")
 	for i, l := range []benchLatency{r.Submit, r.Acquire, r.Heartbeat, r.Report} {

@@ -24,14 +24,27 @@ listen = "127.0.0.1:0"
 local_capacity = 0
 `
 
-// TestBenchCommand runs `leaselog bench -o json` on a daemon with a job of
-// its own already done (history), and checks the object it prints.
+// TestBenchCommand runs `leaselog bench -o json` in each protocol on one
+// daemon (each run after the first finds the history of the others), and
+// checks the object it prints.
 func TestBenchCommand(t *testing.T) {
 	dir := t.TempDir()
 	d := startServeConfig(t, dir, benchConfig)
 	data := filepath.Join(dir, "data")
-	for range 2 { // the second run finds the first one's history
-		out, err := run(t, "bench", "--server", d.url, "--data", data, "--jobs", "300", "--workers", "8", "--enqueuers", "3", "-o", "json")
+	for _, p := range []struct {
+		flag, name string
+		calls      [2]float64 // calls a job: at least, below
+	}{
+		{"classic", "classic", [2]float64{7, 7.5}}, // 4 + H, and any long poll that found nothing
+		{"start", "start", [2]float64{6, 6.5}},
+		{"next,start", "start,next", [2]float64{4, 6.5}}, // 5 when no job was queued at a report
+		{"", "combined", [2]float64{4, 5.5}},             // the default
+	} {
+		args := []string{"bench", "--server", d.url, "--data", data, "--jobs", "300", "--workers", "8", "--enqueuers", "3", "-o", "json"}
+		if p.flag != "" {
+			args = append(args, "--protocol", p.flag)
+		}
+		out, err := run(t, args...)
 		if err != nil {
 			t.Fatalf("bench: %v\n%s", err, out)
 		}
@@ -40,7 +53,8 @@ func TestBenchCommand(t *testing.T) {
 			Workers       int                `json:"workers"`
 			Enqueuers     int                `json:"enqueuers"`
 			Heartbeats    int                `json:"heartbeats"`
-			CallsPerJob   int                `json:"calls_per_job"`
+			Protocol      string             `json:"protocol"`
+			CallsPerJob   float64            `json:"calls_per_job"`
 			Seconds       float64            `json:"seconds"`
 			JobsPerSecond float64            `json:"jobs_per_second"`
 			Submit        map[string]float64 `json:"submit_ms"`
@@ -53,8 +67,11 @@ func TestBenchCommand(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatalf("not one JSON object: %v\n%s", err, out)
 		}
-		if r.Jobs != 300 || r.Workers != 8 || r.Enqueuers != 3 || r.Heartbeats != 3 || r.CallsPerJob != 7 {
+		if r.Jobs != 300 || r.Workers != 8 || r.Enqueuers != 3 || r.Heartbeats != 3 || r.Protocol != p.name {
 			t.Errorf("parameters: %s", out)
+		}
+		if r.CallsPerJob < p.calls[0] || r.CallsPerJob >= p.calls[1] {
+			t.Errorf("%s: %v calls a job, want %v to %v", p.name, r.CallsPerJob, p.calls[0], p.calls[1])
 		}
 		if !r.Checked || !strings.Contains(r.Check, "300/300 jobs reported exactly once") {
 			t.Errorf("check: %s", out)
@@ -64,10 +81,15 @@ func TestBenchCommand(t *testing.T) {
 		}
 		for name, l := range map[string]map[string]float64{"submit": r.Submit, "acquire": r.Acquire, "heartbeat": r.Heartbeat, "report": r.Report} {
 			want := 300.0
-			if name == "heartbeat" {
+			switch {
+			case name == "heartbeat":
 				want = 900
+			case name == "submit" && p.name == "combined":
+				want = 3 // 100 jobs a call
+			case name == "acquire" && (strings.Contains(p.name, "next") || p.name == "combined"):
+				want = l["count"] // those its reports carried have none
 			}
-			if l["count"] != want || l["p50"] <= 0 || l["p50"] > l["p90"] || l["p90"] > l["p99"] || l["p99"] > l["max"] {
+			if l["count"] != want || l["count"] == 0 || l["p50"] <= 0 || l["p50"] > l["p90"] || l["p90"] > l["p99"] || l["p99"] > l["max"] {
 				t.Errorf("%s_ms: %v", name, l)
 			}
 		}
@@ -187,6 +209,9 @@ func TestBenchFlags(t *testing.T) {
 		{nil, "worker-token-0123456789", "give its --worker-id"},
 		{[]string{"--worker-token-file", "/nonexistent/token"}, "", "--worker-token-file"},
 		{[]string{"--jobs", "x"}, "", `invalid argument "x"`},
+		{[]string{"--protocol", "fast"}, "", `--protocol "fast": want classic, combined, or a comma-separated list of start, next, batch`},
+		{[]string{"--protocol", "start,,next"}, "", `--protocol "start,,next"`},
+		{[]string{"--batch", "1001"}, "", "--batch 1001: want 1 to 1000"},
 	} {
 		if c.env != "" {
 			t.Setenv("LEASELOG_WORKER_TOKEN", c.env)

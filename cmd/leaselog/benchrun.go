@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ import (
 // reader (the check); *api.Client is one.
 type benchAdmin interface {
 	Submit(ctx context.Context, s api.Submit) (api.Job, bool, error)
+	SubmitBatch(ctx context.Context, jobs []api.Submit) ([]api.Submitted, error)
 	Jobs(ctx context.Context, state, kind string) ([]api.Job, error)
 	Cancel(ctx context.Context, id string) (api.Job, error)
 	Events(ctx context.Context, q api.EventQuery) (api.Events, error)
@@ -35,9 +37,11 @@ type benchAdmin interface {
 // is one.
 type benchWorker interface {
 	Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error)
+	AcquireStart(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error)
 	Start(ctx context.Context, worker string, lease uint64) (api.Lease, error)
 	Heartbeat(ctx context.Context, worker string, leases []uint64) (api.HeartbeatReply, error)
 	Report(ctx context.Context, lease uint64, r api.Report) (api.ReportReply, error)
+	ReportNext(ctx context.Context, lease uint64, r api.Report, next api.Next) (api.ReportReply, error)
 }
 
 // benchKind is the kind of the jobs the bench submits (as the shared
@@ -57,6 +61,7 @@ type bench struct {
 	workers    int
 	enqueuers  int
 	heartbeats int
+	proto      benchProtocol
 	prefix     string // job ids are prefix + "-" + number
 	workerID   string // every worker acts as this id; "" gives each its own
 	progress   func(done, submitted int64)
@@ -64,6 +69,7 @@ type bench struct {
 	seq0      uint64          // the log's last seq before the first submit
 	stop      context.Context // done when the run stops
 	submitted atomic.Int64
+	calls     atomic.Int64 // calls of the workload (not of the checks)
 	done      atomic.Int64
 	accepted  []atomic.Int32 // accepted reports per job
 	rejected  atomic.Int64   // reports refused by the token check
@@ -157,26 +163,25 @@ func (b *bench) run(ctx context.Context) (time.Duration, error) {
 	slots.Store(int64(b.jobs))
 	var next atomic.Int64 // the next job number to submit
 	t0 := time.Now()
+	size := max(b.proto.batch, 1)
 	for range b.enqueuers {
 		wg.Go(func() {
 			var s [4][]time.Duration
 			defer b.record(&s)
 			for {
-				i := int(next.Add(1) - 1)
-				if i >= b.jobs || ctx.Err() != nil {
+				lo := int(next.Add(int64(size)) - int64(size))
+				if lo >= b.jobs || ctx.Err() != nil {
 					return
 				}
+				hi := min(lo+size, b.jobs)
 				st := time.Now()
-				_, created, err := b.admin.Submit(call, api.Submit{ID: b.jobID(i), Kind: benchKind, Spec: spec})
-				if err == nil && !created {
-					err = errors.New("it existed already")
-				}
-				if err != nil {
-					fail(fmt.Errorf("submit %s: %w", b.jobID(i), err))
+				b.calls.Add(1)
+				if err := b.submit(call, lo, hi, spec); err != nil {
+					fail(err)
 					return
 				}
 				s[opSubmit] = append(s[opSubmit], time.Since(st))
-				b.submitted.Add(1)
+				b.submitted.Add(int64(hi - lo))
 			}
 		})
 	}
@@ -186,11 +191,7 @@ func (b *bench) run(ctx context.Context) (time.Duration, error) {
 		wg.Go(func() {
 			var s [4][]time.Duration
 			defer b.record(&s)
-			for slots.Add(-1) >= 0 {
-				if err := b.lifecycle(call, worker, result, &s); err != nil {
-					fail(err)
-					return
-				}
+			err := b.workerLoop(call, worker, &slots, result, &s, func() {
 				b.done.Add(1)
 				for {
 					e, now := end.Load(), int64(time.Since(t0))
@@ -198,6 +199,9 @@ func (b *bench) run(ctx context.Context) (time.Duration, error) {
 						break
 					}
 				}
+			})
+			if err != nil {
+				fail(err)
 			}
 		})
 	}
@@ -226,6 +230,41 @@ func (b *bench) run(ctx context.Context) (time.Duration, error) {
 	return time.Duration(end.Load()), nil
 }
 
+// submit submits jobs lo to hi-1: one call, a batch or a single submit.
+func (b *bench) submit(ctx context.Context, lo, hi int, spec json.RawMessage) error {
+	if b.proto.batch == 0 {
+		_, created, err := b.admin.Submit(ctx, api.Submit{ID: b.jobID(lo), Kind: benchKind, Spec: spec})
+		if err == nil && !created {
+			err = errors.New("it existed already")
+		}
+		if err != nil {
+			return fmt.Errorf("submit %s: %w", b.jobID(lo), err)
+		}
+		return nil
+	}
+	items := make([]api.Submit, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		items = append(items, api.Submit{ID: b.jobID(i), Kind: benchKind, Spec: spec})
+	}
+	subs, err := b.admin.SubmitBatch(ctx, items)
+	if err != nil {
+		return fmt.Errorf("submit %s to %s in a batch: %w", b.jobID(lo), b.jobID(hi-1), err)
+	}
+	if len(subs) != len(items) {
+		return fmt.Errorf("submit %s to %s in a batch: %d answers for %d jobs", b.jobID(lo), b.jobID(hi-1), len(subs), len(items))
+	}
+	for i, sub := range subs {
+		if sub.ID != items[i].ID || sub.Status != http.StatusCreated {
+			msg := ""
+			if sub.Error != nil {
+				msg = ": " + sub.Error.Error()
+			}
+			return fmt.Errorf("submit %s in a batch: answered %s with status %d%s, want 201 (a new job)", items[i].ID, sub.ID, sub.Status, msg)
+		}
+	}
+	return nil
+}
+
 // cleanup cancels the jobs of a failed run that are still queued (or
 // leased: its workers reported their leases failed, unless that failed too),
 // so that the next run finds none queued, and adds to err what it did.
@@ -250,103 +289,6 @@ func (b *bench) cleanup(err error) error {
 	}
 	if n > 0 {
 		return fmt.Errorf("%w (cancelled the run's %d jobs left queued or leased)", err, n)
-	}
-	return err
-}
-
-// lifecycle takes one job through acquire, start, heartbeats and report. A
-// lease of the run's whose lifecycle stops short is reported failed, so that
-// its job ends.
-func (b *bench) lifecycle(ctx context.Context, worker string, result json.RawMessage, s *[4][]time.Duration) error {
-	g, err := b.acquire(ctx, worker, s)
-	if err == nil {
-		err = b.heartbeatAndReport(ctx, worker, g, result, s)
-	}
-	if err != nil && g.Lease != 0 && b.jobIndex(g.Job.ID) >= 0 {
-		_, _ = b.worker.Report(ctx, g.Lease, api.Report{Worker: worker, Outcome: "failed", Reason: "leaselog bench stopped: " + err.Error()})
-	}
-	return err
-}
-
-// acquire long-polls until it is granted a lease, and starts it.
-func (b *bench) acquire(ctx context.Context, worker string, s *[4][]time.Duration) (api.Grant, error) {
-	st := time.Now()
-	var g api.Grant
-	for {
-		if err := b.stop.Err(); err != nil {
-			return g, err
-		}
-		gs, err := b.worker.Acquire(ctx, worker, 1, benchAcquireWait)
-		if err != nil {
-			return g, fmt.Errorf("worker %s: acquire: %w", worker, workerCallHint(err))
-		}
-		if len(gs) > 1 {
-			return g, fmt.Errorf("worker %s: acquire of at most 1 granted %d leases", worker, len(gs))
-		}
-		if len(gs) == 1 {
-			g = gs[0]
-			break
-		}
-	}
-	if b.jobIndex(g.Job.ID) < 0 {
-		return g, fmt.Errorf("worker %s: acquired job %s (lease %d), which this bench did not submit: run the bench on a daemon with no other queued jobs", worker, g.Job.ID, g.Lease)
-	}
-	if err := b.stop.Err(); err != nil {
-		return g, err
-	}
-	l, err := b.worker.Start(ctx, worker, g.Lease)
-	if err != nil {
-		return g, fmt.Errorf("worker %s: start lease %d: %w", worker, g.Lease, err)
-	}
-	if l.Lease != g.Lease || l.State != "running" {
-		return g, fmt.Errorf("worker %s: start lease %d: answered lease %d in state %q", worker, g.Lease, l.Lease, l.State)
-	}
-	s[opAcquire] = append(s[opAcquire], time.Since(st))
-	return g, nil
-}
-
-// heartbeatAndReport heartbeats the lease H times and reports it succeeded.
-func (b *bench) heartbeatAndReport(ctx context.Context, worker string, g api.Grant, result json.RawMessage, s *[4][]time.Duration) error {
-	ids := []uint64{g.Lease}
-	for range b.heartbeats {
-		if err := b.stop.Err(); err != nil {
-			return err
-		}
-		st := time.Now()
-		r, err := b.worker.Heartbeat(ctx, worker, ids)
-		if err != nil {
-			return fmt.Errorf("worker %s: heartbeat lease %d: %w", worker, g.Lease, err)
-		}
-		s[opHeartbeat] = append(s[opHeartbeat], time.Since(st))
-		if len(r.Leases) != 1 || r.Leases[0].Lease != g.Lease || r.Leases[0].Directive != api.DirectiveContinue {
-			b.lost.Add(1)
-		}
-	}
-	if err := b.stop.Err(); err != nil {
-		return err
-	}
-	st := time.Now()
-	rr, err := b.worker.Report(ctx, g.Lease, api.Report{Worker: worker, Outcome: "succeeded", Result: result})
-	if api.IsCode(err, api.CodeStaleLease) {
-		b.rejected.Add(1)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("worker %s: report lease %d: %w", worker, g.Lease, err)
-	}
-	s[opReport] = append(s[opReport], time.Since(st))
-	if rr.Accepted && rr.Lease == g.Lease && rr.Job == g.Job.ID {
-		if i := b.jobIndex(rr.Job); i >= 0 {
-			b.accepted[i].Add(1)
-		}
-	}
-	return nil
-}
-
-// workerCallHint adds to a 403 on a worker call what the bench needs.
-func workerCallHint(err error) error {
-	if api.IsCode(err, api.CodeForbidden) || api.IsCode(err, api.CodeUnauthorized) {
-		return fmt.Errorf("%w (the workers' calls need an open daemon or a worker's token: an admin token cannot act as a worker; see --worker-id and --worker-token-file)", err)
 	}
 	return err
 }
