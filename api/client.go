@@ -84,7 +84,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 		return 0, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	buf := answerBuffers.Get().(*[]byte)
+	defer putAnswerBuffer(buf)
+	b, err := readAnswer(resp.Body, (*buf)[:0], 64<<20)
+	*buf = b[:0] // out holds nothing of b: encoding/json copies what it keeps
 	if err != nil {
 		return resp.StatusCode, err
 	}

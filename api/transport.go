@@ -2,11 +2,43 @@ package api
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// answerBuffers holds the buffers a Client reads answers into: an answer is
+// read whole, decoded, and dropped.
+var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// putAnswerBuffer returns a buffer to the pool unless a large answer (a page
+// of events) grew it.
+func putAnswerBuffer(b *[]byte) {
+	if cap(*b) <= 64<<10 {
+		answerBuffers.Put(b)
+	}
+}
+
+// readAnswer is io.ReadAll(io.LimitReader(r, limit)) into buf.
+func readAnswer(r io.Reader, buf []byte, limit int) ([]byte, error) {
+	for len(buf) < limit {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):min(cap(buf), limit)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
+}
 
 // newTransport returns the transport a Client sends its calls with. For the
 // daemon's http:// and unix:// addresses it speaks HTTP/2 without TLS, with

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -75,7 +76,10 @@ func hangUp(w http.ResponseWriter) {
 // Content-Type is not checked: curl -d sends a form type, and the body says
 // what it is.
 func decodeBody(r *http.Request, v any, emptyOK bool) error {
-	b, err := io.ReadAll(r.Body)
+	buf := bodyBuffers.Get().(*[]byte)
+	defer putBodyBuffer(buf)
+	b, err := readAll(r.Body, (*buf)[:0])
+	*buf = b[:0]
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		switch {
@@ -101,6 +105,8 @@ func decodeBody(r *http.Request, v any, emptyOK bool) error {
 	if err := checkJSON(b); err != nil {
 		return err
 	}
+	// v holds nothing of b (encoding/json copies strings and raw
+	// messages), so b's buffer is used again by the next request.
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {
@@ -116,11 +122,41 @@ func decodeBody(r *http.Request, v any, emptyOK bool) error {
 	return nil
 }
 
+// bodyBuffers holds the buffers request bodies are read into: a call's body
+// is read whole, decoded, and dropped, and most are under a kilobyte.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// putBodyBuffer returns a buffer to the pool, unless a large body grew it:
+// the pool keeps what the common call needs, not the largest body seen.
+func putBodyBuffer(b *[]byte) {
+	if cap(*b) <= 64<<10 {
+		bodyBuffers.Put(b)
+	}
+}
+
+// readAll is io.ReadAll into buf.
+func readAll(r io.Reader, buf []byte) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
 // checkJSON refuses what encoding/json would take quietly and get wrong:
 // invalid UTF-8, which it turns into U+FFFD, and a key given twice in one
 // object, of which it keeps the last — in a spec, stored canonical, the other
 // would be lost without a word. A syntax error is left to the decoder, which
-// says it better.
+// says it better. It allocates nothing for a body of small objects with
+// plain keys (a key with an escape, an object of many keys, a refusal do).
 func checkJSON(b []byte) error {
 	if !utf8.Valid(b) {
 		off := 0
@@ -133,6 +169,60 @@ func checkJSON(b []byte) error {
 		}
 		return badRequest("body: invalid UTF-8 at byte %d", off)
 	}
+	if !json.Valid(b) {
+		return checkTokens(b)
+	}
+	var (
+		frameArr [8]dupFrame
+		keyArr   [32][]byte
+		frames   = frameArr[:0]
+		keys     = keyArr[:0]
+		last     []byte // the key read last: the name of an object or array it opens
+		wantKey  bool   // in an object, after { or ,
+	)
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '{', '[':
+			f := dupFrame{obj: b[i] == '{', keys: len(keys)}
+			if n := len(frames); n > 0 && frames[n-1].obj {
+				f.name = last
+			}
+			frames, wantKey = append(frames, f), f.obj
+		case '}', ']':
+			f := &frames[len(frames)-1]
+			keys, frames, wantKey = keys[:f.keys], frames[:len(frames)-1], false
+		case ',':
+			wantKey = frames[len(frames)-1].obj
+		case '"':
+			j, escaped := i+1, false
+			for ; b[j] != '"'; j++ {
+				if b[j] == '\\' {
+					escaped, j = true, j+1
+				}
+			}
+			if wantKey {
+				k := b[i+1 : j]
+				if escaped {
+					var ks string
+					_ = json.Unmarshal(b[i:j+1], &ks) // valid JSON: a valid string
+					k = []byte(ks)
+				}
+				f := &frames[len(frames)-1]
+				if f.has(keys[f.keys:], k) {
+					return badRequest("body: key %q given twice in %s", k, dupPath(frames))
+				}
+				keys, last, wantKey = append(keys, k), k, false
+			}
+			i = j
+		}
+	}
+	return nil
+}
+
+// checkTokens is checkJSON's scan token by token, for a body that is not
+// valid JSON: a key given twice before the syntax error is named as such,
+// the syntax error left to the decoder.
+func checkTokens(b []byte) error {
 	// One frame per open object or array: the keys an object has had, and
 	// its path for the message.
 	type frame struct {
@@ -189,6 +279,61 @@ func checkJSON(b []byte) error {
 			stack[top].key = true // a value ended: a key comes next
 		}
 	}
+}
+
+// dupFrame is an open object or array of the body checkJSON scans.
+type dupFrame struct {
+	obj  bool
+	keys int    // where this object's keys start in the scan's keys
+	name []byte // the key it is the value of, if in an object
+	// many holds the keys of an object past manyKeys, looked up by hash.
+	many map[string]struct{}
+}
+
+// manyKeys is where an object's keys go from a list to a map: a body of
+// 1 MiB could hold an object of 100k keys.
+const manyKeys = 16
+
+// has reports whether k is among the keys of f (seen, the keys read in f so
+// far), and adds it to f's map once f has many.
+func (f *dupFrame) has(seen [][]byte, k []byte) bool {
+	if f.many != nil {
+		if _, ok := f.many[string(k)]; ok {
+			return true
+		}
+		f.many[string(k)] = struct{}{}
+		return false
+	}
+	for _, s := range seen {
+		if bytes.Equal(s, k) {
+			return true
+		}
+	}
+	if len(seen)+1 >= manyKeys {
+		f.many = make(map[string]struct{}, 2*manyKeys)
+		for _, s := range seen {
+			f.many[string(s)] = struct{}{}
+		}
+		f.many[string(k)] = struct{}{}
+	}
+	return false
+}
+
+// dupPath names the innermost open object of frames for a message: "the
+// body", or its path from the body, as "spec.env[]".
+func dupPath(frames []dupFrame) string {
+	path := ""
+	for i := 1; i < len(frames); i++ {
+		if frames[i-1].obj {
+			path = strings.TrimPrefix(path+"."+string(frames[i].name), ".")
+		} else {
+			path += "[]"
+		}
+	}
+	if path == "" {
+		return "the body"
+	}
+	return path
 }
 
 // params returns the query parameters of r. A parameter not in allowed, or

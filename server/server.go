@@ -213,8 +213,6 @@ type call struct {
 	body     *body // the request's body under its deadline; nil: none
 }
 
-type callKey struct{}
-
 // ServeHTTP serves the API. Every answer, routed or not, is JSON (but the
 // metrics and the event stream), and every one is counted and, if refused,
 // logged.
@@ -223,7 +221,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &call{route: "unmatched", received: s.opts.Clock.Now(), h2: r.ProtoMajor >= 2}
 	rec := &recorder{ResponseWriter: w, c: c}
 	s.watchBody(w, r, c)
-	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
 	defer func() { s.finish(rec, r, c, start, recover()) }()
 
 	h, pattern := s.mux.Handler(r)
@@ -267,7 +264,7 @@ func (s *Server) unrouted(w http.ResponseWriter, r *http.Request, c *call, h htt
 }
 
 func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) {
-	c := r.Context().Value(callKey{}).(*call) // the mux is only reached through ServeHTTP
+	c := w.(*recorder).c // the mux is only reached through ServeHTTP, with its recorder
 	c.route = rt.pattern
 	c.worker, c.job = r.PathValue("worker"), r.PathValue("id")
 	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
@@ -377,13 +374,22 @@ func (s *Server) writeJSON(w http.ResponseWriter, c *call, status int, v any) {
 	}
 	b = append(b, '\n')
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	// The fixed values are shared, not built per answer: net/http only
+	// reads them, and one appended to gets a copy (len == cap).
+	h["Content-Type"] = jsonContentType
 	h.Set("Content-Length", strconv.Itoa(len(b)))
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
+	h["Cache-Control"] = noStore
+	h["X-Content-Type-Options"] = noSniff
 	w.WriteHeader(status)
 	_, _ = w.Write(b) // the client went away: nothing left to tell it
 }
+
+// The header values of every JSON answer (canonical keys, so set directly).
+var (
+	jsonContentType = []string{"application/json"}[:1:1]
+	noStore         = []string{"no-store"}[:1:1]
+	noSniff         = []string{"nosniff"}[:1:1]
+)
 
 // badRequest is a 400 with a message saying what is wrong.
 func badRequest(format string, args ...any) *api.Error {
