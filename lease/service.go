@@ -174,10 +174,26 @@ func (s *Service) Err() error {
 	return s.failedLocked("")
 }
 
+// eventLevel is the level of each event's log line. The events of a job's
+// ordinary course (queued, acquired, running, each heartbeat) are logged at
+// debug: at the default level a daemon writes no line per call. What ends a
+// job or a lease (reported, with its outcome; expired; cancelled; revoked;
+// lost), a stale report refused, a worker's reachability and the daemon's
+// own events are state changes, logged at info: one line per job that ends.
+var eventLevel = func() (l [event.NumTypes]zerolog.Level) {
+	for t := range l {
+		l[t] = zerolog.InfoLevel
+	}
+	for _, t := range []event.Type{event.TypeQueued, event.TypeAcquired, event.TypeRunning, event.TypeHeartbeat} {
+		l[t] = zerolog.DebugLevel
+	}
+	return l
+}()
+
 func (s *Service) logEvent(e *event.Event) {
 	lvl := zerolog.InfoLevel
-	if e.Type == event.TypeHeartbeat {
-		lvl = zerolog.DebugLevel
+	if int(e.Type) < len(eventLevel) {
+		lvl = eventLevel[e.Type]
 	}
 	ev := s.logger.WithLevel(lvl)
 	if !ev.Enabled() {
