@@ -237,6 +237,7 @@ func (s *Service) failedLocked(during string) error {
 func (s *Service) failLocked(err error, during string) {
 	if s.mu.err == nil {
 		s.mu.err = fmt.Errorf("%w: %v", ErrFailed, err)
+		s.failed.Store(true)
 		ev := s.logger.Error().Err(err)
 		if during != "" {
 			ev = ev.Str("command", during)

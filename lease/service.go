@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -92,6 +93,9 @@ type Service struct {
 	every  int
 	period time.Duration
 	built  replay.Stats
+	// failed is set with mu.err: Err reads it without the mutex, which every
+	// API call would otherwise take once more.
+	failed atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -169,6 +173,9 @@ func (s *Service) Config() timing.Config { return s.cfg }
 
 // Err returns the error that failed the service, or nil.
 func (s *Service) Err() error {
+	if !s.failed.Load() && s.log.Err() == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.failedLocked("")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,20 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	fsync    prometheus.Histogram
 	handler  http.Handler
+
+	// byCall caches the series of each route and status: a call looks
+	// them up once, not by hashing its labels.
+	byCall sync.Map // callSeriesKey → *callSeries
+}
+
+type callSeriesKey struct {
+	route  string
+	status int
+}
+
+type callSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
 }
 
 // NewMetrics registers the HTTP and fsync metrics on reg (nil means a private
@@ -88,9 +103,15 @@ func (m *Metrics) attach(svc *lease.Service, timeout time.Duration, log zerolog.
 func (m *Metrics) ObserveCommit(d time.Duration) { m.fsync.Observe(d.Seconds()) }
 
 func (m *Metrics) observe(route string, status int, d time.Duration) {
-	code := strconv.Itoa(status)
-	m.requests.WithLabelValues(route, code).Inc()
-	m.duration.WithLabelValues(route, code).Observe(d.Seconds())
+	k := callSeriesKey{route, status}
+	v, ok := m.byCall.Load(k)
+	if !ok {
+		code := strconv.Itoa(status)
+		v, _ = m.byCall.LoadOrStore(k, &callSeries{m.requests.WithLabelValues(route, code), m.duration.WithLabelValues(route, code)})
+	}
+	cs := v.(*callSeries)
+	cs.requests.Inc()
+	cs.duration.Observe(d.Seconds())
 }
 
 // SyncObserver returns the function that records an fsync of the event log
