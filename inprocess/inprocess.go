@@ -42,7 +42,16 @@ func (d inProcess) grants(ctx context.Context, gs []lease.Grant, held time.Durat
 // all, whatever the call took, so that a caller on a simulated clock (the
 // simulation calls Acquire with no wait) sees no real time in it.
 func (d inProcess) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
-	gs, err := d.svc.Acquire(ctx, worker, max)
+	return d.acquire(ctx, worker, lease.AcquireOptions{Max: max}, wait)
+}
+
+// AcquireStart is Acquire whose grants come back running (worker.Rounder).
+func (d inProcess) AcquireStart(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
+	return d.acquire(ctx, worker, lease.AcquireOptions{Max: max, Start: true}, wait)
+}
+
+func (d inProcess) acquire(ctx context.Context, worker string, o lease.AcquireOptions, wait time.Duration) ([]api.Grant, error) {
+	gs, err := d.svc.AcquireWith(ctx, worker, o)
 	if err != nil {
 		return nil, server.ErrorOf(err)
 	}
@@ -51,7 +60,7 @@ func (d inProcess) Acquire(ctx context.Context, worker string, max int, wait tim
 		waitCtx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		since := time.Now()
-		gs, err = d.svc.AcquireWait(waitCtx, worker, max)
+		gs, err = d.svc.AcquireWaitWith(waitCtx, worker, o)
 		held = time.Since(since)
 		if err != nil {
 			return nil, server.ErrorOf(err)
@@ -85,17 +94,50 @@ func (d inProcess) Start(ctx context.Context, worker string, id uint64) (api.Lea
 }
 
 func (d inProcess) Report(ctx context.Context, id uint64, r api.Report) (api.ReportReply, error) {
+	if r.Next != nil {
+		return d.ReportNext(ctx, id, r, *r.Next)
+	}
 	o, err := event.ParseOutcome(r.Outcome)
 	if err != nil {
 		return api.ReportReply{}, &api.Error{Status: http.StatusBadRequest, Code: api.CodeBadRequest, Message: err.Error()}
 	}
 	a, err := d.svc.Report(ctx, r.Worker, id, lease.Report{Outcome: o, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
 	if err != nil {
-		e := server.ErrorOf(err)
-		if a.Stale {
-			e.StaleReportSeq = a.Seq
-		}
-		return api.ReportReply{}, e
+		return api.ReportReply{}, reportError(a, err)
 	}
 	return api.ReportReply{Accepted: true, Job: a.Job, Lease: a.Lease, Seq: a.Seq}, nil
+}
+
+// ReportNext is Report carrying the next acquire (worker.Rounder): the
+// reply's Next holds its grants when this call accepted the report.
+func (d inProcess) ReportNext(ctx context.Context, id uint64, r api.Report, next api.Next) (api.ReportReply, error) {
+	o, err := event.ParseOutcome(r.Outcome)
+	if err != nil {
+		return api.ReportReply{}, &api.Error{Status: http.StatusBadRequest, Code: api.CodeBadRequest, Message: err.Error()}
+	}
+	if next.Max == 0 {
+		next.Max = 1
+	}
+	a, gs, err := d.svc.ReportNext(ctx, r.Worker, id, lease.Report{Outcome: o, Ref: r.Ref, Reason: r.Reason, Result: r.Result},
+		lease.AcquireOptions{Max: next.Max, Start: next.Start})
+	if err != nil {
+		return api.ReportReply{}, reportError(a, err)
+	}
+	out := api.ReportReply{Accepted: true, Job: a.Job, Lease: a.Lease, Seq: a.Seq}
+	if gs != nil {
+		grants, err := d.grants(context.WithoutCancel(ctx), gs, 0)
+		if err != nil {
+			return api.ReportReply{}, err
+		}
+		out.Next = &api.Grants{Leases: grants}
+	}
+	return out, nil
+}
+
+func reportError(a lease.Answer, err error) error {
+	e := server.ErrorOf(err)
+	if a.Stale {
+		e.StaleReportSeq = a.Seq
+	}
+	return e
 }

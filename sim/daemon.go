@@ -176,7 +176,7 @@ func (d *daemon) handle(c *call) {
 		d.s.check.heartbeat(r, reply, err, before)
 	case reqAcquire:
 		var gs []api.Grant
-		gs, err = d.api.Acquire(bg, r.worker, r.max, 0)
+		gs, err = d.acquire(r)
 		if err == nil && len(gs) == 0 && r.wait > 0 {
 			p := &parked{c: c, req: r, deadline: d.s.now + r.wait}
 			d.parked = append(d.parked, p)
@@ -215,6 +215,15 @@ func (d *daemon) handle(c *call) {
 	}
 	d.answer(c, reply, err, before)
 	d.stepped(c.req.kind(), before)
+}
+
+// acquire is one try of an acquire, without waiting: with start, through
+// the adapter's worker.Rounder, as the worker calls it.
+func (d *daemon) acquire(r reqAcquire) ([]api.Grant, error) {
+	if r.start {
+		return d.api.(worker.Rounder).AcquireStart(bg, r.worker, r.max, 0)
+	}
+	return d.api.Acquire(bg, r.worker, r.max, 0)
 }
 
 // job is job id as the API shows it, with its live lease.
@@ -265,7 +274,7 @@ func (d *daemon) retryParked() {
 			continue // a step below answered it already
 		}
 		before := d.log.LastSeq()
-		gs, err := d.api.Acquire(bg, p.req.worker, p.req.max, 0)
+		gs, err := d.acquire(p.req)
 		switch {
 		case err != nil:
 			d.unparked(p)

@@ -196,6 +196,26 @@ func codeOf(err error) string {
 	return "transport"
 }
 
+// acquireOps appends the operations of an acquire by worker for up to max
+// jobs that granted gs: one per grant, and, when its answer was seen and
+// granted fewer than max, a miss of every job that sat in the queue while it
+// was in flight.
+func (h *History) acquireOps(out []jobOp, r *callRec, gs []api.Grant, known bool, worker string, max int, start bool, jobs []string) []jobOp {
+	given := map[string]bool{}
+	for _, g := range gs {
+		given[g.Job.ID] = true
+		out = append(out, jobOp{input{op: opAcquire, job: g.Job.ID, worker: worker, start: start}, output{lease: g.Lease}})
+	}
+	if known && len(gs) < max {
+		for _, j := range jobs {
+			if !given[j] && h.wasQueued(j, r.c.sent, r.returned) {
+				out = append(out, jobOp{input{op: opMiss, job: j, worker: worker}, output{}})
+			}
+		}
+	}
+	return out
+}
+
 // opsOf is what processing p of call r did, per job.
 func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []jobOp {
 	var out []jobOp
@@ -214,19 +234,7 @@ func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []jobOp 
 		if p.err != nil {
 			return nil // a refused acquire grants nothing
 		}
-		gs := p.reply.([]api.Grant)
-		given := map[string]bool{}
-		for _, g := range gs {
-			given[g.Job.ID] = true
-			out = append(out, jobOp{input{op: opAcquire, job: g.Job.ID, worker: q.worker}, output{lease: g.Lease}})
-		}
-		if known && len(gs) < q.max {
-			for _, j := range jobs {
-				if !given[j] && h.wasQueued(j, r.c.sent, r.returned) {
-					out = append(out, jobOp{input{op: opMiss, job: j, worker: q.worker}, output{}})
-				}
-			}
-		}
+		out = h.acquireOps(out, r, p.reply.([]api.Grant), known, q.worker, q.max, q.start, jobs)
 	case reqStart:
 		if job, ok := h.leases[q.lease]; ok {
 			out = append(out, jobOp{input{op: opStart, job: job, worker: q.worker, lease: q.lease}, output{code: code}})
@@ -255,6 +263,12 @@ func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []jobOp 
 		}
 		out = append(out, jobOp{input{op: opReport, job: job, worker: q.r.Worker, lease: q.lease,
 			outcome: q.r.Outcome, ref: q.r.Ref, reason: q.r.Reason}, o})
+		// The acquire it carried, made by the processing that accepted it.
+		if p.err == nil && q.r.Next != nil {
+			if next := p.reply.(api.ReportReply).Next; next != nil {
+				out = h.acquireOps(out, r, next.Leases, known, q.r.Worker, q.r.Next.Max, q.r.Next.Start, jobs)
+			}
+		}
 	case reqWorkerLeases:
 		if !known || p.err != nil {
 			return nil

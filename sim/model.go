@@ -45,6 +45,7 @@ var opNames = [...]string{"submit", "acquire", "miss", "start", "beat", "report"
 
 type input struct {
 	op                   opKind
+	start                bool // opAcquire: the grant came running
 	job, worker          string
 	lease                uint64
 	jobKind, spec        string
@@ -167,6 +168,9 @@ func stepJob(j mjob, in input, out output) (bool, mjob) {
 		}
 		j = j.clone()
 		j.state = fsm.Acquired
+		if in.start {
+			j.state = fsm.Running
+		}
 		j.leases = append(j.leases, mlease{token: out.lease, worker: in.worker, live: true})
 		return true, j
 

@@ -24,6 +24,7 @@ type reqAcquire struct {
 	worker string
 	max    int
 	wait   time.Duration
+	start  bool // the grants come back running (worker.Rounder)
 }
 
 type reqStart struct {
@@ -63,12 +64,18 @@ func (r reqRevoke) kind() string {
 }
 func (reqJob) kind() string { return "job" }
 
-func (r reqHeartbeat) String() string    { return fmt.Sprintf("heartbeat %s %v", r.worker, r.leases) }
-func (r reqAcquire) String() string      { return fmt.Sprintf("acquire %s max=%d", r.worker, r.max) }
+func (r reqHeartbeat) String() string { return fmt.Sprintf("heartbeat %s %v", r.worker, r.leases) }
+func (r reqAcquire) String() string {
+	return fmt.Sprintf("acquire %s max=%d%s", r.worker, r.max, map[bool]string{true: " start"}[r.start])
+}
 func (r reqStart) String() string        { return fmt.Sprintf("start %s lease=%d", r.worker, r.lease) }
 func (r reqWorkerLeases) String() string { return "leases " + r.worker }
 func (r reqReport) String() string {
-	return fmt.Sprintf("report %s lease=%d %s%s", r.r.Worker, r.lease, r.r.Outcome, noteIf(" ref=", r.r.Ref))
+	s := fmt.Sprintf("report %s lease=%d %s%s", r.r.Worker, r.lease, r.r.Outcome, noteIf(" ref=", r.r.Ref))
+	if r.r.Next != nil {
+		s += fmt.Sprintf(" next=%d", r.r.Next.Max)
+	}
+	return s
 }
 func (r reqSubmit) String() string { return fmt.Sprintf("submit %s %s %s", r.job, r.jobKind, r.spec) }
 func (r reqRevoke) String() string { return r.kind() + " " + r.job }
@@ -104,6 +111,9 @@ func describeReply(reply any) string {
 	case api.Lease:
 		return fmt.Sprintf("lease %d %s", r.Lease, r.State)
 	case api.ReportReply:
+		if r.Next != nil {
+			return fmt.Sprintf("accepted seq=%d next %s", r.Seq, describeReply(r.Next.Leases))
+		}
 		return fmt.Sprintf("accepted seq=%d", r.Seq)
 	case api.Job:
 		lease := uint64(0)

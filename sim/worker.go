@@ -42,6 +42,10 @@ type simWorker struct {
 	waitToken  int // the acquire loop's wait in progress, 0 if none
 	freed      bool
 	acqBackoff *worker.Backoff
+	// listing: a lease list for orphans is in flight; the next waits
+	// (Worker.adoptMu: one list at a time, Core.ListMark).
+	listing bool
+	toAdopt []func()
 }
 
 func newSimWorker(s *Sim, i int) *simWorker {
@@ -93,6 +97,7 @@ func (w *simWorker) boot() {
 	w.alive, w.paused, w.deferred = true, false, nil
 	w.core = worker.NewCore(w.capacity, leaseConfig(), w.local())
 	w.waitToken, w.beatToken, w.freed = 0, 0, false
+	w.listing, w.toAdopt = false, nil
 	w.acqBackoff = worker.NewBackoff(w.core.Renew())
 	w.client = w.s.hist.newClient(fmt.Sprintf("%s#%d", w.id, w.inc))
 	w.s.tracef("%s boots (incarnation %d, capacity %d, clock rate %.4f)", w.id, w.inc, w.capacity, w.rate)
@@ -190,7 +195,7 @@ func (w *simWorker) acquireStep() {
 		return
 	}
 	sent := w.local()
-	w.call(reqAcquire{w.id, room, acquireWait}, w.core.AcquireTimeout(acquireWait), func(reply any, err error) {
+	w.call(reqAcquire{w.id, room, acquireWait, true}, w.core.AcquireTimeout(acquireWait), func(reply any, err error) {
 		if err != nil {
 			w.after(w.acqBackoff.Next(), func() {
 				if worker.Retry(err) {
@@ -209,8 +214,15 @@ func (w *simWorker) acquireStep() {
 	})
 }
 
-// adoptOrphans is Worker.adoptOrphans; then continues the acquire loop.
+// adoptOrphans is Worker.adoptOrphans; then continues with then (the
+// acquire loop, or a report's next). One list at a time, as adoptMu makes
+// them.
 func (w *simWorker) adoptOrphans(then func()) {
+	if w.listing {
+		w.toAdopt = append(w.toAdopt, func() { w.adoptOrphans(then) })
+		return
+	}
+	w.listing = true
 	mark := w.core.ListMark()
 	w.call(reqWorkerLeases{w.id}, w.core.CallTimeout(), func(reply any, err error) {
 		if err == nil {
@@ -219,13 +231,25 @@ func (w *simWorker) adoptOrphans(then func()) {
 				w.core.Adopt(g)
 			}
 		}
+		w.listing = false
 		then()
+		if len(w.toAdopt) > 0 && !w.listing {
+			next := w.toAdopt[0]
+			w.toAdopt = w.toAdopt[1:]
+			next()
+		}
 	})
 }
 
 // start is Worker.start.
 func (w *simWorker) start(g api.Grant, sent time.Time) {
 	h, ok := w.core.Take(g, sent, w.local())
+	w.begin(h, ok)
+}
+
+// begin is Worker.begin.
+func (w *simWorker) begin(h *worker.Held, ok bool) {
+	g := h.Grant()
 	if !ok {
 		w.s.tracef("%s: the grant of lease %d (%s) arrived past the fence: not starting it", w.id, g.Lease, g.Job.ID)
 		w.report(h, worker.TooLate())
@@ -246,6 +270,10 @@ func (w *simWorker) run(h *worker.Held) {
 		run.Stop(true)
 	} else if d, ok := w.core.Deadline(h); ok {
 		run.Fence(d.At)
+	}
+	if worker.Running(g) { // started with its grant
+		w.await(h)
+		return
 	}
 	w.retry(func(done func(any, error)) { w.call(reqStart{w.id, g.Lease}, w.core.CallTimeout(), done) }, func(_ any, err error) {
 		if err != nil { // fenced off (stale, or not ours): the job must not run on
@@ -281,7 +309,18 @@ func (w *simWorker) report(h *worker.Held, o worker.Outcome) {
 	send = func(o worker.Outcome) {
 		o = w.s.brk.outcome(o)
 		r := api.Report{Worker: w.id, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
-		w.retry(func(done func(any, error)) { w.call(reqReport{g.Lease, r}, w.core.CallTimeout(), done) }, func(_ any, err error) {
+		if ask := w.core.NextAfter(h); ask > 0 {
+			r.Next = &api.Next{Max: ask, Start: true}
+		}
+		var sent time.Time
+		w.retry(func(done func(any, error)) {
+			sent = w.local()
+			w.call(reqReport{g.Lease, r}, w.core.CallTimeout(), done)
+		}, func(reply any, err error) {
+			if err == nil && r.Next != nil {
+				w.reportedNext(h, reply.(api.ReportReply), sent)
+				return
+			}
 			if err == nil {
 				w.forget(h)
 				return
@@ -300,9 +339,41 @@ func (w *simWorker) report(h *worker.Held, o worker.Outcome) {
 	send(o)
 }
 
+// reportedNext is Worker.reportedNext.
+func (w *simWorker) reportedNext(h *worker.Held, reply api.ReportReply, sent time.Time) {
+	var grants []api.Grant
+	if reply.Next != nil {
+		grants = reply.Next.Leases
+	}
+	now := w.local()
+	w.core.Forget(h)
+	taken := make([]*worker.Held, len(grants))
+	ok := make([]bool, len(grants))
+	for i, g := range grants {
+		taken[i], ok[i] = w.core.Take(g, sent, now)
+	}
+	then := func() {
+		w.freeSlot()
+		for i := range taken {
+			w.begin(taken[i], ok[i])
+		}
+	}
+	if reply.Next == nil {
+		w.s.tracef("%s: the report of lease %d was answered as a repeat: looking for the grants of a lost answer", w.id, h.Lease())
+		w.adoptOrphans(then)
+		return
+	}
+	then()
+}
+
 // forget is Worker.forget: a slot is free, the acquire loop may go on.
 func (w *simWorker) forget(h *worker.Held) {
 	w.core.Forget(h)
+	w.freeSlot()
+}
+
+// freeSlot wakes the acquire loop if it waits for a slot.
+func (w *simWorker) freeSlot() {
 	if w.waitToken != 0 {
 		w.waitToken = 0
 		w.after(0, w.acquireStep)

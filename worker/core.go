@@ -384,6 +384,24 @@ func (c *Core) Take(g api.Grant, sent, now time.Time) (h *Held, start bool) {
 	return h, true
 }
 
+// NextAfter is how many leases the report of h may ask for in the same call
+// (api.Report.Next): the slot its end frees, if the worker holds h and may
+// take work (Room: not while fenced); else none. Asking for no more than the
+// one slot keeps the worker within its capacity whatever its acquire loop
+// has asked for meanwhile: that asked for the room left with h held.
+func (c *Core) NextAfter(h *Held) int {
+	if c.fenced || c.held[h.grant.Lease] != h {
+		return 0
+	}
+	return 1
+}
+
+// Running reports whether a grant came running (an acquire with start, or a
+// report's next): its start is recorded already, and no start call follows.
+func Running(g api.Grant) bool {
+	return g.Job.Lease != nil && g.Job.Lease.Lease == g.Lease && g.Job.Lease.State == "running"
+}
+
 // Started records the run of h, at now. It reports whether the run must be
 // stopped at once: a heartbeat said gone, or the fence fell, while it
 // started. Otherwise its supervisor is to be given Deadline(h).

@@ -42,6 +42,20 @@ type Daemon interface {
 	Report(ctx context.Context, lease uint64, r api.Report) (api.ReportReply, error)
 }
 
+// Rounder is a Daemon that saves round trips; *api.Client and package
+// inprocess are. A worker whose Daemon is one acquires with start — its
+// grants come back running, and no start call follows — and reports each
+// job with the next acquire for the slot the job frees (Core.NextAfter), so
+// that a busy worker makes two calls a job where it made four: the report
+// that takes the next job, and the heartbeats.
+type Rounder interface {
+	// AcquireStart is Acquire whose grants come back running.
+	AcquireStart(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error)
+	// ReportNext is Report carrying the next acquire: its grants in the
+	// reply's Next, absent when the answer repeats an earlier one.
+	ReportNext(ctx context.Context, lease uint64, r api.Report, next api.Next) (api.ReportReply, error)
+}
+
 // Options configures a Worker.
 type Options struct {
 	ID       string
@@ -85,6 +99,10 @@ type Worker struct {
 	// after a newer one (Run.Fence takes an earlier deadline too).
 	fenceMu sync.Mutex
 	freed   chan struct{} // a slot freed up: acquire again
+	rounds  Rounder       // the Daemon, if it saves round trips; else nil
+	// adoptMu makes lease lists for orphans one at a time (Core.ListMark):
+	// the acquire loop's and a report's.
+	adoptMu sync.Mutex
 }
 
 // New returns a worker.
@@ -105,6 +123,7 @@ func New(opts Options) (*Worker, error) {
 		opts.Now = hostclock.Boottime.Now
 	}
 	w := &Worker{opts: opts, now: opts.Now, freed: make(chan struct{}, 1)}
+	w.rounds, _ = opts.Daemon.(Rounder)
 	w.mu.core = NewCore(opts.Capacity, opts.Timing, w.now())
 	return w, nil
 }
@@ -204,7 +223,7 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 		}
 		callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(w.opts.Wait))
 		sent := w.now()
-		grants, err := w.opts.Daemon.Acquire(callCtx, w.opts.ID, room, w.opts.Wait)
+		grants, err := w.acquire(callCtx, room)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -227,11 +246,22 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 	}
 }
 
+// acquire asks for up to max leases, started with their grant if the
+// daemon can.
+func (w *Worker) acquire(ctx context.Context, max int) ([]api.Grant, error) {
+	if w.rounds != nil {
+		return w.rounds.AcquireStart(ctx, w.opts.ID, max, w.opts.Wait)
+	}
+	return w.opts.Daemon.Acquire(ctx, w.opts.ID, max, w.opts.Wait)
+}
+
 // adoptOrphans takes the live leases the daemon holds for this worker but
 // the worker does not know: an acquire whose answer was lost on the way
 // still granted its leases, and left alone they would expire without ever
 // running. Their jobs start once the next heartbeat renews them.
 func (w *Worker) adoptOrphans(ctx context.Context) {
+	w.adoptMu.Lock()
+	defer w.adoptMu.Unlock()
 	w.mu.Lock()
 	mark := w.mu.core.ListMark()
 	w.mu.Unlock()
@@ -258,6 +288,12 @@ func (w *Worker) start(ctx context.Context, g api.Grant, sent time.Time) {
 	w.mu.Lock()
 	h, ok := w.mu.core.Take(g, sent, w.now())
 	w.mu.Unlock()
+	w.begin(ctx, h, ok)
+}
+
+// begin runs the job of a lease just taken, or reports it too late (!ok).
+func (w *Worker) begin(ctx context.Context, h *Held, ok bool) {
+	g := h.Grant()
 	if !ok {
 		w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("the grant arrived past the fence: not starting the job")
 		w.leases.Go(func() { w.report(ctx, h, TooLate()) })
@@ -288,6 +324,10 @@ func (w *Worker) run(ctx context.Context, h *Held) {
 		run.Stop(true)
 	}
 	w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("job started")
+	if Running(g) { // started with its grant: the daemon knows
+		w.await(ctx, h)
+		return
+	}
 	w.leases.Go(func() {
 		err := w.retry(ctx, "start", func(ctx context.Context) error {
 			_, err := w.opts.Daemon.Start(ctx, w.opts.ID, g.Lease)
@@ -331,10 +371,22 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 	later := NewBackoff(w.renew())
 	for {
 		r := api.Report{Worker: w.opts.ID, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
+		ask := 0 // leases the report asks for in the same call
+		if w.rounds != nil {
+			w.mu.Lock()
+			ask = w.mu.core.NextAfter(h)
+			w.mu.Unlock()
+		}
 		var reply api.ReportReply
+		var sent time.Time
 		err := w.retry(ctx, "report", func(ctx context.Context) error {
 			var err error
-			reply, err = w.opts.Daemon.Report(ctx, g.Lease, r)
+			sent = w.now()
+			if ask > 0 {
+				reply, err = w.rounds.ReportNext(ctx, g.Lease, r, api.Next{Max: ask, Start: true})
+			} else {
+				reply, err = w.opts.Daemon.Report(ctx, g.Lease, r)
+			}
 			return err
 		})
 		if ctx.Err() != nil {
@@ -342,6 +394,10 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 		}
 		if err == nil {
 			w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Str("outcome", o.Outcome).Uint64("seq", reply.Seq).Msg("reported")
+			if ask > 0 {
+				w.reportedNext(ctx, h, reply, sent)
+				return
+			}
 			break
 		}
 		next, do := Refused(o, err)
@@ -370,6 +426,39 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 		break
 	}
 	w.forget(h)
+}
+
+// reportedNext lets go of h, reported by a call sent at sent that carried
+// the next acquire, and takes and runs what that acquire granted, in the
+// slot h freed. An answer without Next repeats an earlier one (the call was
+// sent again after an answer was lost, or the network sent it twice): the
+// earlier call's grants, if any, went to no one, so the worker looks for
+// them in its lease list before it frees the slot, as after a lost acquire
+// (adoptOrphans).
+func (w *Worker) reportedNext(ctx context.Context, h *Held, reply api.ReportReply, sent time.Time) {
+	var grants []api.Grant
+	if reply.Next != nil {
+		grants = reply.Next.Leases
+	}
+	now := w.now()
+	w.mu.Lock()
+	w.mu.core.Forget(h)
+	taken := make([]*Held, len(grants))
+	ok := make([]bool, len(grants))
+	for i, g := range grants {
+		taken[i], ok[i] = w.mu.core.Take(g, sent, now)
+	}
+	w.mu.Unlock()
+	if reply.Next == nil {
+		w.adoptOrphans(ctx)
+	}
+	select {
+	case w.freed <- struct{}{}:
+	default:
+	}
+	for i := range taken {
+		w.begin(ctx, taken[i], ok[i])
+	}
 }
 
 func (w *Worker) forget(h *Held) {

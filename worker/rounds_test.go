@@ -1,0 +1,194 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+)
+
+// roundsDaemon is a fakeDaemon that saves round trips (Rounder): its grants
+// come back running, and a report takes the next grant from the queue. With
+// loseNext set, the first report that takes a grant loses its answer: the
+// grant is the worker's on the daemon (its lease list has it), and the
+// worker's retry is answered as a repeat, without Next.
+type roundsDaemon struct {
+	*fakeDaemon
+	loseNext bool
+
+	rmu      sync.Mutex
+	plain    int        // calls of Acquire and Report without next
+	acquires int        // AcquireStart calls
+	nexts    []api.Next // the next of each ReportNext, in order
+	answered map[uint64]bool
+	gave     chan uint64 // leases a report handed out
+}
+
+func newRoundsDaemon() *roundsDaemon {
+	return &roundsDaemon{fakeDaemon: newFakeDaemon(), answered: map[uint64]bool{}, gave: make(chan uint64, 16)}
+}
+
+func running(g api.Grant) api.Grant {
+	g.Job.Lease = &api.Lease{Lease: g.Lease, Job: g.Job.ID, State: "running"}
+	g.Job.State = "running"
+	return g
+}
+
+func (d *roundsDaemon) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
+	d.rmu.Lock()
+	d.plain++
+	d.rmu.Unlock()
+	return d.fakeDaemon.Acquire(ctx, worker, max, wait)
+}
+
+func (d *roundsDaemon) Report(ctx context.Context, id uint64, r api.Report) (api.ReportReply, error) {
+	d.rmu.Lock()
+	d.plain++
+	d.rmu.Unlock()
+	return d.fakeDaemon.Report(ctx, id, r)
+}
+
+func (d *roundsDaemon) AcquireStart(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
+	d.rmu.Lock()
+	d.acquires++
+	d.rmu.Unlock()
+	gs, err := d.fakeDaemon.Acquire(ctx, worker, max, wait)
+	for i := range gs {
+		gs[i] = running(gs[i])
+	}
+	return gs, err
+}
+
+func (d *roundsDaemon) ReportNext(ctx context.Context, id uint64, r api.Report, next api.Next) (api.ReportReply, error) {
+	d.rmu.Lock()
+	d.nexts = append(d.nexts, next)
+	repeat := d.answered[id]
+	d.answered[id] = true
+	d.rmu.Unlock()
+	reply, err := d.fakeDaemon.Report(ctx, id, r)
+	if err != nil || repeat {
+		return reply, err // a repeat acquires nothing: no Next
+	}
+	d.mu.Lock()
+	n := min(next.Max, len(d.queue))
+	gs := append([]api.Grant(nil), d.queue[:n]...)
+	d.queue = d.queue[n:]
+	for i := range gs {
+		gs[i] = running(gs[i])
+		d.live = append(d.live, gs[i])
+	}
+	d.mu.Unlock()
+	for _, g := range gs {
+		d.gave <- g.Lease
+	}
+	d.rmu.Lock()
+	lose := d.loseNext && len(gs) > 0
+	d.loseNext = d.loseNext && !lose
+	d.rmu.Unlock()
+	if lose {
+		return api.ReportReply{}, errors.New("connection reset by peer")
+	}
+	reply.Next = &api.Grants{Leases: gs}
+	return reply, nil
+}
+
+// TestWorkerSavesRoundTrips: a worker whose daemon saves round trips takes
+// its first job with an acquire that starts it, and every next one with the
+// report of the job before: no start call, no plain acquire or report.
+func TestWorkerSavesRoundTrips(t *testing.T) {
+	d, e := newRoundsDaemon(), newFakeExecutor()
+	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2"), grant(5, "j3")}
+	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	for i, want := range []uint64{3, 4, 5} {
+		r := receive(t, e.started, "a job to start")
+		if i > 0 {
+			if got := receive(t, d.gave, "a report's grant"); got != want {
+				t.Fatalf("the report handed out lease %d, want %d", got, want)
+			}
+		}
+		r.finish(Outcome{Outcome: "succeeded"})
+		receive(t, d.reports, "its report")
+	}
+	select {
+	case id := <-d.started:
+		t.Fatalf("a start call for lease %d: the grants came running", id)
+	default:
+	}
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	if d.plain != 0 || d.acquires < 1 || len(d.nexts) != 3 {
+		t.Fatalf("%d plain calls, %d acquires with start, %d reports with next", d.plain, d.acquires, len(d.nexts))
+	}
+	for _, n := range d.nexts {
+		if n.Max != 1 || !n.Start {
+			t.Fatalf("a report asked for %+v, want the one slot it frees, started", n)
+		}
+	}
+}
+
+// TestReportNextLostAnswerIsAdopted: the answer of a report that took the
+// next job is lost; the report sent again is answered as a repeat, without
+// Next, and the worker finds the grant it never heard of in its lease list
+// and runs it once a heartbeat renews it.
+func TestReportNextLostAnswerIsAdopted(t *testing.T) {
+	d, e := newRoundsDaemon(), newFakeExecutor()
+	d.loseNext = true
+	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
+	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	receive(t, e.started, "the first job").finish(Outcome{Outcome: "succeeded"})
+	if got := receive(t, d.gave, "the report's grant, answer lost"); got != 4 {
+		t.Fatalf("gave lease %d", got)
+	}
+	receive(t, d.reports, "the report")
+	receive(t, e.started, "the orphan's job, adopted")
+	e.mu.Lock()
+	_, ran := e.runs[4]
+	e.mu.Unlock()
+	if !ran {
+		t.Fatal("the job started is not lease 4's")
+	}
+	if l := w.Leases(); len(l) != 1 || l[0] != 4 {
+		t.Fatalf("the worker holds %v, want the adopted lease 4", l)
+	}
+}
+
+// TestNextAfter: a report asks for the slot its lease frees, and none while
+// the worker is fenced or for a lease it does not hold.
+func TestNextAfter(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := NewCore(2, ConfigOf(daemonTiming), now)
+	h, ok := c.Take(running(grant(3, "j1")), now, now)
+	if !ok || !Running(h.Grant()) || Running(grant(3, "j1")) {
+		t.Fatalf("take: %v; running %v", ok, Running(h.Grant()))
+	}
+	if n := c.NextAfter(h); n != 1 {
+		t.Fatalf("next after a held lease: %d, want 1", n)
+	}
+	c.Fence(now.Add(time.Hour))
+	if n := c.NextAfter(h); n != 0 || !c.Fenced() {
+		t.Fatalf("next after, fenced: %d, want 0", n)
+	}
+	c2 := NewCore(1, ConfigOf(daemonTiming), now)
+	if n := c2.NextAfter(h); n != 0 {
+		t.Fatalf("next after a lease not held: %d, want 0", n)
+	}
+}
