@@ -106,3 +106,13 @@ func (a *args) pos() time.Duration {
 	}
 	return d
 }
+
+// has reports whether the command has the argument, and its values.
+func (a *args) has(key string) ([]string, bool) {
+	for _, x := range a.c.Args {
+		if x.Key == key {
+			return x.Vals, true
+		}
+	}
+	return nil, false
+}

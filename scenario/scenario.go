@@ -148,13 +148,12 @@ func (r *Runner) do(c Command) (string, error) {
 		if a.err != nil {
 			return "", a.err
 		}
-		gs, err := r.svc.Acquire(ctx, a.str("worker", ""), max)
+		start := a.str("start", "false") == "true"
+		gs, err := r.svc.AcquireWith(ctx, a.str("worker", ""), lease.AcquireOptions{Max: max, Start: start})
 		if err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
 		}
-		for _, g := range gs {
-			fmt.Fprintf(&b, "lease %d job=%s\n", g.Lease, g.Job.ID)
-		}
+		writeGrants(&b, "", gs)
 		if err == nil && len(gs) == 0 {
 			b.WriteString("nothing queued\n")
 		}
@@ -186,13 +185,48 @@ func (r *Runner) do(c Command) (string, error) {
 		if a.err != nil {
 			return "", a.err
 		}
+		next := a.int("next", 0)
+		if a.err != nil {
+			return "", a.err
+		}
 		o, _ := event.ParseOutcome(a.str("outcome", "")) // an unknown outcome is the service's to refuse
-		ans, err := r.svc.Report(ctx, a.str("worker", ""), id, lease.Report{
-			Outcome: o, Ref: a.str("ref", ""), Reason: a.str("reason", ""), Result: []byte(c.Input),
-		})
+		rep := lease.Report{Outcome: o, Ref: a.str("ref", ""), Reason: a.str("reason", ""), Result: []byte(c.Input)}
+		var ans lease.Answer
+		var gs []lease.Grant
+		var err error
+		if _, ok := a.has("next"); ok { // the report carries the next acquire
+			ans, gs, err = r.svc.ReportNext(ctx, a.str("worker", ""), id, rep,
+				lease.AcquireOptions{Max: next, Start: a.str("start", "false") == "true"})
+		} else {
+			ans, err = r.svc.Report(ctx, a.str("worker", ""), id, rep)
+		}
 		fmt.Fprintf(&b, "answer job=%s lease=%d seq=%d stale=%v\n", ans.Job, ans.Lease, ans.Seq, ans.Stale)
 		if err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
+		}
+		if _, ok := a.has("next"); ok && err == nil {
+			if gs == nil {
+				b.WriteString("next: no acquire (the answer repeats an earlier one)\n")
+			} else if len(gs) == 0 {
+				b.WriteString("next: nothing queued\n")
+			}
+			writeGrants(&b, "next: ", gs)
+		}
+	case "submit-batch":
+		items, err := batchItems(c.Input)
+		if err != nil {
+			return "", err
+		}
+		res, err := r.svc.SubmitBatch(ctx, items)
+		if err != nil {
+			fmt.Fprintf(&b, "error: %v\n", err)
+		}
+		for i, x := range res {
+			if x.Err != nil {
+				fmt.Fprintf(&b, "%s: error: %v\n", items[i].ID, x.Err)
+			} else {
+				fmt.Fprintf(&b, "job %s %s %s created=%v\n", x.ID, x.Kind, x.State, x.Created)
+			}
 		}
 	case "cancel", "kill":
 		f := r.svc.Cancel
