@@ -117,16 +117,24 @@ func report(b *testing.B, lat []time.Duration, unit string) {
 // per job straight to the log, one durable append each: the rate the storage
 // allows.
 //
+// impl=combined runs the same jobs with the calls that save round trips
+// (rounds_bench_test.go): submits in batches, an acquire that starts its job,
+// and a report that takes the next — three heartbeats and one report a job,
+// where impl=http makes seven calls.
+//
 //	go test -run '^$' -bench BenchmarkLifecycleHTTP -count 6 ./server | tee l.txt
 //	benchstat -col /impl l.txt
 func BenchmarkLifecycleHTTP(b *testing.B) {
 	for _, w := range []int{1, 16, 64} {
-		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchLifecycleHTTP(b, w) })
+		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false) })
+		b.Run(fmt.Sprintf("workers=%d/impl=combined", w), func(b *testing.B) { benchLifecycleHTTP(b, w, true) })
 		b.Run(fmt.Sprintf("workers=%d/impl=append", w), func(b *testing.B) { benchLifecycleAppend(b, w) })
 	}
 }
 
-func benchLifecycleHTTP(b *testing.B, workers int) {
+// benchLifecycleHTTP runs the jobs with the classic calls, or, if combined,
+// with the calls that save round trips.
+func benchLifecycleHTTP(b *testing.B, workers int, combined bool) {
 	c := daemonOnDisk(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -142,6 +150,12 @@ func benchLifecycleHTTP(b *testing.B, workers int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if combined {
+				if err := submitBatches(ctx, c, &submitted, int64(b.N)); err != nil {
+					errs <- err
+				}
+				return
+			}
 			for i := submitted.Add(1) - 1; i < int64(b.N); i = submitted.Add(1) - 1 {
 				if _, _, err := c.Submit(ctx, api.Submit{ID: fmt.Sprintf("j%d", i), Kind: "run"}); err != nil {
 					errs <- err
@@ -154,7 +168,11 @@ func benchLifecycleHTTP(b *testing.B, workers int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := lifecycleWorker(ctx, c, fmt.Sprintf("w%d", g), &beats, &mu, func() bool {
+			run := lifecycleWorker
+			if combined {
+				run = lifecycleWorkerCombined
+			}
+			if err := run(ctx, c, fmt.Sprintf("w%d", g), &beats, &mu, func() bool {
 				if done.Add(1) == int64(b.N) {
 					cancel() // the last job: the others' long-polls end
 				}
