@@ -269,28 +269,41 @@ func (b *bench) submit(ctx context.Context, lo, hi int, spec json.RawMessage) er
 // leased: its workers reported their leases failed, unless that failed too),
 // so that the next run finds none queued, and adds to err what it did.
 func (b *bench) cleanup(err error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	n := 0
+	var ids []string
 	for _, state := range []string{"queued", "acquired", "running"} {
 		js, lerr := b.admin.Jobs(ctx, state, benchKind)
 		if lerr != nil {
 			return fmt.Errorf("%w (and listing the jobs left %s: %v)", err, state, lerr)
 		}
 		for _, j := range js {
-			if b.jobIndex(j.ID) < 0 {
-				continue
+			if b.jobIndex(j.ID) >= 0 {
+				ids = append(ids, j.ID)
 			}
-			if _, cerr := b.admin.Cancel(ctx, j.ID); cerr != nil {
-				return fmt.Errorf("%w (and cancelling job %s: %v)", err, j.ID, cerr)
-			}
-			n++
 		}
 	}
-	if n > 0 {
-		return fmt.Errorf("%w (cancelled the run's %d jobs left queued or leased)", err, n)
+	if len(ids) == 0 {
+		return err
 	}
-	return err
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range min(32, len(ids)) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(ids)) && failed.Load() == nil; i = next.Add(1) - 1 {
+				if _, cerr := b.admin.Cancel(ctx, ids[i]); cerr != nil {
+					cerr = fmt.Errorf("cancelling job %s: %w", ids[i], cerr)
+					failed.CompareAndSwap(nil, &cerr)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if cerr := failed.Load(); cerr != nil {
+		return fmt.Errorf("%w (and %v)", err, *cerr)
+	}
+	return fmt.Errorf("%w (cancelled the run's %d jobs left queued or leased)", err, len(ids))
 }
 
 // check reads back the log after seq0: every job of the run must have
