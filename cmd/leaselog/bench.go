@@ -57,7 +57,9 @@ job must have exactly one lease.reported (succeeded), no stale report, and
 one accepted report in the run; otherwise the command names the jobs and
 exits non-zero. Job ids are bench-<ULID>-<n>, new each run, so a daemon with
 history is fine; it must have no other queued jobs (a worker takes the
-oldest queued job, whoever submitted it).
+oldest queued job, whoever submitted it). A run that stops (a call fails,
+or Ctrl-C) lets its calls in flight finish, reports the leases it holds
+failed and cancels its jobs left queued, and exits non-zero.
 
 Submits and the check use the token every client command sends (--data,
 $LEASELOG_TOKEN). The workers' calls need a worker's token or an open daemon
