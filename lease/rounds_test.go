@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -293,4 +297,38 @@ func TestSubmitBatchLimits(t *testing.T) {
 	if out[0].Err != nil || !errors.Is(out[1].Err, lease.ErrStopping) {
 		t.Fatalf("batch while stopping: %+v", out)
 	}
+}
+
+// TestRoundsCommitOnce: each combined call is one commit of the log — one
+// batch, one fsync — however many events it writes.
+func TestRoundsCommitOnce(t *testing.T) {
+	var commits atomic.Int64
+	_, svc := leasetest.Open(t, leasetest.Clock(clocktest.New(clocktest.Epoch)),
+		leasetest.Store(func(o *eventlog.Options) { o.OnCommit = func(time.Duration) { commits.Add(1) } }))
+	once := func(what string, f func() error) {
+		t.Helper()
+		before := commits.Load()
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if n := commits.Load() - before; n != 1 {
+			t.Fatalf("%s: %d commits, want 1", what, n)
+		}
+	}
+	once("a batch of three", func() error {
+		_, err := svc.SubmitBatch(ctx, []lease.SubmitItem{{ID: "j1", Kind: event.KindRun}, {ID: "j2", Kind: event.KindRun}, {ID: "j3", Kind: event.KindRun}})
+		return err
+	})
+	var gs []lease.Grant
+	once("an acquire of two, started", func() (err error) {
+		gs, err = svc.AcquireWith(ctx, "w1", lease.AcquireOptions{Max: 2, Start: true})
+		return err
+	})
+	once("a report taking the next, started", func() error {
+		_, next, err := svc.ReportNext(ctx, "w1", gs[0].Lease, lease.Report{Outcome: event.OutcomeSucceeded}, lease.AcquireOptions{Max: 1, Start: true})
+		if err == nil && len(next) != 1 {
+			err = fmt.Errorf("grants %v", next)
+		}
+		return err
+	})
 }
