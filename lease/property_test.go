@@ -135,6 +135,7 @@ func (h *harness) actions() map[string]func(*rapid.T) {
 		a[name+"-again"] = a[name]
 	}
 	a["tick-more"] = a["tick"]
+	h.roundActions(a) // rounds_property_test.go
 	return a
 }
 
