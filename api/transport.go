@@ -10,6 +10,20 @@ import (
 	"time"
 )
 
+// ClientOption changes how NewClient's client calls the daemon.
+type ClientOption func(*clientOptions)
+
+type clientOptions struct {
+	http1 bool
+}
+
+// HTTP1 makes a client speak HTTP/1.1 only, as clients before h2c did: one
+// connection per call in flight, kept alive between calls. On a small
+// machine it answers sooner than h2c (net/http's HTTP/2 hands each call
+// between more goroutines; docs/performance.md has the figures); h2c holds
+// one connection for all of a client's calls.
+func HTTP1() ClientOption { return func(o *clientOptions) { o.http1 = true } }
+
 // answerBuffers holds the buffers a Client reads answers into: an answer is
 // read whole, decoded, and dropped.
 var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
@@ -49,11 +63,14 @@ func readAnswer(r io.Reader, buf []byte, limit int) ([]byte, error) {
 // HTTP/1.1, and so is every later one. https:// addresses negotiate HTTP/2 or
 // HTTP/1.1 with TLS, as net/http does.
 //
-// dial, if set, replaces the dialer (a unix socket's).
-func newTransport(tls bool, dial func(ctx context.Context, network, addr string) (net.Conn, error)) http.RoundTripper {
+// onlyHTTP1 makes it speak HTTP/1.1 alone (the HTTP1 option); dial, if set,
+// replaces the dialer (a unix socket's).
+func newTransport(tls, onlyHTTP1 bool, dial func(ctx context.Context, network, addr string) (net.Conn, error)) http.RoundTripper {
 	http1 := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, DialContext: dial}
-	if tls {
+	if tls && !onlyHTTP1 {
 		http1.ForceAttemptHTTP2 = true
+	}
+	if tls || onlyHTTP1 {
 		return http1
 	}
 	if dial == nil {

@@ -30,17 +30,19 @@ import (
 //	go test -run '^$' -bench BenchmarkHeartbeatHTTP -count 6 ./server | tee h.txt
 //	benchstat -col /impl h.txt
 //
-// It reports heartbeats/s, and the p50 and p99 latency of a heartbeat.
+// It reports heartbeats/s, and the p50 and p99 latency of a heartbeat;
+// impl=http is h2c, api.Client's default, impl=http1 HTTP/1.1 (api.HTTP1).
 func BenchmarkHeartbeatHTTP(b *testing.B) {
 	for _, w := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchHeartbeatHTTP(b, w) })
+		b.Run(fmt.Sprintf("workers=%d/impl=http1", w), func(b *testing.B) { benchHeartbeatHTTP(b, w, api.HTTP1()) })
 		b.Run(fmt.Sprintf("workers=%d/impl=append", w), func(b *testing.B) { benchAppendBaseline(b, w) })
 	}
 }
 
 // daemonOnDisk starts a lease service on a durable store in a temp dir, its
 // API on loopback, and a client of it.
-func daemonOnDisk(b *testing.B) *api.Client {
+func daemonOnDisk(b *testing.B, opts ...api.ClientOption) *api.Client {
 	log, err := eventlog.Open(b.TempDir(), eventlog.Options{Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
@@ -58,16 +60,16 @@ func daemonOnDisk(b *testing.B) *api.Client {
 		ts.Close()
 		log.Close()
 	})
-	c, err := api.NewClient(ts.URL, "")
+	c, err := api.NewClient(ts.URL, "", opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return c
 }
 
-func benchHeartbeatHTTP(b *testing.B, workers int) {
+func benchHeartbeatHTTP(b *testing.B, workers int, opts ...api.ClientOption) {
 	ctx := context.Background()
-	c := daemonOnDisk(b)
+	c := daemonOnDisk(b, opts...)
 	leases := make([]uint64, workers)
 	for i := range leases {
 		id := fmt.Sprintf("j%d", i)
@@ -120,13 +122,15 @@ func report(b *testing.B, lat []time.Duration, unit string) {
 // impl=combined runs the same jobs with the calls that save round trips
 // (rounds_bench_test.go): submits in batches, an acquire that starts its job,
 // and a report that takes the next — three heartbeats and one report a job,
-// where impl=http makes seven calls.
+// where impl=http makes seven calls. impl=http1 makes the seven calls of
+// impl=http over HTTP/1.1 (api.HTTP1) rather than h2c.
 //
 //	go test -run '^$' -bench BenchmarkLifecycleHTTP -count 6 ./server | tee l.txt
 //	benchstat -col /impl l.txt
 func BenchmarkLifecycleHTTP(b *testing.B) {
 	for _, w := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false) })
+		b.Run(fmt.Sprintf("workers=%d/impl=http1", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false, api.HTTP1()) })
 		b.Run(fmt.Sprintf("workers=%d/impl=combined", w), func(b *testing.B) { benchLifecycleHTTP(b, w, true) })
 		b.Run(fmt.Sprintf("workers=%d/impl=append", w), func(b *testing.B) { benchLifecycleAppend(b, w) })
 	}
@@ -134,8 +138,8 @@ func BenchmarkLifecycleHTTP(b *testing.B) {
 
 // benchLifecycleHTTP runs the jobs with the classic calls, or, if combined,
 // with the calls that save round trips.
-func benchLifecycleHTTP(b *testing.B, workers int, combined bool) {
-	c := daemonOnDisk(b)
+func benchLifecycleHTTP(b *testing.B, workers int, combined bool, opts ...api.ClientOption) {
+	c := daemonOnDisk(b, opts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var (

@@ -82,7 +82,7 @@ func (l *countListener) Accept() (net.Conn, error) {
 
 // TestHTTP1AndH2COnOnePort: the daemon's server answers an HTTP/1.1 client
 // and an h2c client with prior knowledge on the same port, and api.Client
-// speaks h2c to it.
+// speaks h2c to it, or HTTP/1.1 when told (api.HTTP1).
 func TestHTTP1AndH2COnOnePort(t *testing.T) {
 	f := newH2CFixture(t, server.Options{}, 0)
 	if r := f.do("GET", "/healthz", "", nil); r.status != http.StatusOK {
@@ -110,6 +110,18 @@ func TestHTTP1AndH2COnOnePort(t *testing.T) {
 	}
 	if !f.saw(2) || f.saw(1) {
 		t.Fatalf("api.Client: saw HTTP/2 %v, HTTP/1 %v; want h2c only", f.saw(2), f.saw(1))
+	}
+
+	f.protos.Clear()
+	c, err = api.NewClient(f.ts.URL, "", api.HTTP1())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Health(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.saw(2) || !f.saw(1) {
+		t.Fatalf("api.Client with HTTP1: saw HTTP/2 %v, HTTP/1 %v; want HTTP/1.1 only", f.saw(2), f.saw(1))
 	}
 }
 
