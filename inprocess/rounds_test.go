@@ -3,6 +3,7 @@ package inprocess_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
@@ -19,9 +20,12 @@ var _ worker.Rounder = (*api.Client)(nil)
 // the next job, no next in a repeated answer, and a stale report's seq.
 func TestInProcessRounds(t *testing.T) {
 	_, svc := leasetest.Open(t)
-	d, ok := inprocess.New(svc).(worker.Rounder)
+	d, ok := inprocess.New(svc).(interface {
+		worker.Rounder
+		AcquireStart(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error)
+	})
 	if !ok {
-		t.Fatal("the in-process adapter is no worker.Rounder")
+		t.Fatal("the in-process adapter is no worker.Rounder, or has no AcquireStart")
 	}
 	ctx := context.Background()
 	for _, id := range []string{"j1", "j2"} {

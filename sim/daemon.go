@@ -217,11 +217,13 @@ func (d *daemon) handle(c *call) {
 	d.stepped(c.req.kind(), before)
 }
 
-// acquire is one try of an acquire, without waiting: with start, through
-// the adapter's worker.Rounder, as the worker calls it.
+// acquire is one try of an acquire, without waiting; with start, through
+// the adapter's AcquireStart.
 func (d *daemon) acquire(r reqAcquire) ([]api.Grant, error) {
 	if r.start {
-		return d.api.(worker.Rounder).AcquireStart(bg, r.worker, r.max, 0)
+		return d.api.(interface {
+			AcquireStart(context.Context, string, int, time.Duration) ([]api.Grant, error)
+		}).AcquireStart(bg, r.worker, r.max, 0)
 	}
 	return d.api.Acquire(bg, r.worker, r.max, 0)
 }

@@ -24,7 +24,7 @@ type reqAcquire struct {
 	worker string
 	max    int
 	wait   time.Duration
-	start  bool // the grants come back running (worker.Rounder)
+	start  bool // the grants come back running (the worker does not ask it)
 }
 
 type reqStart struct {

@@ -195,7 +195,7 @@ func (w *simWorker) acquireStep() {
 		return
 	}
 	sent := w.local()
-	w.call(reqAcquire{w.id, room, acquireWait, true}, w.core.AcquireTimeout(acquireWait), func(reply any, err error) {
+	w.call(reqAcquire{w.id, room, acquireWait, false}, w.core.AcquireTimeout(acquireWait), func(reply any, err error) {
 		if err != nil {
 			w.after(w.acqBackoff.Next(), func() {
 				if worker.Retry(err) {
@@ -310,7 +310,7 @@ func (w *simWorker) report(h *worker.Held, o worker.Outcome) {
 		o = w.s.brk.outcome(o)
 		r := api.Report{Worker: w.id, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
 		if ask := w.core.NextAfter(h); ask > 0 {
-			r.Next = &api.Next{Max: ask, Start: true}
+			r.Next = &api.Next{Max: ask}
 		}
 		var sent time.Time
 		w.retry(func(done func(any, error)) {

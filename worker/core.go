@@ -396,8 +396,9 @@ func (c *Core) NextAfter(h *Held) int {
 	return 1
 }
 
-// Running reports whether a grant came running (an acquire with start, or a
-// report's next): its start is recorded already, and no start call follows.
+// Running reports whether a grant came running (an acquire or a report's
+// next with start, which the worker does not ask for itself: see Rounder):
+// its start is recorded already, and no start call follows.
 func Running(g api.Grant) bool {
 	return g.Job.Lease != nil && g.Job.Lease.Lease == g.Lease && g.Job.Lease.State == "running"
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/leaselog/leaselog/api"
 )
 
-// roundsDaemon is a fakeDaemon that saves round trips (Rounder): its grants
-// come back running, and a report takes the next grant from the queue. With
+// roundsDaemon is a fakeDaemon that saves round trips (Rounder): a report
+// takes the next grant from the queue (running, if asked so). With
 // loseNext set, the first report that takes a grant loses its answer: the
 // grant is the worker's on the daemon (its lease list has it), and the
 // worker's retry is answered as a repeat, without Next.
@@ -20,8 +20,8 @@ type roundsDaemon struct {
 	loseNext bool
 
 	rmu      sync.Mutex
-	plain    int        // calls of Acquire and Report without next
-	acquires int        // AcquireStart calls
+	acquires int        // Acquire calls
+	plain    int        // Report calls without next
 	nexts    []api.Next // the next of each ReportNext, in order
 	answered map[uint64]bool
 	gave     chan uint64 // leases a report handed out
@@ -39,7 +39,7 @@ func running(g api.Grant) api.Grant {
 
 func (d *roundsDaemon) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
 	d.rmu.Lock()
-	d.plain++
+	d.acquires++
 	d.rmu.Unlock()
 	return d.fakeDaemon.Acquire(ctx, worker, max, wait)
 }
@@ -49,17 +49,6 @@ func (d *roundsDaemon) Report(ctx context.Context, id uint64, r api.Report) (api
 	d.plain++
 	d.rmu.Unlock()
 	return d.fakeDaemon.Report(ctx, id, r)
-}
-
-func (d *roundsDaemon) AcquireStart(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
-	d.rmu.Lock()
-	d.acquires++
-	d.rmu.Unlock()
-	gs, err := d.fakeDaemon.Acquire(ctx, worker, max, wait)
-	for i := range gs {
-		gs[i] = running(gs[i])
-	}
-	return gs, err
 }
 
 func (d *roundsDaemon) ReportNext(ctx context.Context, id uint64, r api.Report, next api.Next) (api.ReportReply, error) {
@@ -77,7 +66,9 @@ func (d *roundsDaemon) ReportNext(ctx context.Context, id uint64, r api.Report, 
 	gs := append([]api.Grant(nil), d.queue[:n]...)
 	d.queue = d.queue[n:]
 	for i := range gs {
-		gs[i] = running(gs[i])
+		if next.Start {
+			gs[i] = running(gs[i])
+		}
 		d.live = append(d.live, gs[i])
 	}
 	d.mu.Unlock()
@@ -96,8 +87,8 @@ func (d *roundsDaemon) ReportNext(ctx context.Context, id uint64, r api.Report, 
 }
 
 // TestWorkerSavesRoundTrips: a worker whose daemon saves round trips takes
-// its first job with an acquire that starts it, and every next one with the
-// report of the job before: no start call, no plain acquire or report.
+// its first job with an acquire, and every next one with the report of the
+// job before; it says each job started once its executor started it.
 func TestWorkerSavesRoundTrips(t *testing.T) {
 	d, e := newRoundsDaemon(), newFakeExecutor()
 	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2"), grant(5, "j3")}
@@ -120,19 +111,19 @@ func TestWorkerSavesRoundTrips(t *testing.T) {
 		r.finish(Outcome{Outcome: "succeeded"})
 		receive(t, d.reports, "its report")
 	}
-	select {
-	case id := <-d.started:
-		t.Fatalf("a start call for lease %d: the grants came running", id)
-	default:
+	for _, want := range []uint64{3, 4, 5} {
+		if id := receive(t, d.started, "a start call"); id != want {
+			t.Fatalf("start call for lease %d, want %d", id, want)
+		}
 	}
 	d.rmu.Lock()
 	defer d.rmu.Unlock()
 	if d.plain != 0 || d.acquires < 1 || len(d.nexts) != 3 {
-		t.Fatalf("%d plain calls, %d acquires with start, %d reports with next", d.plain, d.acquires, len(d.nexts))
+		t.Fatalf("%d plain reports, %d acquires, %d reports with next", d.plain, d.acquires, len(d.nexts))
 	}
 	for _, n := range d.nexts {
-		if n.Max != 1 || !n.Start {
-			t.Fatalf("a report asked for %+v, want the one slot it frees, started", n)
+		if n.Max != 1 || n.Start {
+			t.Fatalf("a report asked for %+v, want the one slot it frees, not started", n)
 		}
 	}
 }
@@ -176,7 +167,7 @@ func TestReportNextLostAnswerIsAdopted(t *testing.T) {
 func TestNextAfter(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c := NewCore(2, ConfigOf(daemonTiming), now)
-	h, ok := c.Take(running(grant(3, "j1")), now, now)
+	h, ok := c.Take(running(grant(3, "j1")), now, now) // a grant that came running
 	if !ok || !Running(h.Grant()) || Running(grant(3, "j1")) {
 		t.Fatalf("take: %v; running %v", ok, Running(h.Grant()))
 	}

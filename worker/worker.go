@@ -43,14 +43,18 @@ type Daemon interface {
 }
 
 // Rounder is a Daemon that saves round trips; *api.Client and package
-// inprocess are. A worker whose Daemon is one acquires with start — its
-// grants come back running, and no start call follows — and reports each
-// job with the next acquire for the slot the job frees (Core.NextAfter), so
-// that a busy worker makes two calls a job where it made four: the report
-// that takes the next job, and the heartbeats.
+// inprocess are. A worker whose Daemon is one reports each job with the next
+// acquire for the slot the job frees (Core.NextAfter): a busy worker takes
+// its next job in the report of the last, without an acquire of its own.
+//
+// It does not ask for its grants started (the acquire's or the report's
+// "start"), though the daemon offers it: the daemon records a lease running
+// when the worker says its job started — once the executor has started the
+// job's process and made its run directory, which a restarted worker
+// re-attaches to and an auditor reads. A grant recorded running before that
+// would claim a process that a crash in between leaves nowhere. Clients
+// whose jobs start with their grant (leaselog bench) take the start too.
 type Rounder interface {
-	// AcquireStart is Acquire whose grants come back running.
-	AcquireStart(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error)
 	// ReportNext is Report carrying the next acquire: its grants in the
 	// reply's Next, absent when the answer repeats an earlier one.
 	ReportNext(ctx context.Context, lease uint64, r api.Report, next api.Next) (api.ReportReply, error)
@@ -223,7 +227,7 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 		}
 		callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(w.opts.Wait))
 		sent := w.now()
-		grants, err := w.acquire(callCtx, room)
+		grants, err := w.opts.Daemon.Acquire(callCtx, w.opts.ID, room, w.opts.Wait)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -244,15 +248,6 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 			w.start(ctx, g, sent)
 		}
 	}
-}
-
-// acquire asks for up to max leases, started with their grant if the
-// daemon can.
-func (w *Worker) acquire(ctx context.Context, max int) ([]api.Grant, error) {
-	if w.rounds != nil {
-		return w.rounds.AcquireStart(ctx, w.opts.ID, max, w.opts.Wait)
-	}
-	return w.opts.Daemon.Acquire(ctx, w.opts.ID, max, w.opts.Wait)
 }
 
 // adoptOrphans takes the live leases the daemon holds for this worker but
@@ -383,7 +378,7 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 			var err error
 			sent = w.now()
 			if ask > 0 {
-				reply, err = w.rounds.ReportNext(ctx, g.Lease, r, api.Next{Max: ask, Start: true})
+				reply, err = w.rounds.ReportNext(ctx, g.Lease, r, api.Next{Max: ask})
 			} else {
 				reply, err = w.opts.Daemon.Report(ctx, g.Lease, r)
 			}
