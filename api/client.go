@@ -26,10 +26,10 @@ type Client struct {
 }
 
 // NewClient returns a client for the daemon at server: an http:// URL, or
-// unix:///path/to.sock. token, if set, is sent as a bearer token. Over
-// http:// and unix:// it speaks HTTP/2 without TLS (h2c), all its calls on one
-// connection, falling back to HTTP/1.1 for a server that speaks only that;
-// HTTP1 makes it speak HTTP/1.1, a connection per call in flight.
+// unix:///path/to.sock. token, if set, is sent as a bearer token. It speaks
+// HTTP/1.1 (HTTP/2 too over https://); with the H2C option, HTTP/2 without
+// TLS over http:// and unix://, all its calls on one connection, falling
+// back to HTTP/1.1 for a server that speaks only that.
 func NewClient(server, token string, opts ...ClientOption) (*Client, error) {
 	var o clientOptions
 	for _, opt := range opts {
@@ -47,7 +47,7 @@ func NewClient(server, token string, opts ...ClientOption) (*Client, error) {
 	}
 	c := &Client{token: token, http: &http.Client{}}
 	if path, ok := strings.CutPrefix(server, "unix://"); ok {
-		c.http.Transport = newTransport(false, o.http1, func(ctx context.Context, _, _ string) (net.Conn, error) {
+		c.http.Transport = newTransport(false, o.h2c, func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
 		})
@@ -58,7 +58,7 @@ func NewClient(server, token string, opts ...ClientOption) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("api: server %q is not an http(s):// or unix:// address", server)
 	}
-	c.http.Transport = newTransport(u.Scheme == "https", o.http1, nil)
+	c.http.Transport = newTransport(u.Scheme == "https", o.h2c, nil)
 	c.base = strings.TrimRight(server, "/")
 	return c, nil
 }

@@ -14,15 +14,17 @@ import (
 type ClientOption func(*clientOptions)
 
 type clientOptions struct {
-	http1 bool
+	h2c bool
 }
 
-// HTTP1 makes a client speak HTTP/1.1 only, as clients before h2c did: one
-// connection per call in flight, kept alive between calls. On a small
-// machine it answers sooner than h2c (net/http's HTTP/2 hands each call
-// between more goroutines; docs/performance.md has the figures); h2c holds
-// one connection for all of a client's calls.
-func HTTP1() ClientOption { return func(o *clientOptions) { o.http1 = true } }
+// H2C makes a client speak HTTP/2 without TLS (prior knowledge) to an
+// http:// or unix:// daemon: all its calls are streams of one connection,
+// which the daemon's connection cap counts once. It is not the default
+// because it costs more than HTTP/1.1 kept alive: net/http's HTTP/2 hands
+// each call between more goroutines and allocates more (p50 of a heartbeat
+// +25% with one worker, 1.35× the bytes a call, jobs/s no better at 64
+// workers: docs/performance.md).
+func H2C() ClientOption { return func(o *clientOptions) { o.h2c = true } }
 
 // answerBuffers holds the buffers a Client reads answers into: an answer is
 // read whole, decoded, and dropped.
@@ -54,23 +56,20 @@ func readAnswer(r io.Reader, buf []byte, limit int) ([]byte, error) {
 	return buf, nil
 }
 
-// newTransport returns the transport a Client sends its calls with. For the
-// daemon's http:// and unix:// addresses it speaks HTTP/2 without TLS, with
-// prior knowledge (h2c): every call of a client, long polls and heartbeats
+// newTransport returns the transport a Client sends its calls with: HTTP/1.1,
+// a connection per call in flight, kept alive between calls. With h2c, for
+// the daemon's http:// and unix:// addresses, it speaks HTTP/2 without TLS,
+// with prior knowledge: every call of a client, long polls and heartbeats
 // alike, is a stream of one connection, not a connection each. A server that
 // answers the HTTP/2 preface in HTTP/1.1 (a daemon from before h2c, a proxy
 // that speaks only HTTP/1.1) has read no request: the call is sent again over
 // HTTP/1.1, and so is every later one. https:// addresses negotiate HTTP/2 or
 // HTTP/1.1 with TLS, as net/http does.
 //
-// onlyHTTP1 makes it speak HTTP/1.1 alone (the HTTP1 option); dial, if set,
-// replaces the dialer (a unix socket's).
-func newTransport(tls, onlyHTTP1 bool, dial func(ctx context.Context, network, addr string) (net.Conn, error)) http.RoundTripper {
-	http1 := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, DialContext: dial}
-	if tls && !onlyHTTP1 {
-		http1.ForceAttemptHTTP2 = true
-	}
-	if tls || onlyHTTP1 {
+// dial, if set, replaces the dialer (a unix socket's).
+func newTransport(tls, h2c bool, dial func(ctx context.Context, network, addr string) (net.Conn, error)) http.RoundTripper {
+	http1 := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, DialContext: dial, ForceAttemptHTTP2: tls}
+	if tls || !h2c {
 		return http1
 	}
 	if dial == nil {

@@ -31,11 +31,12 @@ import (
 //	benchstat -col /impl h.txt
 //
 // It reports heartbeats/s, and the p50 and p99 latency of a heartbeat;
-// impl=http is h2c, api.Client's default, impl=http1 HTTP/1.1 (api.HTTP1).
+// impl=http is HTTP/1.1, api.Client's default, impl=h2c HTTP/2 without TLS
+// (api.H2C).
 func BenchmarkHeartbeatHTTP(b *testing.B) {
 	for _, w := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchHeartbeatHTTP(b, w) })
-		b.Run(fmt.Sprintf("workers=%d/impl=http1", w), func(b *testing.B) { benchHeartbeatHTTP(b, w, api.HTTP1()) })
+		b.Run(fmt.Sprintf("workers=%d/impl=h2c", w), func(b *testing.B) { benchHeartbeatHTTP(b, w, api.H2C()) })
 		b.Run(fmt.Sprintf("workers=%d/impl=append", w), func(b *testing.B) { benchAppendBaseline(b, w) })
 	}
 }
@@ -122,15 +123,15 @@ func report(b *testing.B, lat []time.Duration, unit string) {
 // impl=combined runs the same jobs with the calls that save round trips
 // (rounds_bench_test.go): submits in batches, an acquire that starts its job,
 // and a report that takes the next — three heartbeats and one report a job,
-// where impl=http makes seven calls. impl=http1 makes the seven calls of
-// impl=http over HTTP/1.1 (api.HTTP1) rather than h2c.
+// where impl=http makes seven calls. impl=h2c makes the seven calls of
+// impl=http over HTTP/2 without TLS (api.H2C) rather than HTTP/1.1.
 //
 //	go test -run '^$' -bench BenchmarkLifecycleHTTP -count 6 ./server | tee l.txt
 //	benchstat -col /impl l.txt
 func BenchmarkLifecycleHTTP(b *testing.B) {
 	for _, w := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false) })
-		b.Run(fmt.Sprintf("workers=%d/impl=http1", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false, api.HTTP1()) })
+		b.Run(fmt.Sprintf("workers=%d/impl=h2c", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false, api.H2C()) })
 		b.Run(fmt.Sprintf("workers=%d/impl=combined", w), func(b *testing.B) { benchLifecycleHTTP(b, w, true) })
 		b.Run(fmt.Sprintf("workers=%d/impl=append", w), func(b *testing.B) { benchLifecycleAppend(b, w) })
 	}

@@ -81,8 +81,8 @@ func (l *countListener) Accept() (net.Conn, error) {
 }
 
 // TestHTTP1AndH2COnOnePort: the daemon's server answers an HTTP/1.1 client
-// and an h2c client with prior knowledge on the same port, and api.Client
-// speaks h2c to it, or HTTP/1.1 when told (api.HTTP1).
+// and an h2c client with prior knowledge on the same port; api.Client speaks
+// HTTP/1.1 to it, or h2c when told (api.H2C).
 func TestHTTP1AndH2COnOnePort(t *testing.T) {
 	f := newH2CFixture(t, server.Options{}, 0)
 	if r := f.do("GET", "/healthz", "", nil); r.status != http.StatusOK {
@@ -101,7 +101,7 @@ func TestHTTP1AndH2COnOnePort(t *testing.T) {
 	}
 
 	f.protos.Clear()
-	c, err := api.NewClient(f.ts.URL, "")
+	c, err := api.NewClient(f.ts.URL, "", api.H2C())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,28 +109,28 @@ func TestHTTP1AndH2COnOnePort(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !f.saw(2) || f.saw(1) {
-		t.Fatalf("api.Client: saw HTTP/2 %v, HTTP/1 %v; want h2c only", f.saw(2), f.saw(1))
+		t.Fatalf("api.Client with H2C: saw HTTP/2 %v, HTTP/1 %v; want h2c only", f.saw(2), f.saw(1))
 	}
 
 	f.protos.Clear()
-	c, err = api.NewClient(f.ts.URL, "", api.HTTP1())
-	if err != nil {
+	if c, err = api.NewClient(f.ts.URL, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Health(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if f.saw(2) || !f.saw(1) {
-		t.Fatalf("api.Client with HTTP1: saw HTTP/2 %v, HTTP/1 %v; want HTTP/1.1 only", f.saw(2), f.saw(1))
+		t.Fatalf("api.Client: saw HTTP/2 %v, HTTP/1 %v; want HTTP/1.1 only", f.saw(2), f.saw(1))
 	}
 }
 
 // TestClientFallsBackToHTTP1: against a server that speaks only HTTP/1.1 (a
-// daemon from before h2c), api.Client's first call is sent again over
+// daemon from before h2c), an api.Client told to speak h2c sends its first
+// call again over
 // HTTP/1.1, body and all, and so are the next ones.
 func TestClientFallsBackToHTTP1(t *testing.T) {
 	f := newFixture(t, server.Options{}) // httptest.NewServer: HTTP/1.1 only
-	c, err := api.NewClient(f.ts.URL, "")
+	c, err := api.NewClient(f.ts.URL, "", api.H2C())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestH2CWorkerOnOneConnection(t *testing.T) {
 	f := newH2CFixtureHooked(t, server.Options{}, 1, func(s *server.Server) {
 		server.SetWaitHook(s, func(ctx context.Context) context.Context { waiting <- ctx; return ctx })
 	})
-	c, err := api.NewClient(f.ts.URL, "")
+	c, err := api.NewClient(f.ts.URL, "", api.H2C())
 	if err != nil {
 		t.Fatal(err)
 	}
