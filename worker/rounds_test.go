@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -111,10 +112,12 @@ func TestWorkerSavesRoundTrips(t *testing.T) {
 		r.finish(Outcome{Outcome: "succeeded"})
 		receive(t, d.reports, "its report")
 	}
-	for _, want := range []uint64{3, 4, 5} {
-		if id := receive(t, d.started, "a start call"); id != want {
-			t.Fatalf("start call for lease %d, want %d", id, want)
-		}
+	var starts []uint64 // each from its own goroutine: in any order
+	for range 3 {
+		starts = append(starts, receive(t, d.started, "a start call"))
+	}
+	if slices.Sort(starts); !slices.Equal(starts, []uint64{3, 4, 5}) {
+		t.Fatalf("start calls for leases %v, want 3, 4 and 5", starts)
 	}
 	d.rmu.Lock()
 	defer d.rmu.Unlock()
@@ -181,5 +184,44 @@ func TestNextAfter(t *testing.T) {
 	c2 := NewCore(1, ConfigOf(daemonTiming), now)
 	if n := c2.NextAfter(h); n != 0 {
 		t.Fatalf("next after a lease not held: %d, want 0", n)
+	}
+}
+
+// oldDaemon refuses a report's next as a daemon from before it would: an
+// unknown field.
+type oldDaemon struct{ *roundsDaemon }
+
+func (d oldDaemon) ReportNext(ctx context.Context, id uint64, r api.Report, next api.Next) (api.ReportReply, error) {
+	d.rmu.Lock()
+	d.nexts = append(d.nexts, next)
+	d.rmu.Unlock()
+	return api.ReportReply{}, &api.Error{Status: 400, Code: api.CodeBadRequest, Message: `body: json: unknown field "next"`}
+}
+
+// TestReportNextRefusedByAnOldDaemon: the worker reports without next to a
+// daemon that refuses it, the report whole (not cut down as for a refused
+// content), and takes jobs with its acquire loop from then on.
+func TestReportNextRefusedByAnOldDaemon(t *testing.T) {
+	d := oldDaemon{newRoundsDaemon()}
+	e := newFakeExecutor()
+	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
+	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for range 2 {
+		receive(t, e.started, "a job").finish(Outcome{Outcome: "succeeded", Ref: "refs/x"})
+		if rep := receive(t, d.reports, "its report"); rep.Outcome != "succeeded" || rep.Ref != "refs/x" || rep.Next != nil {
+			t.Fatalf("report %+v, want the whole report without next", rep)
+		}
+	}
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	if len(d.nexts) != 1 {
+		t.Fatalf("%d reports with next, want the one refused", len(d.nexts))
 	}
 }

@@ -22,7 +22,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -104,6 +106,7 @@ type Worker struct {
 	fenceMu sync.Mutex
 	freed   chan struct{} // a slot freed up: acquire again
 	rounds  Rounder       // the Daemon, if it saves round trips; else nil
+	noNext  atomic.Bool   // the daemon refused a report's next: it predates it
 	// adoptMu makes lease lists for orphans one at a time (Core.ListMark):
 	// the acquire loop's and a report's.
 	adoptMu sync.Mutex
@@ -367,7 +370,7 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 	for {
 		r := api.Report{Worker: w.opts.ID, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
 		ask := 0 // leases the report asks for in the same call
-		if w.rounds != nil {
+		if w.rounds != nil && !w.noNext.Load() {
 			w.mu.Lock()
 			ask = w.mu.core.NextAfter(h)
 			w.mu.Unlock()
@@ -394,6 +397,13 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 				return
 			}
 			break
+		}
+		if ask > 0 && api.IsCode(err, api.CodeBadRequest) && strings.Contains(err.Error(), `"next"`) {
+			// A daemon from before reports carried next refuses the field:
+			// report as to it, and take jobs with the acquire loop only.
+			w.log().Warn().Err(err).Msg("the daemon takes no next acquire in a report; reporting without")
+			w.noNext.Store(true)
+			continue
 		}
 		next, do := Refused(o, err)
 		warn := func() *zerolog.Event {
