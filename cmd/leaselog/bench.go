@@ -29,6 +29,7 @@ func (m *Main) benchCommand() *cobra.Command {
 	var f clientFlags
 	var jobs, workers, enqueuers, heartbeats, batch int
 	var workerID, workerTokenFile, protocol string
+	var h2c bool
 	cmd := &cobra.Command{
 		Use:   "bench --server URL [--jobs N] [--workers W] [--heartbeats H] [--enqueuers E] [--protocol P] [-o json]",
 		Short: "Measure a running daemon on the lease lifecycle: submit, acquire + start, heartbeats, report",
@@ -69,7 +70,7 @@ as a worker. With a worker token ($LEASELOG_WORKER_TOKEN or
 one worker, holding W leases at once.
 
 Progress goes to stderr when it is a terminal. -o json prints one object:
-jobs, workers, enqueuers, heartbeats, protocol, seconds, jobs_per_second,
+jobs, workers, enqueuers, heartbeats, protocol, http, seconds, jobs_per_second,
 calls_per_job, and submit_ms, acquire_ms, heartbeat_ms, report_ms, each with
 count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 		Args: cobra.NoArgs,
@@ -93,18 +94,25 @@ count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 			if enqueuers == 0 {
 				enqueuers = workers
 			}
-			admin, err := f.client()
+			var opts []api.ClientOption
+			if h2c {
+				opts = append(opts, api.H2C())
+			}
+			admin, err := f.client(opts...)
 			if err != nil {
 				return err
 			}
-			worker, err := m.benchWorkerClient(&f, workerID, workerTokenFile)
+			worker, err := m.benchWorkerClient(&f, workerID, workerTokenFile, opts)
 			if err != nil {
 				return err
 			}
 			b := &bench{
 				admin: admin, worker: worker,
 				jobs: jobs, workers: workers, enqueuers: enqueuers, heartbeats: heartbeats, proto: proto,
-				prefix: "bench-" + ulid.Make().String(), workerID: workerID,
+				prefix: "bench-" + ulid.Make().String(), workerID: workerID, http: "http1",
+			}
+			if h2c {
+				b.http = "h2c"
 			}
 			stderr := cmd.ErrOrStderr()
 			if isTerminal(stderr) {
@@ -140,6 +148,7 @@ count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 	cmd.Flags().IntVar(&heartbeats, "heartbeats", 3, "heartbeats of each lease between its start and its report")
 	cmd.Flags().StringVar(&protocol, "protocol", "combined", "classic, combined, or parts of combined: start,next,batch (see above)")
 	cmd.Flags().IntVar(&batch, "batch", 100, "jobs a submit call with the batch part")
+	cmd.Flags().BoolVar(&h2c, "h2c", false, "speak HTTP/2 without TLS (one connection for the workers, one for the submits) instead of HTTP/1.1")
 	cmd.Flags().StringVar(&workerID, "worker-id", "", "every worker acts as this worker id (needed with a worker token); default: one id each, bench-<ULID>-wNNN")
 	cmd.Flags().StringVar(&workerTokenFile, "worker-token-file", "", "the workers' token from FILE (mode 0600) instead of $LEASELOG_WORKER_TOKEN; default: the token of the submits")
 	return cmd
@@ -148,7 +157,7 @@ count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 // benchWorkerClient is the client of the bench's workers: one of its own
 // (its own connections), with the worker token if one is given, else the
 // same token as every client command.
-func (m *Main) benchWorkerClient(f *clientFlags, workerID, tokenFile string) (*api.Client, error) {
+func (m *Main) benchWorkerClient(f *clientFlags, workerID, tokenFile string, opts []api.ClientOption) (*api.Client, error) {
 	if workerID != "" {
 		if err := lease.CheckID("worker", workerID); err != nil {
 			return nil, fmt.Errorf("bench: --worker-id: %w", err)
@@ -163,7 +172,7 @@ func (m *Main) benchWorkerClient(f *clientFlags, workerID, tokenFile string) (*a
 		token, set = t, true
 	}
 	if !set {
-		return f.client()
+		return f.client(opts...)
 	}
 	if strings.TrimSpace(token) == "" {
 		return nil, errors.New("bench: LEASELOG_WORKER_TOKEN is set but blank: unset it or give it a token")
@@ -175,7 +184,7 @@ func (m *Main) benchWorkerClient(f *clientFlags, workerID, tokenFile string) (*a
 	if server == "" {
 		server = os.Getenv("LEASELOG_SERVER")
 	}
-	return api.NewClient(server, token)
+	return api.NewClient(server, token, opts...)
 }
 
 // isTerminal tells whether w is a terminal.
@@ -226,6 +235,7 @@ type benchResult struct {
 	Enqueuers     int          `json:"enqueuers"`
 	Heartbeats    int          `json:"heartbeats"`
 	Protocol      string       `json:"protocol"`
+	HTTP          string       `json:"http"`            // http1 or h2c
 	Batch         int          `json:"batch,omitempty"` // jobs a submit call
 	CallsPerJob   float64      `json:"calls_per_job"`   // as made, empty long polls too
 	Seconds       float64      `json:"seconds"`
@@ -241,7 +251,7 @@ type benchResult struct {
 func (b *bench) result(elapsed time.Duration, verified string, checkErr error) benchResult {
 	r := benchResult{
 		Prefix: b.prefix, Kind: benchKind, Jobs: b.jobs, Workers: b.workers, Enqueuers: b.enqueuers, Heartbeats: b.heartbeats,
-		Protocol: b.proto.String(), Batch: b.proto.batch,
+		Protocol: b.proto.String(), Batch: b.proto.batch, HTTP: b.http,
 		CallsPerJob: float64(b.calls.Load()) / float64(b.jobs), Seconds: elapsed.Seconds(),
 		Submit: latencyOf(b.lat[opSubmit]), Acquire: latencyOf(b.lat[opAcquire]),
 		Heartbeat: latencyOf(b.lat[opHeartbeat]), Report: latencyOf(b.lat[opReport]),
@@ -257,8 +267,8 @@ func (b *bench) result(elapsed time.Duration, verified string, checkErr error) b
 }
 
 func (r benchResult) table(out io.Writer) {
-	fmt.Fprintf(out, "%d jobs (%s, %s) in %.2f s: %.0f jobs/s; %d workers, %d enqueuers, %d heartbeats a job; protocol %s, %.2f calls a job\n\n",
-		r.Jobs, r.Kind, r.Prefix, r.Seconds, r.JobsPerSecond, r.Workers, r.Enqueuers, r.Heartbeats, r.Protocol, r.CallsPerJob)
+	fmt.Fprintf(out, "%d jobs (%s, %s) in %.2f s: %.0f jobs/s; %d workers, %d enqueuers, %d heartbeats a job; protocol %s over %s, %.2f calls a job\n\n",
+		r.Jobs, r.Kind, r.Prefix, r.Seconds, r.JobsPerSecond, r.Workers, r.Enqueuers, r.Heartbeats, r.Protocol, r.HTTP, r.CallsPerJob)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "OPERATION\tCOUNT\tP50 ms\tP90 ms\tP99 ms\tMAX ms\tMEAN ms\t")
 	for i, l := range []benchLatency{r.Submit, r.Acquire, r.Heartbeat, r.Report} {

@@ -39,9 +39,12 @@ func TestBenchCommand(t *testing.T) {
 		{"start", "start", [2]float64{6, 6.5}},
 		{"next,start", "start,next", [2]float64{4, 6.5}}, // 5 when no job was queued at a report
 		{"", "combined", [2]float64{4, 5.5}},             // the default
+		{"combined --h2c", "combined", [2]float64{4, 5.5}},
 	} {
 		args := []string{"bench", "--server", d.url, "--data", data, "--jobs", "300", "--workers", "8", "--enqueuers", "3", "-o", "json"}
-		if p.flag != "" {
+		if flag, h2c := strings.CutSuffix(p.flag, " --h2c"); h2c {
+			args = append(args, "--protocol", flag, "--h2c")
+		} else if p.flag != "" {
 			args = append(args, "--protocol", p.flag)
 		}
 		out, err := run(t, args...)
@@ -54,6 +57,7 @@ func TestBenchCommand(t *testing.T) {
 			Enqueuers     int                `json:"enqueuers"`
 			Heartbeats    int                `json:"heartbeats"`
 			Protocol      string             `json:"protocol"`
+			HTTP          string             `json:"http"`
 			CallsPerJob   float64            `json:"calls_per_job"`
 			Seconds       float64            `json:"seconds"`
 			JobsPerSecond float64            `json:"jobs_per_second"`
@@ -67,7 +71,11 @@ func TestBenchCommand(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatalf("not one JSON object: %v\n%s", err, out)
 		}
-		if r.Jobs != 300 || r.Workers != 8 || r.Enqueuers != 3 || r.Heartbeats != 3 || r.Protocol != p.name {
+		wantHTTP := "http1"
+		if strings.HasSuffix(p.flag, "--h2c") {
+			wantHTTP = "h2c"
+		}
+		if r.Jobs != 300 || r.Workers != 8 || r.Enqueuers != 3 || r.Heartbeats != 3 || r.Protocol != p.name || r.HTTP != wantHTTP {
 			t.Errorf("parameters: %s", out)
 		}
 		if r.CallsPerJob < p.calls[0] || r.CallsPerJob >= p.calls[1] {

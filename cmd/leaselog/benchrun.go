@@ -62,6 +62,7 @@ type bench struct {
 	enqueuers  int
 	heartbeats int
 	proto      benchProtocol
+	http       string // http1 or h2c: the clients' protocol, for the output
 	prefix     string // job ids are prefix + "-" + number
 	workerID   string // every worker acts as this id; "" gives each its own
 	progress   func(done, submitted int64)

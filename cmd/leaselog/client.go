@@ -27,7 +27,7 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.data, "data", "", "with no $LEASELOG_TOKEN, send the admin token a local daemon keeps in DIR/token (default $LEASELOG_DATA or "+defaultDataDir+")")
 }
 
-func (f *clientFlags) client() (*api.Client, error) {
+func (f *clientFlags) client(opts ...api.ClientOption) (*api.Client, error) {
 	if f.output != "table" && f.output != "json" {
 		return nil, fmt.Errorf("-o %s: want table or json", f.output)
 	}
@@ -39,7 +39,7 @@ func (f *clientFlags) client() (*api.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return api.NewClient(server, token)
+	return api.NewClient(server, token, opts...)
 }
 
 // printer writes rows as a table, or objects as JSON lines.
