@@ -15,6 +15,7 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/internal/testutil"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
@@ -44,14 +45,8 @@ func BenchmarkHeartbeatHTTP(b *testing.B) {
 // daemonOnDisk starts a lease service on a durable store in a temp dir, its
 // API on loopback, and a client of it.
 func daemonOnDisk(b *testing.B, opts ...api.ClientOption) *api.Client {
-	log, err := eventlog.Open(b.TempDir(), eventlog.Options{Logger: zerolog.Nop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, err := lease.Open(log, lease.Options{Config: timing.Default(), SnapshotEvery: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, svc := leasetest.Open(b, leasetest.Disk(b.TempDir()), leasetest.Config(timing.Default()),
+		leasetest.Service(func(o *lease.Options) { o.SnapshotEvery = -1 }))
 	srv := server.New(svc, server.Options{Logger: zerolog.Nop()})
 	ts := httptest.NewUnstartedServer(srv)
 	ts.Config = server.NewHTTPServer(srv) // as the daemon serves: HTTP/1.1 and h2c
@@ -59,7 +54,6 @@ func daemonOnDisk(b *testing.B, opts ...api.ClientOption) *api.Client {
 	b.Cleanup(func() {
 		srv.Close()
 		ts.Close()
-		log.Close()
 	})
 	c, err := api.NewClient(ts.URL, "", opts...)
 	if err != nil {

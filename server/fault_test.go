@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/internal/crashtest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
@@ -39,15 +39,12 @@ type faultServer struct {
 
 func startFaultServer(t *testing.T, fs vfs.FS, clock *clocktest.Clock, opts eventlog.Options) *faultServer {
 	t.Helper()
-	opts.FS, opts.Logger, opts.OnFatal = fs, zerolog.Nop(), func(string) {}
-	log, err := eventlog.Open(crashtest.Dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := lease.Open(log, lease.Options{Config: testConfig(), Clock: clock, Entropy: rand.New(rand.NewSource(1)), SnapshotEvery: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
+	log, svc := leasetest.Open(t, leasetest.FS(fs), leasetest.Clock(clock),
+		leasetest.Store(func(o *eventlog.Options) { // the test's options on the fixture's filesystem and logger
+			opts.FS, opts.Logger, opts.OnFatal = o.FS, o.Logger, func(string) {}
+			*o = opts
+		}),
+		leasetest.Service(func(o *lease.Options) { o.SnapshotEvery = 5 }))
 	srv := server.New(svc, server.Options{Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
 	s := &faultServer{t: t, clock: clock, log: log, svc: svc, ts: httptest.NewServer(srv)}
 	t.Cleanup(s.ts.Close)
@@ -176,7 +173,7 @@ func (r *httpRun) play(t *testing.T) (failedAt int, err error) {
 		var body []byte
 		if st.path == "" {
 			status = 200
-			if err := sweepPast(r.srv, testConfig().Toleration); err != nil {
+			if err := sweepPast(r.srv, leasetest.Timing().Toleration); err != nil {
 				status = 503
 			}
 		} else {
@@ -219,7 +216,7 @@ func (r *httpRun) play(t *testing.T) (failedAt int, err error) {
 
 // sweepPast moves the clock past d in sweeper steps, sweeping after each.
 func sweepPast(s *faultServer, d time.Duration) error {
-	step := testConfig().Grace / 2
+	step := leasetest.Timing().Grace / 2
 	for done := time.Duration(0); done <= d; done += step {
 		s.clock.Advance(step)
 		if err := s.svc.Sweep(); err != nil {

@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -45,7 +44,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -53,6 +51,7 @@ import (
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
@@ -144,13 +143,8 @@ type fuzzWorld struct {
 //	q-run, q-eval  queued                w3      unreachable
 func newFuzzWorld(auth *server.Auth) (*fuzzWorld, error) {
 	clock := clocktest.New(clocktest.Epoch)
-	log, err := eventlog.Open("data", eventlog.Options{FS: vfs.NewMem(), Logger: zerolog.Nop()})
+	log, svc, err := leasetest.OpenErr(leasetest.Clock(clock))
 	if err != nil {
-		return nil, err
-	}
-	svc, err := lease.Open(log, lease.Options{Config: testConfig(), Clock: clock, Entropy: rand.New(rand.NewSource(1))})
-	if err != nil {
-		log.Close()
 		return nil, err
 	}
 
@@ -173,7 +167,7 @@ func newFuzzWorld(auth *server.Auth) (*fuzzWorld, error) {
 		{"q-eval", event.KindEvaluation}} {
 		if j.id == "a-run" { // the first two are leased and expired before the others come
 			acquire("w3", 2)
-			for range int(testConfig().Toleration/time.Second) + 2 { // steps under grace: no absence
+			for range int(leasetest.Timing().Toleration/time.Second) + 2 { // steps under grace: no absence
 				clock.Advance(time.Second)
 				step(nil, svc.Sweep())
 			}

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"math/rand"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,12 +11,12 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
@@ -152,15 +151,7 @@ func TestMetricsSurviveRestart(t *testing.T) {
 	fs := vfs.NewMem()
 	clock := clocktest.New(clocktest.Epoch)
 	open := func() (*eventlog.Log, *lease.Service) {
-		log, err := eventlog.Open("data", eventlog.Options{FS: fs, Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		svc, err := lease.Open(log, lease.Options{Config: testConfig(), Clock: clock, Entropy: rand.New(rand.NewSource(1))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return log, svc
+		return leasetest.Open(t, leasetest.FS(fs), leasetest.Clock(clock))
 	}
 	scrape := func(svc *lease.Service) string {
 		h := server.New(svc, server.Options{Registerer: prometheus.NewRegistry()})

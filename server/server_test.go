@@ -6,14 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -21,16 +19,11 @@ import (
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/internal/testutil"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
-	"github.com/leaselog/leaselog/timing"
 )
-
-// testConfig is short timing, so a test reaches an expiry in a few sweeps.
-func testConfig() timing.Config {
-	return timing.Config{Renew: time.Second, Grace: 5 * time.Second, Toleration: 15 * time.Second}
-}
 
 // fixture is a real lease.Service on an in-memory Pebble with a manual clock,
 // behind a Server on a real HTTP listener.
@@ -54,15 +47,7 @@ func newFixture(t *testing.T, opts server.Options) *fixture {
 func newFixtureHooked(t *testing.T, opts server.Options, hook func(*server.Server)) *fixture {
 	t.Helper()
 	f := &fixture{t: t, clock: clocktest.New(clocktest.Epoch), reg: prometheus.NewRegistry(), logs: &testutil.SyncBuffer{}}
-	log, err := eventlog.Open("data", eventlog.Options{FS: vfs.NewMem(), Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := lease.Open(log, lease.Options{Config: testConfig(), Clock: f.clock, Entropy: rand.New(rand.NewSource(1))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.log, f.svc = log, svc
+	f.log, f.svc = leasetest.Open(t, leasetest.Clock(f.clock))
 	if opts.Registerer == nil && opts.Metrics == nil {
 		opts.Registerer = f.reg
 	}
@@ -70,15 +55,14 @@ func newFixtureHooked(t *testing.T, opts server.Options, hook func(*server.Serve
 	if opts.Clock == nil {
 		opts.Clock = f.clock
 	}
-	f.srv = server.New(svc, opts)
+	f.srv = server.New(f.svc, opts)
 	if hook != nil {
 		hook(f.srv)
 	}
 	f.ts = httptest.NewServer(f.srv)
 	t.Cleanup(func() {
 		f.srv.Close() // ends streams and long-polls, so that the listener can close
-		f.ts.Close()
-		_ = log.Close()
+		f.ts.Close()  // then the store closes (leasetest)
 	})
 	return f
 }
@@ -231,7 +215,7 @@ func (f *fixture) grant(worker string) uint64 {
 // live lease expires.
 func (f *fixture) expireAll() {
 	f.t.Helper()
-	for range int(testConfig().Toleration/time.Second) + 2 {
+	for range int(leasetest.Timing().Toleration/time.Second) + 2 {
 		f.clock.Advance(time.Second)
 		f.must(f.svc.Sweep())
 	}

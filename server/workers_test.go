@@ -11,6 +11,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -22,7 +23,7 @@ func TestAcquireGrantsCarryJobAndTiming(t *testing.T) {
 	if len(g.Leases) != 2 {
 		t.Fatalf("%d grants, want 2: %+v", len(g.Leases), g)
 	}
-	want := server.TimingOf(testConfig())
+	want := server.TimingOf(leasetest.Timing())
 	for i, gr := range g.Leases {
 		if gr.Timing != want {
 			t.Errorf("grant %d timing %+v, want %+v", i, gr.Timing, want)
@@ -140,7 +141,7 @@ func TestWorkerCannotTouchAnothersLease(t *testing.T) {
 	if len(hb.Leases) != 1 || hb.Leases[0].Lease != l || hb.Leases[0].Directive != api.DirectiveGone {
 		t.Fatalf("heartbeat of another's lease: %+v, want gone", hb)
 	}
-	if hb.Timing != server.TimingOf(testConfig()) {
+	if hb.Timing != server.TimingOf(leasetest.Timing()) {
 		t.Fatalf("heartbeat timing %+v", hb.Timing)
 	}
 	if got := f.log.LastSeq(); got != last {
