@@ -340,6 +340,9 @@ func dupPath(frames []dupFrame) string {
 // given twice, is refused rather than ignored: a typo like ?status= must not
 // quietly list everything.
 func params(r *http.Request, allowed ...string) (map[string]string, error) {
+	if r.URL.RawQuery == "" {
+		return nil, nil // most calls: nothing to parse (a nil map reads as empty)
+	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, badRequest("query: %v", err)
