@@ -48,17 +48,9 @@ func lifecycleWorkerCombined(ctx context.Context, c *api.Client, worker string, 
 			continue
 		}
 		g := gs[0]
-		var mine [3]time.Duration
-		for h := range mine {
-			start := time.Now()
-			if _, err := c.Heartbeat(ctx, worker, []uint64{g.Lease}); err != nil {
-				return err
-			}
-			mine[h] = time.Since(start)
+		if err := beatThrice(ctx, c, worker, g.Lease, beats, mu); err != nil {
+			return err
 		}
-		mu.Lock()
-		*beats = append(*beats, mine[:]...)
-		mu.Unlock()
 		rr, err := c.ReportNext(ctx, g.Lease, api.Report{Worker: worker, Outcome: "succeeded"}, api.Next{Max: 1, Start: true})
 		if err != nil {
 			return err
