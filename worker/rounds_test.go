@@ -225,3 +225,44 @@ func TestReportNextRefusedByAnOldDaemon(t *testing.T) {
 		t.Fatalf("%d reports with next, want the one refused", len(d.nexts))
 	}
 }
+
+// TestReportNextRefusedReportKeepsNext: a daemon that takes next but refuses
+// the report's content (400) is not taken for one that predates next: the
+// probe without next is refused too, the report goes again cut down, with
+// next, and the worker keeps saving round trips.
+func TestReportNextRefusedReportKeepsNext(t *testing.T) {
+	d := newRoundsDaemon()
+	e := newFakeExecutor()
+	bad := &api.Error{Status: 400, Code: api.CodeBadRequest, Message: "result: too deep"}
+	d.reportErr = []error{bad, bad} // the report with next, then the probe without
+	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
+	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	receive(t, e.started, "j1").finish(Outcome{Outcome: "succeeded", Ref: "refs/x", Result: []byte(`{"deep":1}`)})
+	if rep := receive(t, d.reports, "j1's report"); rep.Result != nil {
+		t.Fatalf("report %+v, want it sent again without its result", rep)
+	}
+	d.rmu.Lock()
+	nexts, plain := len(d.nexts), d.plain
+	d.rmu.Unlock()
+	if nexts != 2 || plain != 1 {
+		t.Fatalf("%d reports with next and %d without, want 2 (refused, then taken) and 1 (the probe)", nexts, plain)
+	}
+	if w.noNext.Load() {
+		t.Fatal("the worker took a refused report for a daemon without next")
+	}
+	receive(t, e.started, "j2, granted by j1's report").finish(Outcome{Outcome: "succeeded"})
+	receive(t, d.reports, "j2's report")
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	if len(d.nexts) != 3 {
+		t.Fatalf("%d reports with next, want 3: j2's carries next too", len(d.nexts))
+	}
+}

@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -367,10 +366,14 @@ func (w *Worker) await(ctx context.Context, h *Held) {
 func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 	g := h.Grant()
 	later := NewBackoff(w.renew())
+	// probe is set for the one call sent without next after a call with it
+	// was refused as bad input: if that one is taken, the daemon predates
+	// next and refused the field, not the report.
+	probe := false
 	for {
 		r := api.Report{Worker: w.opts.ID, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
 		ask := 0 // leases the report asks for in the same call
-		if w.rounds != nil && !w.noNext.Load() {
+		if w.rounds != nil && !w.noNext.Load() && !probe {
 			w.mu.Lock()
 			ask = w.mu.core.NextAfter(h)
 			w.mu.Unlock()
@@ -390,6 +393,11 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 		if ctx.Err() != nil {
 			return // not reported: the lease stays, and a restarted worker reports it
 		}
+		if probe && err == nil {
+			w.log().Warn().Msg("the daemon takes no next acquire in a report; taking jobs with the acquire loop only")
+			w.noNext.Store(true)
+		}
+		probe = false
 		if err == nil {
 			w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Str("outcome", o.Outcome).Uint64("seq", reply.Seq).Msg("reported")
 			if ask > 0 {
@@ -398,11 +406,11 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 			}
 			break
 		}
-		if ask > 0 && api.IsCode(err, api.CodeBadRequest) && strings.Contains(err.Error(), `"next"`) {
-			// A daemon from before reports carried next refuses the field:
-			// report as to it, and take jobs with the acquire loop only.
-			w.log().Warn().Err(err).Msg("the daemon takes no next acquire in a report; reporting without")
-			w.noNext.Store(true)
+		if ask > 0 && api.IsCode(err, api.CodeBadRequest) {
+			// Bad input wrote nothing. Either the report is bad, or the
+			// daemon predates next and refuses the field: the same report
+			// without it tells them apart.
+			probe = true
 			continue
 		}
 		next, do := Refused(o, err)
