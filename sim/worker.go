@@ -249,6 +249,10 @@ func (w *simWorker) start(g api.Grant, sent time.Time) {
 
 // begin is Worker.begin.
 func (w *simWorker) begin(h *worker.Held, ok bool) {
+	if h == nil {
+		w.s.tracef("%s: a grant of a lease it holds or held already: nothing to begin", w.id)
+		return
+	}
 	g := h.Grant()
 	if !ok {
 		w.s.tracef("%s: the grant of lease %d (%s) arrived past the fence: not starting it", w.id, g.Lease, g.Job.ID)
@@ -309,9 +313,8 @@ func (w *simWorker) report(h *worker.Held, o worker.Outcome) {
 	send = func(o worker.Outcome) {
 		o = w.s.brk.outcome(o)
 		r := api.Report{Worker: w.id, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
-		if ask := w.core.NextAfter(h); ask > 0 {
-			r.Next = &api.Next{Max: ask}
-		}
+		// As the worker by default (worker.Options.NextInReport): no next
+		// acquire in the report; seed 2934 broke the fence with it.
 		var sent time.Time
 		w.retry(func(done func(any, error)) {
 			sent = w.local()

@@ -35,8 +35,8 @@ type Core struct {
 	woke     bool      // the loop overslept, and has not sent a heartbeat since
 	wakeBeat bool      // the heartbeat sent after a wake is in flight
 
-	// The leases let go of (Forget) since the lease list in flight was asked
-	// for, each with the count of let-gos when it went (see ListMark).
+	// The last leases let go of (Forget), each with the count of let-gos
+	// when it went (see ListMark, Take, letGoKeep).
 	letGo  map[uint64]uint64
 	letGos uint64
 }
@@ -364,7 +364,15 @@ func (c *Core) NextFence() (at time.Time, ok bool) {
 // at now: not if the answer came so late (a late answer, a pause) that the
 // lease is past its fence already — it may have expired and gone to another
 // worker. A lease not started is to be reported TooLate.
+//
+// A grant of a lease the worker holds or has let go of is no new lease: the
+// answer of a call in flight (an acquire's, a report's next) that a lease
+// list overtook, its lease adopted since (and maybe run and reported). Take
+// returns nil for it: there is nothing to start, or the job would run twice.
 func (c *Core) Take(g api.Grant, sent, now time.Time) (h *Held, start bool) {
+	if _, gone := c.letGo[g.Lease]; gone || c.held[g.Lease] != nil {
+		return nil, false
+	}
 	if g.RenewSeconds > 0 {
 		c.timing = ConfigOf(g.Timing)
 	}
@@ -470,12 +478,6 @@ func (c *Core) Orphans(gs []api.Grant, mark uint64) []api.Grant {
 		}
 		out = append(out, g)
 	}
-	// What went before mark cannot be in a list asked for after it.
-	for id, at := range c.letGo {
-		if at <= mark {
-			delete(c.letGo, id)
-		}
-	}
 	return out
 }
 
@@ -509,6 +511,11 @@ func (c *Core) Ended(h *Held) (o Outcome, report bool) {
 	return h.run.Outcome(), true
 }
 
+// letGoKeep is how many of the last leases let go the Core remembers, for
+// Orphans and Take: an answer in flight is at most a call's timeout old, and
+// no worker lets go of this many leases within one call.
+const letGoKeep = 4096
+
 // Forget lets go of h once it is reported (or dropped): its slot is free. It
 // reports whether h was still held.
 func (c *Core) Forget(h *Held) bool {
@@ -516,6 +523,13 @@ func (c *Core) Forget(h *Held) bool {
 		delete(c.held, h.grant.Lease)
 		c.letGos++
 		c.letGo[h.grant.Lease] = c.letGos
+		if len(c.letGo) >= 2*letGoKeep {
+			for id, at := range c.letGo {
+				if at+letGoKeep <= c.letGos {
+					delete(c.letGo, id)
+				}
+			}
+		}
 		return true
 	}
 	return false

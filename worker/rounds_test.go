@@ -93,7 +93,7 @@ func (d *roundsDaemon) ReportNext(ctx context.Context, id uint64, r api.Report, 
 func TestWorkerSavesRoundTrips(t *testing.T) {
 	d, e := newRoundsDaemon(), newFakeExecutor()
 	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2"), grant(5, "j3")}
-	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond})
+	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, NextInReport: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestReportNextLostAnswerIsAdopted(t *testing.T) {
 	d, e := newRoundsDaemon(), newFakeExecutor()
 	d.loseNext = true
 	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
-	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond})
+	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, NextInReport: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestReportNextRefusedByAnOldDaemon(t *testing.T) {
 	d := oldDaemon{newRoundsDaemon()}
 	e := newFakeExecutor()
 	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
-	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond})
+	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, NextInReport: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestReportNextRefusedReportKeepsNext(t *testing.T) {
 	bad := &api.Error{Status: 400, Code: api.CodeBadRequest, Message: "result: too deep"}
 	d.reportErr = []error{bad, bad} // the report with next, then the probe without
 	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
-	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond})
+	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, NextInReport: true})
 	if err != nil {
 		t.Fatal(err)
 	}
