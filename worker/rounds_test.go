@@ -93,14 +93,7 @@ func (d *roundsDaemon) ReportNext(ctx context.Context, id uint64, r api.Report, 
 func TestWorkerSavesRoundTrips(t *testing.T) {
 	d, e := newRoundsDaemon(), newFakeExecutor()
 	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2"), grant(5, "j3")}
-	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, NextInReport: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	newTestWorker(t, d, e, nil, nextInReport)
 
 	for i, want := range []uint64{3, 4, 5} {
 		r := receive(t, e.started, "a job to start")
@@ -139,14 +132,7 @@ func TestReportNextLostAnswerIsAdopted(t *testing.T) {
 	d, e := newRoundsDaemon(), newFakeExecutor()
 	d.loseNext = true
 	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
-	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, NextInReport: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	w, _, _ := newTestWorker(t, d, e, nil, nextInReport)
 
 	receive(t, e.started, "the first job").finish(Outcome{Outcome: "succeeded"})
 	if got := receive(t, d.gave, "the report's grant, answer lost"); got != 4 {
@@ -205,14 +191,7 @@ func TestReportNextRefusedByAnOldDaemon(t *testing.T) {
 	d := oldDaemon{newRoundsDaemon()}
 	e := newFakeExecutor()
 	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
-	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, NextInReport: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	newTestWorker(t, d, e, nil, nextInReport)
 	for range 2 {
 		receive(t, e.started, "a job").finish(Outcome{Outcome: "succeeded", Ref: "refs/x"})
 		if rep := receive(t, d.reports, "its report"); rep.Outcome != "succeeded" || rep.Ref != "refs/x" || rep.Next != nil {
@@ -236,14 +215,7 @@ func TestReportNextRefusedReportKeepsNext(t *testing.T) {
 	bad := &api.Error{Status: 400, Code: api.CodeBadRequest, Message: "result: too deep"}
 	d.reportErr = []error{bad, bad} // the report with next, then the probe without
 	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
-	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, NextInReport: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	w, _, _ := newTestWorker(t, d, e, nil, nextInReport)
 
 	receive(t, e.started, "j1").finish(Outcome{Outcome: "succeeded", Ref: "refs/x", Result: []byte(`{"deep":1}`)})
 	if rep := receive(t, d.reports, "j1's report"); rep.Result != nil {
@@ -266,3 +238,7 @@ func TestReportNextRefusedReportKeepsNext(t *testing.T) {
 		t.Fatalf("%d reports with next, want 3: j2's carries next too", len(d.nexts))
 	}
 }
+
+// nextInReport runs a worker of one slot that takes its next job in its
+// reports.
+func nextInReport(o *Options) { o.Capacity, o.NextInReport = 1, true }

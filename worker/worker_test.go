@@ -173,8 +173,14 @@ func (e *fakeExecutor) Reattach(ctx context.Context, g api.Grant) (Run, bool, er
 	return r, true, nil
 }
 
-func newTestWorker(t *testing.T, d Daemon, e Executor, now func() time.Time) (*Worker, context.CancelFunc, chan error) {
-	w, err := New(Options{ID: "w1", Capacity: 2, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, Logger: zerolog.Nop(), Now: now})
+// newTestWorker runs a worker on d and e until the test ends; edits change
+// its options first.
+func newTestWorker(t *testing.T, d Daemon, e Executor, now func() time.Time, edits ...func(*Options)) (*Worker, context.CancelFunc, chan error) {
+	opts := Options{ID: "w1", Capacity: 2, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: 50 * time.Millisecond, Logger: zerolog.Nop(), Now: now}
+	for _, edit := range edits {
+		edit(&opts)
+	}
+	w, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
