@@ -25,16 +25,11 @@ func New(svc *lease.Service) worker.Daemon { return inProcess{svc} }
 type inProcess struct{ svc *lease.Service }
 
 func (d inProcess) grants(ctx context.Context, gs []lease.Grant, held time.Duration) ([]api.Grant, error) {
-	timing := server.TimingOf(d.svc.Config())
-	out := make([]api.Grant, 0, len(gs))
-	for _, g := range gs {
-		l, err := d.svc.Lease(ctx, g.Lease)
-		if err != nil {
-			return nil, server.ErrorOf(err)
-		}
-		out = append(out, api.Grant{Lease: g.Lease, Job: server.JobOf(g.Job, &l), HeldSeconds: held.Seconds(), Timing: timing})
+	vs, err := d.svc.GrantViews(ctx, gs)
+	if err != nil {
+		return nil, server.ErrorOf(err)
 	}
-	return out, nil
+	return server.GrantsOf(gs, vs, held.Seconds(), server.TimingOf(d.svc.Config())), nil
 }
 
 // Acquire fills api.Grant.HeldSeconds as the HTTP server does: how long the

@@ -60,6 +60,16 @@ func EventOf(e *event.Event) api.Event {
 	}
 }
 
+// GrantsOf converts the grants of an acquire, read back as vs (the service's
+// GrantViews), the daemon having held the request held seconds.
+func GrantsOf(gs []lease.Grant, vs []lease.JobView, held float64, t api.Timing) []api.Grant {
+	out := make([]api.Grant, 0, len(gs))
+	for i, v := range vs {
+		out = append(out, api.Grant{Lease: gs[i].Lease, Job: JobOf(v.Job, v.Live), HeldSeconds: held, Timing: t})
+	}
+	return out
+}
+
 // TimingOf converts the service's timing to what a worker is told of it.
 func TimingOf(c timing.Config) api.Timing {
 	return api.Timing{RenewSeconds: c.Renew.Seconds(), GraceSeconds: c.Grace.Seconds(), TolerationSeconds: c.Toleration.Seconds()}

@@ -79,12 +79,7 @@ func (s *Server) grants(ctx context.Context, worker string, grants []lease.Grant
 		// The leases are taken: the worker finds them with GET .../leases.
 		return api.Grants{}, fmt.Errorf("server: read back %d leases granted to %q: %w", len(grants), worker, err)
 	}
-	out := api.Grants{Leases: make([]api.Grant, 0, len(grants))}
-	timing := TimingOf(s.svc.Config())
-	for i, v := range vs {
-		out.Leases = append(out.Leases, api.Grant{Lease: grants[i].Lease, Job: JobOf(v.Job, v.Live), HeldSeconds: held, Timing: timing})
-	}
-	return out, nil
+	return api.Grants{Leases: GrantsOf(grants, vs, held, TimingOf(s.svc.Config()))}, nil
 }
 
 // heartbeat answers POST /v1/workers/{worker}/heartbeat: a directive per
