@@ -45,10 +45,11 @@
 //	                            job's whole tree is gone (exit.tmp, then
 //	                            rename, so a reader never sees half of it)
 //
-// Run directories are never removed, worktrees included: they hold the whole
-// state an agent left, which auditors may want, and removing a worktree is an
-// operator's decision (`git worktree remove`). What a job made is reachable
-// from the main repository anyway, through refs/leaselog/<job>/<lease>.
+// Run directories, worktrees included, hold the whole state an agent left,
+// which auditors may want: they are kept for Options.Retention after their
+// job ended (a week by default in the CLI), then removed (RunRetention).
+// What a job made stays reachable from the main repository through
+// refs/leaselog/<job>/<lease>, which retention leaves alone.
 //
 // The outcome of a run: a run its supervisor stopped at the fence is
 // "lost", reason "fence deadline passed; job stopped by its supervisor"
@@ -71,6 +72,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -112,6 +114,12 @@ type Options struct {
 	// and so is the first deadline a run gets at its start. It must be the
 	// worker's (worker.Options). 0 means hostclock.Boottime.
 	Clock hostclock.Clock
+	// Retention is how long the run directory of an ended job is kept
+	// (RunRetention); 0 keeps them all.
+	Retention time.Duration
+	// Now reads the wall clock retention compares file times with; nil is
+	// time.Now.
+	Now func() time.Time
 }
 
 // Executor runs jobs as local processes. It implements worker.Executor; its
@@ -122,6 +130,15 @@ type Executor struct {
 	grace time.Duration
 	poll  time.Duration
 	clock hostclock.Clock
+	keep  time.Duration
+	now   func() time.Time
+
+	mu struct {
+		sync.Mutex
+		// held counts, by run directory, the runs started or re-attached
+		// and not yet ended: retention leaves their directories alone.
+		held map[string]int
+	}
 }
 
 var _ worker.Executor = (*Executor)(nil)
@@ -155,7 +172,16 @@ func New(opts Options) (*Executor, error) {
 	if opts.Clock == 0 {
 		opts.Clock = hostclock.Boottime
 	}
-	return &Executor{dir: dir, log: opts.Logger, grace: opts.StopGrace, poll: opts.Poll, clock: opts.Clock}, nil
+	if opts.Retention < 0 {
+		return nil, fmt.Errorf("local: retention %v: must be 0 (keep everything) or more", opts.Retention)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	e := &Executor{dir: dir, log: opts.Logger, grace: opts.StopGrace, poll: opts.Poll, clock: opts.Clock,
+		keep: opts.Retention, now: opts.Now}
+	e.mu.held = map[string]int{}
+	return e, nil
 }
 
 // Start checks out and starts the job of grant g. It returns once the
@@ -167,6 +193,7 @@ func (e *Executor) Start(ctx context.Context, g api.Grant) (worker.Run, error) {
 		return nil, fmt.Errorf("local: start lease %d: %w", g.Lease, err)
 	}
 	if err := e.start(ctx, r, g.Job.Spec); err != nil {
+		e.release(r.dir)
 		return nil, fmt.Errorf("local: start lease %d (job %s): %w", g.Lease, g.Job.ID, err)
 	}
 	return r, nil
@@ -233,6 +260,7 @@ func (e *Executor) newRun(g api.Grant) (*run, error) {
 		r.firstFence = worker.ConfigOf(g.Timing).SelfFence()
 	}
 	r.log = e.log.With().Str("job", r.job).Uint64("lease", r.lease).Logger()
+	e.hold(r.dir) // released once the run ends (finish), or fails to start
 	return r, nil
 }
 

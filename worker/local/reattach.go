@@ -46,13 +46,16 @@ func (e *Executor) Reattach(ctx context.Context, g api.Grant) (worker.Run, bool,
 		return nil, false, fmt.Errorf("local: re-attach lease %d: %w", g.Lease, err)
 	}
 	if err := ctx.Err(); err != nil {
+		e.release(r.dir)
 		return nil, false, fmt.Errorf("local: re-attach lease %d: %w", g.Lease, err)
 	}
 	if _, err := os.Stat(r.dir); errors.Is(err, fs.ErrNotExist) {
+		e.release(r.dir)
 		r.log.Warn().Str("dir", r.dir).Msg("local: re-attach: run directory gone")
 		e.stopOrphan(ctx, r)
 		return nil, false, nil
 	} else if err != nil {
+		e.release(r.dir)
 		return nil, false, fmt.Errorf("local: re-attach lease %d (job %s): %w", g.Lease, g.Job.ID, err)
 	}
 	if b, err := supervise.ReadSmall(r.path(stopFile), 64); err == nil {

@@ -196,6 +196,7 @@ func (r *run) finish(detail string) {
 		ev = ev.Str("ref", r.outcome.Ref)
 	}
 	ev.Msg("local: ended")
+	r.e.release(r.dir)
 	close(r.done)
 }
 
