@@ -313,8 +313,10 @@ func (w *simWorker) report(h *worker.Held, o worker.Outcome) {
 	send = func(o worker.Outcome) {
 		o = w.s.brk.outcome(o)
 		r := api.Report{Worker: w.id, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
-		// As the worker by default (worker.Options.NextInReport): no next
-		// acquire in the report; seed 2934 broke the fence with it.
+		// As the worker (Worker.report): the next acquire in the report.
+		if ask := w.core.NextAfter(h); ask > 0 {
+			r.Next = &api.Next{Max: ask}
+		}
 		var sent time.Time
 		w.retry(func(done func(any, error)) {
 			sent = w.local()

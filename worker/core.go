@@ -363,7 +363,12 @@ func (c *Core) NextFence() (at time.Time, ok bool) {
 // the lease after its answer arrived. Take reports whether the job may start
 // at now: not if the answer came so late (a late answer, a pause) that the
 // lease is past its fence already — it may have expired and gone to another
-// worker. A lease not started is to be reported TooLate.
+// worker. Nor while the worker is fenced: a call sent before the fence fell
+// (a long-polled acquire, a report's next retried through the silence) may
+// still be answered with a grant, and a job begun then would be stopped by
+// Started at once, a kill racing the next pause of the host with no
+// supervisor deadline to back it. A fenced worker takes no work (Fence). A
+// lease not started is to be reported TooLate.
 //
 // A grant of a lease the worker holds or has let go of is no new lease: the
 // answer of a call in flight (an acquire's, a report's next) that a lease
@@ -385,7 +390,7 @@ func (c *Core) Take(g api.Grant, sent, now time.Time) (h *Held, start bool) {
 	}
 	h = &Held{grant: g, base: base, renewed: true}
 	c.held[g.Lease] = h
-	if now.Sub(base) > c.fence() {
+	if c.fenced || now.Sub(base) > c.fence() {
 		h.fenced = true
 		return h, false
 	}

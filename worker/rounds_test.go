@@ -239,6 +239,23 @@ func TestReportNextRefusedReportKeepsNext(t *testing.T) {
 	}
 }
 
-// nextInReport runs a worker of one slot that takes its next job in its
-// reports.
-func nextInReport(o *Options) { o.Capacity, o.NextInReport = 1, true }
+// nextInReport runs a worker of one slot, which by default takes its next
+// job in its reports.
+func nextInReport(o *Options) { o.Capacity = 1 }
+
+// TestNoNextInReport: told so, a worker whose daemon saves round trips
+// takes every job with an acquire and reports without next.
+func TestNoNextInReport(t *testing.T) {
+	d, e := newRoundsDaemon(), newFakeExecutor()
+	d.queue = []api.Grant{grant(3, "j1"), grant(4, "j2")}
+	newTestWorker(t, d, e, nil, func(o *Options) { o.Capacity, o.NoNextInReport = 1, true })
+	for range 2 {
+		receive(t, e.started, "a job").finish(Outcome{Outcome: "succeeded"})
+		receive(t, d.reports, "its report")
+	}
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	if len(d.nexts) != 0 || d.acquires < 2 {
+		t.Fatalf("%d reports with next and %d acquires, want none and one a job", len(d.nexts), d.acquires)
+	}
+}

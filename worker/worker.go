@@ -73,12 +73,10 @@ type Options struct {
 	Timing timing.Config
 	// Wait is how long one acquire long-polls; 0 means 30s.
 	Wait time.Duration
-	// NextInReport makes the worker take its next job in the report of the
-	// last when its Daemon is a Rounder. Off by default: the simulation
-	// found a job whose supervisor got no fence deadline when its lease came
-	// in a report's answer (seed 2934 with it on); until that is understood
-	// the worker takes its jobs with its acquire loop only.
-	NextInReport bool
+	// NoNextInReport makes the worker take its jobs with its acquire loop
+	// only, never in the report of the last (Rounder): for a test of that
+	// loop, or a daemon behind a proxy that strips the field.
+	NoNextInReport bool
 	// Now reads the fence clock: the worker's clock for its decisions
 	// (self-fencing), and the clock of the deadlines it gives its runs'
 	// supervisors (Run.Fence), which the executor reads too — a clock that
@@ -135,7 +133,7 @@ func New(opts Options) (*Worker, error) {
 		opts.Now = hostclock.Boottime.Now
 	}
 	w := &Worker{opts: opts, now: opts.Now, freed: make(chan struct{}, 1)}
-	if opts.NextInReport {
+	if !opts.NoNextInReport {
 		w.rounds, _ = opts.Daemon.(Rounder)
 	}
 	w.mu.core = NewCore(opts.Capacity, opts.Timing, w.now())
