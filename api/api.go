@@ -91,9 +91,11 @@ type Acquire struct {
 	Start bool `json:"start,omitempty"`
 }
 
-// Grants is the answer to acquire and to GET /v1/workers/{worker}/leases.
+// Grants is the answer to acquire and to GET /v1/workers/{worker}/leases;
+// Next, in the latter, is the cursor of the next page (absent on the last).
 type Grants struct {
 	Leases []Grant `json:"leases"`
+	Next   string  `json:"next,omitempty"`
 }
 
 // Heartbeat is the body of POST /v1/workers/{worker}/heartbeat.
@@ -202,21 +204,35 @@ type Event struct {
 	Result     json.RawMessage `json:"result,omitempty"`
 }
 
+// Every list of the API pages: a list takes limit (default 100, at most
+// 1000) and after, the Next of the page before, and its answer's Next is the
+// cursor of the page after, absent (zero) on the last page. Cursors are
+// opaque: pass them back as they came.
+
 // Events is the answer to an events query; Next is the cursor to pass as
-// after= for the next page (the last seq returned, or after= itself).
+// after= for the next page: the last seq returned, 0 (absent) on the last
+// page.
 type Events struct {
 	Events []Event `json:"events"`
-	Next   uint64  `json:"next"`
+	Next   uint64  `json:"next,omitempty"`
+}
+
+// History is the answer to GET /v1/jobs/{id}/history.
+type History struct {
+	Events []Event `json:"events"`
+	Next   string  `json:"next,omitempty"`
 }
 
 // Leases is the answer to GET /v1/leases.
 type Leases struct {
 	Leases []Lease `json:"leases"`
+	Next   string  `json:"next,omitempty"`
 }
 
 // Jobs is the answer to GET /v1/jobs.
 type Jobs struct {
-	Jobs []Job `json:"jobs"`
+	Jobs []Job  `json:"jobs"`
+	Next string `json:"next,omitempty"`
 }
 
 // Health is the answer to GET /healthz.

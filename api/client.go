@@ -131,11 +131,10 @@ func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 	return j, err
 }
 
-// Jobs lists jobs, optionally by state and kind.
+// Jobs lists jobs, optionally by state and kind: every page (JobsPage reads
+// one).
 func (c *Client) Jobs(ctx context.Context, state, kind string) ([]Job, error) {
-	var js Jobs
-	_, err := c.do(ctx, http.MethodGet, "/v1/jobs"+query("state", state, "kind", kind), nil, &js)
-	return js.Jobs, err
+	return Collect(c.AllJobs(ctx, JobQuery{State: state, Kind: kind, Limit: MaxLimit}))
 }
 
 // Cancel cancels job id (revokes it, if leased).
@@ -152,11 +151,9 @@ func (c *Client) Kill(ctx context.Context, id string) (Job, error) {
 	return j, err
 }
 
-// History returns every event of job id.
+// History returns every event of job id: every page (HistoryPage reads one).
 func (c *Client) History(ctx context.Context, id string) ([]Event, error) {
-	var es Events
-	_, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/history", nil, &es)
-	return es.Events, err
+	return Collect(c.AllHistory(ctx, id, PageQuery{Limit: MaxLimit}))
 }
 
 // Acquire asks for up to max leases, waiting up to wait for one.
@@ -176,11 +173,13 @@ func (c *Client) Heartbeat(ctx context.Context, worker string, leases []uint64) 
 	return r, err
 }
 
-// WorkerLeases returns the live leases the daemon holds for worker.
+// WorkerLeases returns the live leases the daemon holds for worker: every
+// page (WorkerLeasesPage reads one).
 func (c *Client) WorkerLeases(ctx context.Context, worker string) ([]Grant, error) {
-	var g Grants
-	_, err := c.do(ctx, http.MethodGet, "/v1/workers/"+url.PathEscape(worker)+"/leases", nil, &g)
-	return g.Leases, err
+	return Collect(Pages(ctx, "", func(ctx context.Context, after string) ([]Grant, string, error) {
+		g, err := c.WorkerLeasesPage(ctx, worker, PageQuery{Limit: MaxLimit, After: after})
+		return g.Leases, g.Next, err
+	}))
 }
 
 // Start says the job of a lease started.
@@ -198,11 +197,10 @@ func (c *Client) Report(ctx context.Context, lease uint64, r Report) (ReportRepl
 	return rr, err
 }
 
-// Leases lists leases (live ones unless state is given).
+// Leases lists leases (live ones unless state is given): every page
+// (LeasesPage reads one).
 func (c *Client) Leases(ctx context.Context, state, worker, kind string) ([]Lease, error) {
-	var ls Leases
-	_, err := c.do(ctx, http.MethodGet, "/v1/leases"+query("state", state, "worker", worker, "kind", kind), nil, &ls)
-	return ls.Leases, err
+	return Collect(c.AllLeases(ctx, LeaseQuery{State: state, Worker: worker, Kind: kind, Limit: MaxLimit}))
 }
 
 // EventQuery selects events.
@@ -213,7 +211,7 @@ type EventQuery struct {
 	Limit             int
 }
 
-// Events returns one page of events.
+// Events returns one page of events (AllEvents iterates over them all).
 func (c *Client) Events(ctx context.Context, q EventQuery) (Events, error) {
 	var es Events
 	args := []string{"type", q.Type, "job", q.Job, "worker", q.Worker}

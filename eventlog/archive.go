@@ -108,6 +108,13 @@ func (l *Log) Archived(key []byte) ([]byte, error) {
 // starts with prefix. key and value are valid only during the call. An error
 // from fn stops the scan and is returned.
 func (l *Log) ScanArchive(prefix []byte, fn func(key, value []byte) error) error {
+	return l.ScanArchiveFrom(prefix, nil, fn)
+}
+
+// ScanArchiveFrom is ScanArchive from the first key at or after from (nil:
+// the prefix's first), seeking to it: a paged read costs its page, not what
+// sorts before it. from is a whole key, its prefix included.
+func (l *Log) ScanArchiveFrom(prefix, from []byte, fn func(key, value []byte) error) error {
 	done, err := l.reading()
 	if err != nil {
 		return err
@@ -118,7 +125,11 @@ func (l *Log) ScanArchive(prefix []byte, fn func(key, value []byte) error) error
 	if err != nil {
 		return fmt.Errorf("eventlog: scan archive %q: %w", lower, err)
 	}
-	for ok := it.First(); ok; ok = it.Next() {
+	start := it.First
+	if from != nil {
+		start = func() bool { return it.SeekGE(archiveKey(nil, from)) }
+	}
+	for ok := start(); ok; ok = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			it.Close()

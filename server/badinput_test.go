@@ -68,7 +68,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"kill body", request{method: "POST", path: "/v1/jobs/j1/kill", body: `{"now":true}`}, "", `unknown field "now"`},
 		{"kill bad id", request{method: "POST", path: "/v1/jobs/a%20b/kill"}, "", "job id"},
 		{"history bad id", request{method: "GET", path: "/v1/jobs/a%20b/history"}, "", "job id"},
-		{"history query", request{method: "GET", path: "/v1/jobs/j1/history?limit=1"}, "", `"limit"`},
+		{"history query", request{method: "GET", path: "/v1/jobs/j1/history?lease=1"}, "", `"lease"`},
 
 		{"acquire malformed", request{method: "POST", path: "/v1/workers/w2/acquire", body: `{"max":`}, "", "body"},
 		{"acquire unknown field", request{method: "POST", path: "/v1/workers/w2/acquire", body: `{"count":1}`}, "", `unknown field "count"`},

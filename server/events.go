@@ -15,19 +15,15 @@ import (
 	"github.com/leaselog/leaselog/lease"
 )
 
-// Limits of GET /v1/events.
-const (
-	defaultEventLimit = 100
-	maxEventLimit     = 1000
-)
-
 // streamFlushEvery bounds how many events an event stream writes between
 // flushes (and write deadlines), so a long backlog reaches the client as it
 // goes rather than at the end.
 const streamFlushEvery = 256
 
 // listEvents answers GET /v1/events?type=&job=&worker=&since=&until=&after=&limit=
-// from the log's indexes: one page of events, and the cursor of the next.
+// from the log's indexes: one page of events, and the cursor of the next
+// (paging.go): the seq of the page's last event, as a number, absent on the
+// last page.
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, c *call) error {
 	p, err := params(r, "type", "job", "worker", "since", "until", "after", "limit")
 	if err != nil {
@@ -37,21 +33,17 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, c *call) err
 	if err != nil {
 		return err
 	}
-	limit := defaultEventLimit
-	if v := p["limit"]; v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxEventLimit {
-			return badRequest("limit %q: want an integer from 1 to %d", v, maxEventLimit)
-		}
-		limit = n
-	}
-	evs, last, err := s.query(q, limit)
+	limit, err := pageLimit(p)
 	if err != nil {
 		return err
 	}
-	out := api.Events{Events: evs, Next: q.After}
-	if last != 0 {
-		out.Next = last
+	evs, more, err := s.queryPage(q, limit)
+	if err != nil {
+		return err
+	}
+	out := api.Events{Events: evs}
+	if more {
+		out.Next = evs[len(evs)-1].Seq
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
@@ -110,21 +102,22 @@ func parseTime(name, v string) (int64, error) {
 	return t.UnixNano(), nil
 }
 
-// query reads up to limit (0: all) of the events q selects and converts
-// them, returning the seq of the last (0 if none). Only durable events are
-// ever seen.
-func (s *Server) query(q lease.EventFilter, limit int) ([]api.Event, uint64, error) {
+// queryPage reads up to limit of the events q selects and converts them,
+// reporting whether more follow (it reads one more to know). Only durable
+// events are ever seen.
+func (s *Server) queryPage(q lease.EventFilter, limit int) ([]api.Event, bool, error) {
 	out := []api.Event{}
-	var last uint64
-	_, err := s.svc.Events(q, limit, func(e *event.Event) error {
+	_, err := s.svc.Events(q, limit+1, func(e *event.Event) error {
 		out = append(out, EventOf(e)) // e aliases the log's buffers: converted (copied) here
-		last = e.Seq
 		return nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("server: query events: %w", err)
+		return nil, false, fmt.Errorf("server: query events: %w", err)
 	}
-	return out, last, nil
+	if len(out) > limit {
+		return out[:limit], true, nil
+	}
+	return out, false, nil
 }
 
 // stream answers GET /v1/events/stream?after=SEQ (and the filters of

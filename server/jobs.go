@@ -85,9 +85,18 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, c *call) error {
 	return nil
 }
 
-// listJobs answers GET /v1/jobs?state=&kind=: the jobs, by id.
+// listJobs answers GET /v1/jobs?state=&kind=&limit=&after=: a page of the
+// jobs, by id (paging.go).
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error {
-	q, err := params(r, "state", "kind")
+	q, err := params(r, "state", "kind", "limit", "after")
+	if err != nil {
+		return err
+	}
+	limit, err := pageLimit(q)
+	if err != nil {
+		return err
+	}
+	after, err := parseJobCursor(q)
 	if err != nil {
 		return err
 	}
@@ -100,13 +109,16 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error
 	if f.Kind, err = parseKind(q["kind"]); err != nil {
 		return err
 	}
-	vs, err := s.svc.JobViews(r.Context(), f)
+	vs, more, err := s.svc.JobPage(r.Context(), f, after, limit)
 	if err != nil {
 		return err
 	}
 	out := api.Jobs{Jobs: make([]api.Job, 0, len(vs))}
 	for _, v := range vs {
 		out.Jobs = append(out.Jobs, JobOf(v.Job, v.Live))
+	}
+	if more {
+		out.Next = jobCursor(vs[len(vs)-1].ID)
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
@@ -147,10 +159,19 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, c *call, do func
 	return nil
 }
 
-// history answers GET /v1/jobs/{id}/history: every event of the job, in
-// order, from the log's job index.
+// history answers GET /v1/jobs/{id}/history?limit=&after=: a page of the
+// job's events, by seq, from the log's job index.
 func (s *Server) history(w http.ResponseWriter, r *http.Request, c *call) error {
-	if _, err := params(r); err != nil {
+	p, err := params(r, "limit", "after")
+	if err != nil {
+		return err
+	}
+	limit, err := pageLimit(p)
+	if err != nil {
+		return err
+	}
+	after, err := parseNumCursor(p)
+	if err != nil {
 		return err
 	}
 	if err := lease.CheckID("job", c.job); err != nil {
@@ -161,17 +182,16 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c *call) error 
 	if _, err := s.svc.Job(r.Context(), c.job); err != nil {
 		return err
 	}
-	evs, _, err := s.query(lease.EventFilter{Job: c.job}, 0)
+	evs, more, err := s.queryPage(lease.EventFilter{Job: c.job, After: after}, limit)
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, c, http.StatusOK, historyBody{Events: evs})
+	out := api.History{Events: evs}
+	if more {
+		out.Next = numCursor(evs[len(evs)-1].Seq)
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
-}
-
-// historyBody is the answer to GET /v1/jobs/{id}/history.
-type historyBody struct {
-	Events []api.Event `json:"events"`
 }
 
 // parseKind parses an optional kind; "" is no kind.

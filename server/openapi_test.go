@@ -390,6 +390,30 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("GET", "/v1/events?limit=0", auditorTok, nil), http.StatusBadRequest)
 	c.call(rq("GET", "/v1/events?after=18446744073709551615", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/events?type=lease.lost", auditorTok, nil), http.StatusOK)
+	// Pages of every list, with their next, and refused paging (paging_test.go).
+	// w2 takes two leases more, so that its own list has two pages.
+	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "p1", Kind: "run"}), http.StatusCreated)
+	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "p2", Kind: "run"}), http.StatusCreated)
+	c.call(rq("POST", "/v1/workers/w2/acquire", w2Tok, api.Acquire{Max: 2}), http.StatusOK)
+	for _, path := range []string{"/v1/jobs", "/v1/leases?state=reported", "/v1/jobs/j1/history", "/v1/workers/w2/leases", "/v1/events"} {
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		var page struct {
+			Next json.RawMessage `json:"next"`
+		}
+		if err := json.Unmarshal(c.call(rq("GET", path+sep+"limit=1", auditorTok, nil), http.StatusOK).body, &page); err != nil {
+			t.Fatal(err)
+		}
+		after := strings.Trim(string(page.Next), `"`)
+		if after == "" {
+			t.Errorf("GET %s%slimit=1: no next; the test needs a list of two", path, sep)
+		}
+		c.call(rq("GET", path+sep+"limit=1&after="+after, auditorTok, nil), http.StatusOK)
+		c.call(rq("GET", path+sep+"limit=1001", auditorTok, nil), http.StatusBadRequest)
+		c.call(rq("GET", path+sep+"after=-", auditorTok, nil), http.StatusBadRequest)
+	}
 	evs := c.stream(rq("GET", "/v1/events/stream?after=0", auditorTok, nil), int(f.log.DurableSeq()))
 	if last := evs[len(evs)-1].id; last != strconv.FormatUint(f.log.DurableSeq(), 10) {
 		t.Errorf("stream ended at %s, log at %d", last, f.log.DurableSeq())

@@ -100,16 +100,26 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c *call) erro
 	return nil
 }
 
-// workerLeases answers GET /v1/workers/{worker}/leases: the live leases the
-// daemon holds for the worker, with their jobs, to re-attach after a restart.
+// workerLeases answers GET /v1/workers/{worker}/leases?limit=&after=: a page
+// of the live leases the daemon holds for the worker, by token, with their
+// jobs, to re-attach after a restart.
 func (s *Server) workerLeases(w http.ResponseWriter, r *http.Request, c *call) error {
-	if _, err := params(r); err != nil {
+	p, err := params(r, "limit", "after")
+	if err != nil {
+		return err
+	}
+	limit, err := pageLimit(p)
+	if err != nil {
+		return err
+	}
+	after, err := parseNumCursor(p)
+	if err != nil {
 		return err
 	}
 	if err := lease.CheckID("worker", c.worker); err != nil {
 		return err
 	}
-	vs, err := s.svc.WorkerViews(r.Context(), c.worker)
+	vs, more, err := s.svc.WorkerPage(r.Context(), c.worker, after, limit)
 	if err != nil {
 		return err
 	}
@@ -117,6 +127,9 @@ func (s *Server) workerLeases(w http.ResponseWriter, r *http.Request, c *call) e
 	timing := TimingOf(s.svc.Config())
 	for _, v := range vs {
 		out.Leases = append(out.Leases, api.Grant{Lease: v.Live.ID, Job: JobOf(v.Job, v.Live), Timing: timing})
+	}
+	if more {
+		out.Next = numCursor(vs[len(vs)-1].Live.ID)
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
@@ -222,10 +235,18 @@ func (s *Server) leaseID(r *http.Request, c *call) (uint64, error) {
 	return id, nil
 }
 
-// listLeases answers GET /v1/leases?state=&worker=&kind=: the live leases,
-// or those in the given state, by token.
+// listLeases answers GET /v1/leases?state=&worker=&kind=&limit=&after=: a
+// page of the live leases, or of those in the given state, by token.
 func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, c *call) error {
-	q, err := params(r, "state", "worker", "kind")
+	q, err := params(r, "state", "worker", "kind", "limit", "after")
+	if err != nil {
+		return err
+	}
+	limit, err := pageLimit(q)
+	if err != nil {
+		return err
+	}
+	after, err := parseNumCursor(q)
 	if err != nil {
 		return err
 	}
@@ -245,13 +266,16 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, c *call) err
 	if f.Kind, err = parseKind(q["kind"]); err != nil {
 		return err
 	}
-	ls, err := s.svc.Leases(r.Context(), f)
+	ls, more, err := s.svc.LeasePage(r.Context(), f, after, limit)
 	if err != nil {
 		return err
 	}
 	out := api.Leases{Leases: make([]api.Lease, 0, len(ls))}
 	for _, l := range ls {
 		out.Leases = append(out.Leases, LeaseOf(l))
+	}
+	if more {
+		out.Next = numCursor(ls[len(ls)-1].ID)
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil

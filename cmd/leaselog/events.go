@@ -105,11 +105,11 @@ func (f *eventFlags) list(ctx context.Context, each func(api.Event)) error {
 		}
 		for _, e := range page.Events {
 			each(e)
+			q.After = e.Seq
 		}
-		if len(page.Events) == 0 || page.Next == q.After {
+		if page.Next == 0 { // the last page
 			break
 		}
-		q.After = page.Next
 	}
 	if !f.follow {
 		return nil
