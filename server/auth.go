@@ -181,7 +181,7 @@ func (s *Server) authorize(r *http.Request, rt *route, c *call) error {
 	if s.auth == nil || rt.access == open {
 		return nil
 	}
-	token, err := bearer(r.Header.Values("Authorization"))
+	token, err := tokenOf(r, rt) // streamauth.go
 	if err != nil {
 		return err
 	}

@@ -126,14 +126,15 @@ func (s *Server) queryPage(q lease.EventFilter, limit int) ([]api.Event, bool, e
 // with Last-Event-ID, which wins over after=. Only durable events are sent:
 // the stream reads them (lease.Service.Events), and waits for more on the
 // log's durable mark (lease.Service.WaitDurable). Idle, it sleeps on that
-// mark and wakes only for a keepalive comment every Options.StreamKeepalive;
-// it ends when its client hangs up (net/http cancels the request's context),
+// mark and wakes only for a keepalive comment every Options.StreamKeepalive
+// (10 s by default: EventSource clients and proxies expect one within 15 s);
+// its token may come as ?token= (streamauth.go); it ends when its client hangs up (net/http cancels the request's context),
 // when a write fails, or when the server closes.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	if s.streamHook != nil {
 		defer s.streamHook("end")
 	}
-	p, err := params(r, "type", "job", "worker", "since", "until", "after")
+	p, err := params(r, "type", "job", "worker", "since", "until", "after", tokenParam)
 	if err != nil {
 		return err
 	}

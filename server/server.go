@@ -47,7 +47,7 @@ const (
 	DefaultRequestTimeout  = 30 * time.Second
 	DefaultBodyTimeout     = 10 * time.Second
 	DefaultMaxWait         = 60 * time.Second
-	DefaultStreamKeepalive = 30 * time.Second
+	DefaultStreamKeepalive = 10 * time.Second // under 15 s, what proxies and EventSource clients expect
 )
 
 // Options configures a Server. The zero value serves openly with the defaults.
@@ -163,7 +163,7 @@ func New(svc *lease.Service, opts Options) *Server {
 	s.handle("GET /v1/leases", read, false, s.listLeases)
 
 	s.handle("GET /v1/events", read, false, s.listEvents)
-	s.handle("GET /v1/events/stream", read, true, s.stream)
+	s.handle("GET /v1/events/stream", read, true, s.stream).queryToken = true
 	return s
 }
 
@@ -185,6 +185,9 @@ type route struct {
 	// and the reads that would not ask it (the log's own) must not be served
 	// from a store that may be closed under them.
 	whenFailed bool
+	// queryToken takes the token as ?token= too (streamauth.go): a browser's
+	// EventSource cannot send a header.
+	queryToken bool
 }
 
 func (s *Server) handle(pattern string, a access, long bool, serve func(http.ResponseWriter, *http.Request, *call) error) *route {
