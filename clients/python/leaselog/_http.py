@@ -1,0 +1,176 @@
+"""The HTTP transport of the client and the worker: standard library only.
+
+One connection per call (``http.client``), so that every method is safe to call
+from any thread and a call can be aborted by closing its socket (the worker
+aborts its long-polling acquire that way when it stops). Answers are JSON;
+error answers become :mod:`leaselog.errors` exceptions.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Tuple
+
+from . import errors
+
+#: Where a client looks for the daemon when told nothing (as the Go client).
+DEFAULT_SERVER = "http://127.0.0.1:7420"
+
+
+def normalize_server(server: Optional[str]) -> str:
+    """The daemon's address as a URL: ``host:port`` gets ``http://``.
+
+    ``None`` or empty reads ``$LEASELOG_SERVER``, then the default.
+    ``unix:///path`` is kept as it is.
+    """
+    server = (server or os.environ.get("LEASELOG_SERVER") or DEFAULT_SERVER).strip()
+    if server.startswith("unix://"):
+        if len(server) <= len("unix://"):
+            raise ValueError(f"server {server!r}: unix:// needs a socket path")
+        return server
+    if "://" not in server:
+        server = "http://" + server
+    u = urllib.parse.urlsplit(server)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError(f"server {server!r} is not host:port, an http(s):// URL or unix:///path")
+    return server.rstrip("/")
+
+
+def normalize_token(token: Optional[str]) -> Optional[str]:
+    """The bearer token: ``None`` reads ``$LEASELOG_TOKEN``; blank is refused.
+
+    A token read from a file comes with its newline, which is stripped.
+    """
+    if token is None:
+        token = os.environ.get("LEASELOG_TOKEN")
+        if token is not None and not token.strip():
+            token = None
+    if token is None:
+        return None
+    t = token.strip()
+    if not t:
+        raise ValueError("the token is blank (only spaces): set it, or leave it out")
+    if "\r" in t or "\n" in t:
+        raise ValueError("the token has a line break in it")
+    return t
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket (``unix:///run/leaselog.sock``)."""
+
+    def __init__(self, path: str, timeout: Optional[float]) -> None:
+        super().__init__("leaselog", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self._path)
+        self.sock = s
+
+
+@dataclass
+class Call:
+    """A call in flight, which another thread may abort (:meth:`abort`)."""
+
+    conn: Optional[http.client.HTTPConnection] = None
+    aborted: bool = False
+
+    def abort(self) -> None:
+        """Cut the call: its socket is shut, and it raises Unreachable."""
+        self.aborted = True
+        conn = self.conn
+        sock = getattr(conn, "sock", None) if conn is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class Transport:
+    """Sends JSON calls to one daemon, with its token.
+
+    Safe for concurrent use: each call opens its own connection.
+    """
+
+    def __init__(self, server: Optional[str] = None, token: Optional[str] = None,
+                 timeout: float = 30.0) -> None:
+        self.server = normalize_server(server)
+        self.token = normalize_token(token)
+        self.timeout = timeout
+
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        if self.server.startswith("unix://"):
+            return _UnixConnection(self.server[len("unix://"):], timeout)
+        u = urllib.parse.urlsplit(self.server)
+        cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+        return cls(u.netloc, timeout=timeout)
+
+    def _prefix(self) -> str:
+        if self.server.startswith("unix://"):
+            return ""
+        return urllib.parse.urlsplit(self.server).path.rstrip("/")
+
+    def request(self, method: str, path: str, *, query: Optional[Mapping[str, Any]] = None,
+                body: Any = None, timeout: Optional[float] = None,
+                call: Optional[Call] = None) -> Tuple[int, Any]:
+        """Send one call and return (status, decoded JSON) of a 2xx answer.
+
+        Query values that are None are left out. Any other answer raises the
+        :mod:`leaselog.errors` exception of its code; no answer at all (refused,
+        reset, timed out, aborted) raises :class:`errors.Unreachable`.
+        """
+        url = self._prefix() + path
+        if query:
+            q = {k: _query_value(v) for k, v in query.items() if v is not None}
+            if q:
+                url += "?" + urllib.parse.urlencode(q)
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        conn = self._connect(self.timeout if timeout is None else timeout)
+        if call is not None:
+            call.conn = conn
+        try:
+            if call is not None and call.aborted:
+                raise OSError("aborted")
+            conn.request(method, url, body=data, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+            status = resp.status
+        except (OSError, http.client.HTTPException) as e:
+            raise errors.Unreachable(f"{method} {self.server}{path}: {e or type(e).__name__}") from e
+        finally:
+            conn.close()
+        text = raw.decode("utf-8", "replace")
+        try:
+            doc = json.loads(text) if text.strip() else None
+        except ValueError:
+            doc = None
+        if status // 100 != 2:
+            raise errors.from_answer(status, doc, text)
+        if doc is None and text.strip():
+            raise errors.LeaselogError(f"{method} {path}: the answer is not JSON: {text[:200]!r}",
+                                       code="bad_answer", status=status)
+        return status, doc
+
+
+def _query_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def quote(segment: str) -> str:
+    """A path segment: a job or worker id, escaped whole."""
+    return urllib.parse.quote(str(segment), safe="")

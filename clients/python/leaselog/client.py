@@ -1,0 +1,265 @@
+"""The executor's and the auditor's side of the API: :class:`Client`; and the
+worker's endpoints one call each: :class:`WorkerClient` (which
+:class:`leaselog.Worker` drives).
+
+Lists page (the paging contract of issue 14): each list call takes ``limit``
+and ``after`` and answers with its list and ``next``, absent on the last
+page; the iterators here pass ``next`` back verbatim as ``after``, whatever
+its JSON type, and stop when it is absent (or when a page comes back empty,
+which also ends a list from a daemon whose events answer ``next`` on every
+page).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, TypeVar
+
+from . import errors
+from ._http import Call, Transport, quote
+from .types import Event, Grant, Job, Lease, Submitted, format_time, grants
+
+T = TypeVar("T")
+
+#: The event type of a report on a lease that had expired.
+STALE_REPORT = "lease.stale_report"
+
+
+def _spec(run: Optional[str], spec: Optional[Mapping[str, Any]], checkout: Optional[Mapping[str, Any]],
+          bring_back: Optional[Sequence[str]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = dict(spec or {})
+    if run is not None:
+        out["run"] = run
+    if checkout is not None:
+        out["checkout"] = dict(checkout)
+    if bring_back is not None:
+        out["bring_back"] = list(bring_back)
+    return out
+
+
+class Client:
+    """A client of a leaselog daemon, for executors and auditors.
+
+    ``server`` is ``host:port``, an ``http(s)://`` URL or ``unix:///path``;
+    None reads ``$LEASELOG_SERVER`` (default ``http://127.0.0.1:7420``).
+    ``token`` is sent as a bearer token; None reads ``$LEASELOG_TOKEN``.
+    Every failure raises a :class:`leaselog.errors.LeaselogError`. Safe for
+    concurrent use.
+    """
+
+    def __init__(self, server: Optional[str] = None, token: Optional[str] = None, *,
+                 timeout: float = 30.0) -> None:
+        self._t = Transport(server, token, timeout)
+
+    @property
+    def server(self) -> str:
+        """The daemon's address, as a URL."""
+        return self._t.server
+
+    def __repr__(self) -> str:
+        return f"Client({self.server!r})"
+
+    # Executors.
+
+    def submit(self, id: str, kind: str = "run", run: Optional[str] = None, *,
+               spec: Optional[Mapping[str, Any]] = None, checkout: Optional[Mapping[str, Any]] = None,
+               bring_back: Optional[Sequence[str]] = None) -> Job:
+        """Submit a job; idempotent on its id.
+
+        ``run`` is the command leaselog's own workers run (``spec.run``);
+        ``spec`` may carry anything else an executor's workers understand.
+        The answer's ``created`` says whether this call made the job. The
+        same id with another kind or spec raises :class:`errors.JobExists`.
+        """
+        body = {"id": id, "kind": kind, "spec": _spec(run, spec, checkout, bring_back)}
+        status, doc = self._t.request("POST", "/v1/jobs", body=body)
+        return Job.from_json(doc, created=status == 201)
+
+    def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> List[Submitted]:
+        """Submit up to 1,000 jobs in one call (``POST /v1/jobs/batch``).
+
+        Each item takes the keyword arguments of :meth:`submit` (``id``,
+        ``kind``, ``run``, ``spec``, ``checkout``, ``bring_back``). Each is
+        decided alone: the answer has one :class:`Submitted` per item, in
+        order, with the job or the error that refused it (which wrote
+        nothing). Only a batch that is bad as a whole raises.
+        """
+        items = []
+        for j in jobs:
+            items.append({"id": j["id"], "kind": j.get("kind", "run"),
+                          "spec": _spec(j.get("run"), j.get("spec"), j.get("checkout"), j.get("bring_back"))})
+        _, doc = self._t.request("POST", "/v1/jobs/batch", body={"jobs": items})
+        out = []
+        for item in doc.get("jobs") or []:
+            status = item.get("status", 0)
+            job = Job.from_json(item["job"], created=status == 201) if item.get("job") else None
+            err = errors.from_answer(status, {"error": item["error"]}) if item.get("error") else None
+            out.append(Submitted(id=item.get("id", ""), status=status, job=job, error=err))
+        return out
+
+    def job(self, id: str) -> Job:
+        """The job, with its live lease; :class:`errors.NotFound` if none."""
+        _, doc = self._t.request("GET", f"/v1/jobs/{quote(id)}")
+        return Job.from_json(doc)
+
+    def jobs(self, state: Optional[str] = None, kind: Optional[str] = None, *,
+             limit: Optional[int] = None) -> Iterator[Job]:
+        """Every job (by id), or those in ``state`` / of ``kind``, page by page.
+
+        ``limit`` is the page size (the daemon's default when None).
+        """
+        return self._pages("/v1/jobs", "jobs", Job.from_json, {"state": state, "kind": kind}, limit)
+
+    def cancel(self, id: str) -> Job:
+        """Cancel a job: a queued one at once, a leased one at its worker's next
+        heartbeat. An ended job is answered unchanged."""
+        _, doc = self._t.request("POST", f"/v1/jobs/{quote(id)}/cancel")
+        return Job.from_json(doc)
+
+    def kill(self, id: str) -> Job:
+        """Kill a job: as :meth:`cancel`, but its worker is told ``kill``."""
+        _, doc = self._t.request("POST", f"/v1/jobs/{quote(id)}/kill")
+        return Job.from_json(doc)
+
+    def history(self, id: str, *, limit: Optional[int] = None) -> Iterator[Event]:
+        """Every event of a job, in order, page by page."""
+        return self._pages(f"/v1/jobs/{quote(id)}/history", "events", Event.from_json, {}, limit)
+
+    def wait(self, id: str, timeout: Optional[float] = None, interval: float = 0.2) -> Job:
+        """Poll the job until it has ended (reported, cancelled, failed).
+
+        Raises TimeoutError with the job's last state after ``timeout``
+        seconds (None: no limit).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            j = self.job(id)
+            if j.ended:
+                return j
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {id} did not end in {timeout}s: it is {j.state}")
+            time.sleep(interval)
+
+    # Auditors.
+
+    def leases(self, state: Optional[str] = None, worker: Optional[str] = None, kind: Optional[str] = None,
+               *, limit: Optional[int] = None) -> Iterator[Lease]:
+        """The live leases (or those in ``state``), by token, page by page."""
+        return self._pages("/v1/leases", "leases", Lease.from_json,
+                           {"state": state, "worker": worker, "kind": kind}, limit)
+
+    def events(self, type: Optional[str] = None, job: Optional[str] = None, worker: Optional[str] = None,
+               since: Any = None, until: Any = None, after: Any = None, *,
+               limit: Optional[int] = None) -> Iterator[Event]:
+        """The events of the log, by seq, from its indexes, page by page.
+
+        ``since`` / ``until`` are datetimes (naive means UTC) or RFC 3339
+        strings; ``after`` a cursor (a seq, or a ``next`` a page answered).
+        """
+        q = {"type": type, "job": job, "worker": worker, "since": format_time(since),
+             "until": format_time(until)}
+        return self._pages("/v1/events", "events", Event.from_json, q, limit, after)
+
+    def stale_reports(self, job: Optional[str] = None, worker: Optional[str] = None, since: Any = None,
+                      until: Any = None, *, limit: Optional[int] = None) -> Iterator[Event]:
+        """The reports that came on leases that had expired (``lease.stale_report``
+        events): what ``leaselog audit stale-reports`` lists."""
+        return self.events(STALE_REPORT, job=job, worker=worker, since=since, until=until, limit=limit)
+
+    def health(self) -> Dict[str, Any]:
+        """``/healthz``: status, the last durable seq, the host's boot id."""
+        _, doc = self._t.request("GET", "/healthz")
+        return doc
+
+    def _pages(self, path: str, key: str, conv: Callable[[Mapping[str, Any]], T], query: Mapping[str, Any],
+               limit: Optional[int], after: Any = None) -> Iterator[T]:
+        if limit is not None and limit <= 0:
+            raise ValueError(f"limit {limit}: want a positive page size")
+        return _paginate(self._t, path, key, conv, query, limit, after)
+
+
+def _paginate(t: Transport, path: str, key: str, conv: Callable[[Mapping[str, Any]], T],
+              query: Mapping[str, Any], limit: Optional[int], after: Any,
+              timeout: Optional[float] = None) -> Iterator[T]:
+    """Yield the items of every page, following ``next`` verbatim.
+
+    A page is asked for only when the items before it have been consumed.
+    It stops at a page without ``next``, at an empty page, and at a ``next``
+    equal to the cursor just sent (which could only repeat the page).
+    """
+    cursor = after
+    while True:
+        q = dict(query)
+        q["limit"] = limit
+        q["after"] = cursor
+        _, doc = t.request("GET", path, query=q, timeout=timeout)
+        items = doc.get(key) or []
+        for item in items:
+            yield conv(item)
+        nxt = doc.get("next")
+        if nxt is None or not items or nxt == cursor:
+            return
+        cursor = nxt
+
+
+class WorkerClient:
+    """The worker's endpoints, one call each, in the name of ``worker_id``.
+
+    :class:`leaselog.Worker` drives one; use it directly to be a worker by
+    hand (or to test a daemon's fencing). ``timeout`` of each call is in
+    seconds; ``call`` lets another thread abort it (:class:`leaselog._http.Call`).
+    """
+
+    def __init__(self, server: Optional[str], worker_id: str, token: Optional[str] = None) -> None:
+        if not worker_id:
+            raise ValueError("a worker needs an id")
+        self.worker_id = worker_id
+        self._t = Transport(server, token)
+        self._w = f"/v1/workers/{quote(worker_id)}"
+
+    @property
+    def server(self) -> str:
+        return self._t.server
+
+    def acquire(self, max: int = 1, wait_seconds: float = 0, *, timeout: Optional[float] = None,
+                call: Optional[Call] = None) -> List[Grant]:
+        """Take up to ``max`` leases, waiting up to ``wait_seconds`` for a job."""
+        body = {"max": max, "wait_seconds": wait_seconds}
+        _, doc = self._t.request("POST", self._w + "/acquire", body=body,
+                                 timeout=timeout if timeout is not None else wait_seconds + 30, call=call)
+        return grants(doc)
+
+    def heartbeat(self, leases: Sequence[int], *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Renew ``leases``; the answer has a directive per lease and the timing."""
+        _, doc = self._t.request("POST", self._w + "/heartbeat", body={"leases": list(leases)}, timeout=timeout)
+        return doc
+
+    def leases(self, *, timeout: Optional[float] = None) -> List[Grant]:
+        """The live leases the daemon holds for this worker (what it re-attaches to)."""
+        return list(_paginate(self._t, self._w + "/leases", "leases", Grant.from_json, {}, None, None, timeout))
+
+    def start(self, lease: int, *, timeout: Optional[float] = None) -> Lease:
+        """Say the lease's job started."""
+        _, doc = self._t.request("POST", f"/v1/leases/{int(lease)}/start", body={"worker": self.worker_id},
+                                 timeout=timeout)
+        return Lease.from_json(doc)
+
+    def report(self, lease: int, outcome: str, *, reason: Optional[str] = None, ref: Optional[str] = None,
+               result: Any = None, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Report what the lease's job came to: succeeded, failed, cancelled,
+        killed or lost. A report on an expired lease raises
+        :class:`errors.StaleLease`, whose ``stale_report_seq`` names the
+        ``lease.stale_report`` event that keeps it."""
+        body: Dict[str, Any] = {"worker": self.worker_id, "outcome": outcome}
+        if reason:
+            body["reason"] = reason
+        if ref:
+            body["ref"] = ref
+        if result is not None:
+            body["result"] = result
+        _, doc = self._t.request("POST", f"/v1/leases/{int(lease)}/report", body=body, timeout=timeout)
+        return doc
+
+    def health(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        _, doc = self._t.request("GET", "/healthz", timeout=timeout)
+        return doc

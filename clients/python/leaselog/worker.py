@@ -1,0 +1,413 @@
+"""The worker: takes leases, runs their jobs, heartbeats, fences, reports.
+
+:class:`Worker` drives the decisions of ``_core.Core`` (a port of the Go
+worker's Core) with threads, as the Go worker drives its Core with
+goroutines: one heartbeat loop (one heartbeat every renew for all leases, at
+most one in flight, the fence checked every renew/4), one acquire loop
+(long-polling while there is room), and per lease a thread that tells the
+daemon the job started and one that waits for the job and reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Callable, List, Optional
+
+from . import _clock
+from ._core import Core, Held, Outcome, Stop, lost, not_started, refused, too_late
+from ._http import Call
+from ._runs import Executor, Handler, Task
+from .client import WorkerClient
+from .errors import LeaselogError, Stopping
+from .types import Grant, Timing
+
+__all__ = ["Worker", "Task"]
+
+log = logging.getLogger("leaselog.worker")
+
+#: What the worker assumes until the daemon says otherwise: the defaults.
+DEFAULT_TIMING = Timing(renew=10.0, grace=50.0, toleration=300.0)
+
+
+def default_state_dir(worker_id: str) -> str:
+    """``$XDG_STATE_HOME/leaselog/worker-<id>`` (``~/.local/state`` by default)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "leaselog", f"worker-{worker_id}")
+
+
+class _Backoff:
+    """From 50 ms, doubling, up to a maximum (as the Go worker's Backoff)."""
+
+    def __init__(self, maximum: float) -> None:
+        self.max = maximum
+        self.next = 0.05
+
+    def __call__(self) -> float:
+        d = self.next
+        self.next = min(2 * self.next, self.max)
+        return d
+
+    def reset(self) -> None:
+        self.next = 0.05
+
+
+class Worker:
+    """A worker of a leaselog daemon, in the name of ``worker_id``.
+
+    ``handler`` is what a job runs:
+
+    - None: the job's ``spec.run``, with ``/bin/sh -c`` (as leaselog's own
+      workers);
+    - a string (a shell command) or a list (an argv): that command, for
+      every job;
+    - a callable taking a :class:`Task`: called in a thread of this process.
+
+    A command runs in a session of its own under a small runner that records
+    its exit status in the worker's state directory and SIGKILLs the
+    command's process group when its fence deadline passes, whether or not
+    the worker is still alive. It sees ``LEASELOG_JOB``, ``LEASELOG_LEASE``,
+    ``LEASELOG_WORKDIR``, ``LEASELOG_SPEC`` (JSON) and ``LEASELOG_RESULT``
+    (write JSON there and it becomes the report's result); never the token.
+
+    The worker heartbeats every ``renew_seconds`` the daemon gives, acts on
+    the directives (``cancel``: SIGTERM to the command's group, SIGKILL after
+    ``stop_grace``; ``kill``: SIGKILL; ``gone``: SIGKILL, no report; a
+    callable's Task is told to stop), and fences itself: once no heartbeat
+    naming a lease was acknowledged for toleration − 2×renew after it was
+    sent, it stops the lease's job and reports it ``lost``.
+
+    On start it asks the daemon for the leases it still holds and picks each
+    job up again from ``state_dir``: a command whose runner still runs is
+    re-attached, one that ended meanwhile is reported with its exit status,
+    anything else — a callable (it cannot outlive the worker's process), a
+    run directory gone — is reported ``lost``.
+    """
+
+    def __init__(self, server: Optional[str], worker_id: str, token: Optional[str] = None, *,
+                 handler: Handler = None, capacity: int = 1, state_dir: Optional[str] = None,
+                 workdir: Optional[str] = None, wait_seconds: float = 10.0, stop_grace: float = 10.0,
+                 timing: Optional[Timing] = None) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, is {capacity}")
+        self.id = worker_id
+        self.api = WorkerClient(server, worker_id, token)
+        self.handler = handler
+        self.capacity = capacity
+        self.state_dir = os.path.abspath(state_dir or default_state_dir(worker_id))
+        self.workdir = workdir
+        self.wait_seconds = wait_seconds
+        self.stop_grace = stop_grace
+        self._timing = timing or DEFAULT_TIMING
+        self._stopped = threading.Event()
+        self._ready = threading.Event()
+        self._lock = threading.Lock()  # guards the Core
+        self._fence_lock = threading.Lock()  # orders the deadlines pushed to runners
+        self._freed = threading.Event()
+        self._acquiring: Optional[Call] = None
+        self._thread: Optional[threading.Thread] = None
+        self._threads: List[threading.Thread] = []
+        self._threads_lock = threading.Lock()
+        self._error: Optional[BaseException] = None
+        self.clock = _clock.BOOTTIME
+        self.core: Optional[Core] = None
+        self.executor: Optional[Executor] = None
+
+    def __repr__(self) -> str:
+        return f"Worker({self.api.server!r}, {self.id!r})"
+
+    # Life.
+
+    def run(self) -> None:
+        """Re-attach, then take, run and report jobs until :meth:`stop`.
+
+        Waits for the daemon to answer first. Jobs in flight when it returns
+        are left running: a command's lease stays, and a worker started again
+        with the same id and state directory re-attaches to it.
+        """
+        try:
+            health = self._retry("health", lambda t: self.api.health(timeout=t))
+            if health is None:
+                return
+            self.clock = _clock.for_daemon(health.get("boot_id"))
+            os.makedirs(self.state_dir, exist_ok=True)
+            self.core = Core(self.capacity, self._timing, self.clock.now())
+            self.executor = Executor(self.handler, self.state_dir, self.id, self.workdir, self.clock,
+                                     self.stop_grace)
+            self._reattach()
+            loops = [threading.Thread(target=self._heartbeat_loop, name="leaselog-heartbeat", daemon=True),
+                     threading.Thread(target=self._acquire_loop, name="leaselog-acquire", daemon=True)]
+            for t in loops:
+                t.start()
+            self._ready.set()
+            for t in loops:
+                t.join()
+        finally:
+            self._ready.set()
+            self._shutdown_callables()
+
+    def start(self) -> "Worker":
+        """Run in a background thread; returns once the worker has
+        re-attached and its loops run (or it failed to)."""
+        def main() -> None:
+            try:
+                self.run()
+            except BaseException as e:  # kept for stop() to raise
+                self._error = e
+                log.exception("worker %s failed", self.id)
+        self._thread = threading.Thread(target=main, name=f"leaselog-worker-{self.id}", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        return self
+
+    def stop(self, timeout: Optional[float] = 30.0) -> None:
+        """Stop taking work and heartbeating; jobs in flight are left as they are."""
+        self._stopped.set()
+        call = self._acquiring
+        if call is not None:
+            call.abort()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with self._threads_lock:
+            threads = list(self._threads)
+        for t in threads:
+            t.join(timeout)
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self) -> "Worker":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def fenced(self) -> bool:
+        """Whether the fence has fallen (no acknowledged heartbeat for
+        toleration − 2×renew) and not been lifted since."""
+        with self._lock:
+            return bool(self.core and self.core.fenced)
+
+    def leases(self) -> List[int]:
+        """The leases the worker holds now."""
+        with self._lock:
+            return self.core.leases() if self.core else []
+
+    # The loops.
+
+    def _go(self, target: Callable[..., None], *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)
+        with self._threads_lock:
+            self._threads = [x for x in self._threads if x.is_alive()] + [t]
+        t.start()
+
+    def _heartbeat_loop(self) -> None:
+        answered = threading.Event()
+        while not self._stopped.is_set():
+            with self._lock:
+                now = self.clock.now()
+                ids, due, check = self.core.turn(now)
+                timeout, every = self.core.beat_timeout, self.core.fence_every
+            if due:
+                self._go(self._beat, ids, now, timeout, answered)
+            if check:
+                self._check_fence()
+            answered.wait(every)
+            answered.clear()
+
+    def _beat(self, ids: List[int], sent: float, timeout: float, answered: threading.Event) -> None:
+        try:
+            reply = self.api.heartbeat(ids, timeout=timeout)
+        except LeaselogError as e:
+            with self._lock:
+                self.core.unacked()
+            if not self._stopped.is_set():
+                log.warning("worker %s: heartbeat not acknowledged: %s", self.id, e)
+            answered.set()
+            return
+        with self._fence_lock:
+            with self._lock:
+                acts = self.core.acked(sent, self.clock.now(), reply)
+            for run, at in acts.fence:
+                run.fence(at)  # before anything else: the runner may be about to kill
+        if acts.unfenced:
+            log.info("worker %s: heartbeat acknowledged again: taking work again", self.id)
+        for s in acts.stop:
+            log.info("worker %s: lease %d: %s", self.id, s.lease, s.why)
+        self._apply(acts.stop, acts.forget)
+        answered.set()
+
+    def _check_fence(self) -> None:
+        with self._lock:
+            stops, fell, silent = self.core.fence(self.clock.now())
+            span = self.core.span
+        if fell or stops:
+            log.error("worker %s: self-fencing: no heartbeat acknowledged for %.3fs (fence %.3fs); stopping %d job(s)",
+                      self.id, silent, span, len(stops))
+        self._apply(stops, [])
+
+    def _acquire_loop(self) -> None:
+        backoff = _Backoff(self.core.renew)
+        while not self._stopped.is_set():
+            with self._lock:
+                room = self.core.room()
+                renew, call_timeout = self.core.renew, self.core.call_timeout
+            if room <= 0:
+                self._freed.wait(renew)
+                self._freed.clear()
+                continue
+            call = Call()
+            self._acquiring = call
+            if self._stopped.is_set():
+                break
+            sent = self.clock.now()
+            try:
+                grants = self.api.acquire(room, self.wait_seconds, timeout=self.wait_seconds + call_timeout,
+                                          call=call)
+            except LeaselogError as e:
+                if self._stopped.is_set():
+                    break
+                if not isinstance(e, Stopping):
+                    log.warning("worker %s: acquire failed; retrying: %s", self.id, e)
+                self._stopped.wait(backoff())
+                continue
+            finally:
+                self._acquiring = None
+            backoff.reset()
+            for g in grants:
+                self._begin(g, sent)
+
+    # One lease.
+
+    def _begin(self, g: Grant, sent: float) -> None:
+        with self._lock:
+            h, ok = self.core.take(g, sent, self.clock.now())
+        if h is None:
+            return
+        if not ok:
+            log.warning("worker %s: lease %d: the grant arrived past its fence; not starting", self.id, g.lease)
+            self._go(self._report, h, too_late())
+            return
+        self._run(h)
+
+    def _run(self, h: Held) -> None:
+        g = h.grant
+        try:
+            with self._lock:
+                deadline = h.base + self.core.span
+            run = self.executor.start(g, deadline)
+        except Exception as e:
+            log.warning("worker %s: job %s could not start: %s", self.id, g.job.id, e)
+            self._go(self._report, h, not_started(e))
+            return
+        with self._fence_lock:
+            with self._lock:
+                stop = self.core.started(h, run, self.clock.now())
+                at = self.core.deadline(h)
+            if at is not None:
+                run.fence(at)
+        if stop:
+            run.stop(True, "fence")
+        log.info("worker %s: job %s started, lease %d", self.id, g.job.id, g.lease)
+        if not g.running:
+            self._go(self._say_started, g)
+        self._go(self._await, h)
+
+    def _say_started(self, g: Grant) -> None:
+        try:
+            self._retry("start", lambda t: self.api.start(g.lease, timeout=t))
+        except LeaselogError as e:
+            log.warning("worker %s: lease %d: start refused; stopping the job: %s", self.id, g.lease, e)
+            with self._lock:
+                stop, forget = self.core.drop(g.lease, "refused")
+            self._apply([stop] if stop else [], [forget] if forget else [])
+
+    def _await(self, h: Held) -> None:
+        while not h.run.done.wait(0.05):
+            if self._stopped.is_set():
+                return  # the job runs on; a restarted worker re-attaches
+        with self._lock:
+            o = self.core.ended(h)
+        if o is None:
+            self._forget(h)
+            return
+        self._report(h, o)
+
+    def _report(self, h: Held, o: Outcome) -> None:
+        """Send the outcome until the daemon answers for good (reports are
+        idempotent); a refusal sends less, as the Go worker does."""
+        later = _Backoff(self.core.renew)
+        while True:
+            try:
+                reply = self.api.report(h.lease, o.outcome, reason=o.reason or None, ref=o.ref or None,
+                                        result=o.result, timeout=self.core.call_timeout)
+                log.info("worker %s: job %s lease %d reported %s (seq %s)", self.id, h.grant.job.id, h.lease,
+                         o.outcome, reply.get("seq"))
+                break
+            except LeaselogError as e:
+                if self._stopped.is_set():
+                    return  # not reported: the lease stays, and a restarted worker reports it
+                nxt, what = refused(o, e)
+                if what == "later":
+                    self._stopped.wait(later())
+                    continue
+                if what == "resend" and nxt is not None:
+                    log.warning("worker %s: lease %d: report refused; sending it again as %s: %s",
+                                self.id, h.lease, nxt.outcome, e)
+                    o = nxt
+                    continue
+                log.warning("worker %s: lease %d: report refused (%s): %s", self.id, h.lease, what, e)
+                break
+        if self.executor is not None:
+            self.executor.mark_reported(h.grant, o.outcome)
+        self._forget(h)
+
+    def _forget(self, h: Held) -> None:
+        with self._lock:
+            self.core.forget(h)
+        self._freed.set()
+
+    def _apply(self, stops: List[Stop], forget: List[Held]) -> None:
+        for s in stops:
+            s.run.stop(s.kill, s.why)
+        for h in forget:
+            self._forget(h)
+
+    def _reattach(self) -> None:
+        grants = self._retry("list leases", lambda t: self.api.leases(timeout=t))
+        for g in grants or []:
+            run, why = self.executor.reattach(g)
+            with self._lock:
+                h = self.core.reattached(g, run)
+            if run is None:
+                log.warning("worker %s: lease %d of job %s lost on restart: %s", self.id, g.lease, g.job.id, why)
+                self._go(self._report, h, lost(why))
+                continue
+            log.info("worker %s: re-attached job %s lease %d (pid %d)", self.id, g.job.id, g.lease, run.pid)
+            self._go(self._await, h)
+
+    def _shutdown_callables(self) -> None:
+        """A callable cannot outlive the worker: tell each to stop. Its lease is
+        not reported now; a worker started again reports it lost."""
+        if self.core is None:
+            return
+        with self._lock:
+            runs = [h.run for h in self.core.held.values() if isinstance(getattr(h.run, "task", None), Task)]
+        for r in runs:
+            r.stop(False, "shutdown")
+
+    def _retry(self, what: str, f: Callable[[float], Any]) -> Any:
+        """Call f(timeout) until it succeeds, is refused for good (a 4xx,
+        raised), or the worker stops (None)."""
+        backoff = _Backoff(self.core.renew if self.core else DEFAULT_TIMING.renew)
+        while not self._stopped.is_set():
+            timeout = self.core.call_timeout if self.core else 2 * DEFAULT_TIMING.renew
+            try:
+                return f(timeout)
+            except LeaselogError as e:
+                if not e.retryable:
+                    raise
+                log.debug("worker %s: %s: retrying: %s", self.id, what, e)
+                self._stopped.wait(backoff())
+        return None

@@ -1,0 +1,179 @@
+"""The Client against a real daemon: submit, read, page, cancel, kill, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import unittest
+
+import leaselog
+from leaselog import _http, errors
+from leaselog.types import parse_time
+
+from .support import ServerTest, uid
+
+
+class AddressTest(unittest.TestCase):
+    """What a server and a token may be; no daemon needed."""
+
+    def test_server_forms(self) -> None:
+        for given, want in [("127.0.0.1:7420", "http://127.0.0.1:7420"),
+                            ("localhost:1/", "http://localhost:1"),
+                            ("http://h:2", "http://h:2"),
+                            ("https://h/base/", "https://h/base"),
+                            ("unix:///run/leaselog.sock", "unix:///run/leaselog.sock")]:
+            with self.subTest(given=given):
+                self.assertEqual(_http.normalize_server(given), want)
+        for bad in ("ftp://h:1", "http://", "unix://"):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                _http.normalize_server(bad)
+
+    def test_environment(self) -> None:
+        old = {k: os.environ.get(k) for k in ("LEASELOG_SERVER", "LEASELOG_TOKEN")}
+        self.addCleanup(lambda: [os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+                                 for k, v in old.items()])
+        os.environ["LEASELOG_SERVER"] = "example:9"
+        os.environ["LEASELOG_TOKEN"] = "a-token-of-sixteen-chars\n"
+        t = _http.Transport()
+        self.assertEqual((t.server, t.token), ("http://example:9", "a-token-of-sixteen-chars"))
+        os.environ.pop("LEASELOG_SERVER")
+        self.assertEqual(_http.Transport().server, _http.DEFAULT_SERVER)
+        with self.assertRaises(ValueError):
+            _http.Transport(token="  ")
+
+    def test_times(self) -> None:
+        t = parse_time("2026-12-03T11:51:52.700455123Z")
+        self.assertEqual(t, dt.datetime(2026, 12, 3, 11, 51, 52, 700455, tzinfo=dt.timezone.utc))
+        self.assertEqual(parse_time("2026-12-03T11:51:52+01:00").utcoffset(), dt.timedelta(hours=1))
+        with self.assertRaises(ValueError):
+            parse_time("yesterday")
+
+    def test_errors_by_code_then_status(self) -> None:
+        cases = [
+            (404, {"error": {"code": "not_found", "message": "m"}}, errors.NotFound),
+            (409, {"error": {"code": "job_exists", "message": "m"}}, errors.JobExists),
+            (409, {"error": {"code": "stale_lease", "message": "m"}, "stale_report_seq": 7}, errors.StaleLease),
+            (503, {"error": {"code": "stopping", "message": "m"}}, errors.Stopping),
+            (400, {"error": {"code": "body_too_large", "message": "m"}}, errors.BodyTooLarge),
+            (403, None, errors.Forbidden),
+            (502, None, errors.InternalError),
+        ]
+        for status, body, cls in cases:
+            with self.subTest(cls=cls.__name__):
+                e = errors.from_answer(status, body, "plain text")
+                self.assertIs(type(e), cls)
+                self.assertEqual(e.status, status)
+                self.assertIsInstance(e, leaselog.LeaselogError)
+        stale = errors.from_answer(409, cases[2][1])
+        self.assertEqual((stale.code, stale.stale_report_seq), ("stale_lease", 7))
+        self.assertIsInstance(stale, errors.Conflict)
+        self.assertIs(errors.Fenced, errors.StaleLease)
+        self.assertTrue(errors.from_answer(503, None).retryable)
+        self.assertFalse(errors.from_answer(404, None).retryable)
+
+    def test_unreachable(self) -> None:
+        c = leaselog.Client("127.0.0.1:1", timeout=2)
+        with self.assertRaises(leaselog.Unreachable) as cm:
+            c.job("x")
+        self.assertIsNone(cm.exception.status)
+        self.assertTrue(cm.exception.retryable)
+
+
+class ClientTest(ServerTest):
+
+    def test_submit_is_idempotent_and_job_reads_it(self) -> None:
+        j = self.submit("a", run="true", spec={"model": "m1"})
+        self.assertEqual((j.state, j.kind, j.created), ("queued", "run", True))
+        self.assertEqual(j.spec, {"run": "true", "model": "m1"})
+        again = self.client.submit(j.id, run="true", spec={"model": "m1"})
+        self.assertEqual((again.id, again.created), (j.id, False))
+        got = self.client.job(j.id)
+        self.assertEqual((got.id, got.state, got.created), (j.id, "queued", None))
+        self.assertIsNotNone(got.submitted)
+
+    def test_errors_carry_code_and_status(self) -> None:
+        j = self.submit("taken", run="true")
+        cases = [
+            (lambda: self.client.submit(j.id, run="other"), errors.JobExists, 409, "job_exists"),
+            (lambda: self.client.job(uid("no-such-job")), errors.NotFound, 404, "not_found"),
+            (lambda: self.client.cancel(uid("no-such-job")), errors.NotFound, 404, "not_found"),
+            (lambda: self.client.submit(uid("bad-kind"), kind="batch"), errors.BadRequest, 400, "bad_request"),
+            (lambda: list(self.client.jobs(state="sleeping")), errors.BadRequest, 400, "bad_request"),
+            (lambda: leaselog.WorkerClient(self.client.server, uid("w")).report(10 ** 12, "succeeded"),
+             errors.NotFound, 404, "not_found"),
+        ]
+        for call, cls, status, code in cases:
+            with self.subTest(code=code, cls=cls.__name__), self.assertRaises(cls) as cm:
+                call()
+            self.assertEqual((cm.exception.status, cm.exception.code), (status, code))
+            self.assertTrue(cm.exception.message)
+        with self.assertRaises(ValueError):
+            list(self.client.jobs(limit=0))
+
+    def test_jobs_pages(self) -> None:
+        ids = sorted(self.submit(f"p{i}", run="true").id for i in range(7))
+        # Pages of 2: the iterator follows next until it is absent.
+        got = [j.id for j in self.client.jobs(state="queued", kind="run", limit=2) if j.id in ids]
+        self.assertEqual(got, ids)  # every job, once, by id
+        _, first = self.client._t.request("GET", "/v1/jobs", query={"state": "queued", "limit": 2})
+        self.assertEqual(len(first["jobs"]), 2)
+        self.assertIn("next", first, "a page of 2 of 7 or more queued jobs says where the next begins")
+        _, last = self.client._t.request("GET", "/v1/jobs", query={"state": "queued", "limit": 1000})
+        self.assertNotIn("next", last, "the last page has no next")
+
+    def test_events_page_and_filter(self) -> None:
+        j = self.submit("ev", run="true")
+        self.client.cancel(j.id)
+        evs = list(self.client.events(job=j.id, limit=1))
+        self.assertEqual([e.type for e in evs], ["lease.queued", "lease.cancelled"])
+        self.assertEqual([e.seq for e in evs], sorted(e.seq for e in evs))
+        self.assertTrue(all(e.job == j.id and e.time is not None for e in evs))
+        after = list(self.client.events(job=j.id, after=evs[0].seq))
+        self.assertEqual([e.seq for e in after], [evs[1].seq])
+        since = list(self.client.events(job=j.id, since=evs[0].time - dt.timedelta(seconds=1)))
+        self.assertEqual(len(since), 2)
+        self.assertEqual([e.type for e in self.client.history(j.id, limit=1)], ["lease.queued", "lease.cancelled"])
+
+    def test_submit_many(self) -> None:
+        a, b = uid("batch-a"), uid("batch-b")
+        self.jobs += [a, b]
+        out = self.client.submit_many([{"id": a, "run": "true"}, {"id": b, "kind": "evaluation", "run": "true"},
+                                       {"id": a, "run": "other"}, {"id": uid("batch-bad"), "kind": "batch"}])
+        self.assertEqual([s.status for s in out], [201, 201, 409, 400])
+        self.assertEqual((out[0].job.id, out[0].job.created, out[1].job.kind), (a, True, "evaluation"))
+        self.assertIsInstance(out[2].error, errors.JobExists)
+        self.assertIsInstance(out[3].error, errors.BadRequest)
+        self.assertFalse(out[3].ok)
+        self.assertEqual(self.client.job(b).state, "queued")
+
+    def test_cancel_and_kill_queued(self) -> None:
+        j = self.submit("c", run="true")
+        self.assertEqual(self.client.cancel(j.id).state, "cancelled")
+        self.assertEqual(self.client.cancel(j.id).state, "cancelled", "an ended job is answered unchanged")
+        k = self.submit("k", run="true")
+        self.assertEqual(self.client.kill(k.id).state, "cancelled")
+
+    def test_leases_and_health(self) -> None:
+        w = leaselog.WorkerClient(self.client.server, uid("lw"))
+        j = self.submit("l", run="true")
+        grants = []
+        while not any(g.job.id == j.id for g in grants):  # older jobs of this run may be queued before it
+            got = w.acquire(1, wait_seconds=1)
+            self.assertTrue(got, "a queued job was not granted")
+            grants += got
+            for g in got:
+                if g.job.id != j.id:
+                    w.report(g.lease, "lost", reason="not this test's job")
+        g = next(g for g in grants if g.job.id == j.id)
+        self.assertEqual(g.timing, self.timing)
+        live = {x.lease: x for x in self.client.leases(worker=w.worker_id)}
+        self.assertEqual((live[g.lease].job, live[g.lease].state), (j.id, "acquired"))
+        self.assertEqual([x.lease for x in w.leases()], [g.lease])
+        self.assertEqual(w.start(g.lease).state, "running")
+        w.report(g.lease, "succeeded", result={"ok": True})
+        self.assertEqual(self.client.job(j.id).result, {"ok": True})
+        self.assertEqual(self.client.health()["status"], "ok")
+
+
+if __name__ == "__main__":
+    unittest.main()
