@@ -18,6 +18,7 @@ type Commit struct {
 	log         *Log
 	batch       *pebble.Batch
 	first, last uint64
+	replicated  func() error // the Replica's wait, if the log has one
 }
 
 // First and Last are the sequence numbers of the commit's first and last events.
@@ -36,6 +37,12 @@ func (c *Commit) Wait() error {
 	if err != nil {
 		c.batch.Close()
 		return c.log.fail(fmt.Errorf("eventlog: sync seq %d..%d: %w", c.first, c.last, err), false)
+	}
+	if c.replicated != nil {
+		if err := c.replicated(); err != nil {
+			c.batch.Close()
+			return c.log.fail(fmt.Errorf("eventlog: replicate seq %d..%d: %w", c.first, c.last, err), false)
+		}
 	}
 	if err := c.log.Err(); err != nil {
 		c.batch.Close()
@@ -117,12 +124,16 @@ func (l *Log) Stage(evs []event.Event, derive func(evs []event.Event) ([]Record,
 			return nil, fmt.Errorf("eventlog: append %s: %w", what, err)
 		}
 	}
+	replicated, err := l.publishLocked(b, evs, what)
+	if err != nil {
+		return nil, err
+	}
 	if err := l.applyLocked(b, what); err != nil {
 		return nil, err
 	}
 	l.mu.next, l.mu.run = first+uint64(len(evs)), run
 	l.inflight.Add(1)
-	return &Commit{log: l, batch: b, first: first, last: l.mu.next - 1}, nil
+	return &Commit{log: l, batch: b, first: first, last: l.mu.next - 1, replicated: replicated}, nil
 }
 
 // applyLocked hands b to Pebble's commit pipeline without waiting for its

@@ -132,6 +132,9 @@ type Options struct {
 	// CacheSize is the size in bytes of Pebble's block cache; 0 means Pebble's
 	// default (8 MB). Tests set it tiny, so that every read reaches the files.
 	CacheSize int64
+	// Replica, if set, is where appends are made durable first: this store
+	// is then its cache (see replica.go). nil for the embedded default.
+	Replica Replica
 
 	// memTableSize overrides Pebble's memtable size, so that tests in this
 	// package can make Pebble rotate its WAL; 0 means the default.
@@ -183,7 +186,7 @@ type Log struct {
 // WaitDurable is woken, to return the failure rather than wait for a sync
 // that will not come.
 func (l *Log) fail(err error, wedged bool) error {
-	err = fmt.Errorf("%w: %v", ErrFailed, err)
+	err = fmt.Errorf("%w: %w", ErrFailed, err) // the cause stays matchable (a deposed replica)
 	first := l.failure.CompareAndSwap(nil, &err)
 	if wedged { // after the failure: whoever sees wedged sees a failure
 		l.wedged.Store(true)

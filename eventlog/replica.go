@@ -1,0 +1,141 @@
+package eventlog
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/leaselog/leaselog/event"
+)
+
+// A replicated log keeps its events first in another engine (package
+// jetstream: a NATS JetStream stream), which is then the source of truth, and
+// keeps this store as its cache: the same keyspace, indexes, archive and
+// snapshots, rebuilt from the replica when lost. Two paths write it:
+//
+//   - Stage, for events this log appends: each batch is handed to the
+//     replica under the log's mutex, in log order, as well as to Pebble, and
+//     Commit.Wait returns once the replica has acknowledged it and Pebble
+//     has synced it. A refusal by the replica fails the log like a failed
+//     fsync (ErrFailed, wrapping the replica's error).
+//   - Import, for events another daemon appended, read back from the
+//     replica: written with the sequence numbers they already have.
+//
+// Each batch carries the replica's marker (its position in the replica, the
+// replica's own encoding) under one meta key, so that the cache knows how
+// far it holds the replica.
+
+// Replica is the engine a replicated log appends to first. See Options.Replica.
+type Replica interface {
+	// Publish is called under the log's mutex, in log order, with each
+	// batch of events as numbered by Stage. It starts making them durable
+	// in the replica and returns the marker stored with the batch in this
+	// store and a wait that returns once the replica has them durably, or
+	// why not. An error (or a wait's) fails the log.
+	Publish(evs []event.Event) (marker []byte, wait func() error, err error)
+}
+
+var metaReplicaKey = []byte{prefixMeta, 'r', 'e', 'p', 'l', 'i', 'c', 'a'}
+
+// ReplicaMarker returns the marker of the last batch written with one
+// (Stage with a Replica, or Import), or nil if there is none.
+func (l *Log) ReplicaMarker() ([]byte, error) {
+	v, closer, err := l.db.Get(metaReplicaKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: read key %q: %w", metaReplicaKey, err)
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), nil
+}
+
+// Import durably writes evs, numbered already (by the daemon that appended
+// them to the replica), with the archive records derived from them and the
+// replica's marker, as one batch; it returns once they are durable. The
+// first must be the log's next sequence number and the rest follow it
+// without a gap; an acquired event's lease must be its own seq. Nothing is
+// handed to the Replica.
+func (l *Log) Import(evs []event.Event, recs []Record, marker []byte) error {
+	if len(evs) == 0 {
+		return errors.New("eventlog: import of no events")
+	}
+	for i := range evs {
+		e := &evs[i]
+		if err := validate(e); err != nil {
+			return err
+		}
+		if i > 0 && e.Seq != evs[i-1].Seq+1 {
+			return fmt.Errorf("%w: import: seq %d follows seq %d", ErrCorrupt, e.Seq, evs[i-1].Seq)
+		}
+		if e.Type == event.TypeAcquired && e.Lease != e.Seq {
+			return fmt.Errorf("%w: import: acquired event seq %d holds lease %d", ErrCorrupt, e.Seq, e.Lease)
+		}
+	}
+	b := l.db.NewBatch()
+	l.mu.Lock()
+	c, err := l.importLocked(b, evs, recs, marker)
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return c.Wait()
+}
+
+func (l *Log) importLocked(b *pebble.Batch, evs []event.Event, recs []Record, marker []byte) (*Commit, error) {
+	if l.mu.closed {
+		b.Close()
+		return nil, ErrClosed
+	}
+	if err := l.Err(); err != nil {
+		b.Close()
+		return nil, err
+	}
+	first := evs[0].Seq
+	if first != l.mu.next {
+		b.Close()
+		return nil, fmt.Errorf("eventlog: import of seq %d: the log's next is %d", first, l.mu.next)
+	}
+	run := l.mu.run
+	for i := range evs {
+		if err := l.addLocked(b, &evs[i], &run); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("eventlog: import seq %d: %w", evs[i].Seq, err)
+		}
+	}
+	what := fmt.Sprintf("import of seq %d..%d", first, first+uint64(len(evs))-1)
+	err := l.addArchiveLocked(b, recs)
+	if err == nil {
+		err = b.Set(metaReplicaKey, marker, nil)
+	}
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("eventlog: %s: %w", what, err)
+	}
+	if err := l.applyLocked(b, what); err != nil {
+		return nil, err
+	}
+	l.mu.next, l.mu.run = first+uint64(len(evs)), run
+	l.inflight.Add(1)
+	return &Commit{log: l, batch: b, first: first, last: l.mu.next - 1}, nil
+}
+
+// publishLocked hands a staged batch to the Replica, if there is one, and
+// records its marker in b. The caller holds mu. An error fails the log: the
+// events may have reached the replica, and the caller may have folded them.
+func (l *Log) publishLocked(b *pebble.Batch, evs []event.Event, what string) (wait func() error, err error) {
+	if l.opts.Replica == nil {
+		return nil, nil
+	}
+	marker, wait, err := l.opts.Replica.Publish(evs)
+	if err == nil {
+		err = b.Set(metaReplicaKey, marker, nil)
+	}
+	if err != nil {
+		b.Close()
+		return nil, l.fail(fmt.Errorf("eventlog: replicate %s: %w", what, err), false)
+	}
+	return wait, nil
+}

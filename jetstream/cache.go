@@ -1,0 +1,195 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/projection"
+	"github.com/leaselog/leaselog/replay"
+)
+
+// The cache is an eventlog store that holds a prefix of the stream: every
+// batch it holds carries the stream sequence of its message (the log's
+// replica marker). It can hold a batch the stream does not: one this daemon
+// staged before the stream refused it (a deposed daemon) or before it died
+// unacknowledged. Such batches are a suffix — the log fails at the first
+// refusal — so checking the last batch checks them all: if the stream's
+// message at the marker is that batch, the cache is a prefix of the stream.
+// If not, the cache is deleted and rebuilt from the stream, which holds
+// everything it needs: the events, from which the fold derives the archive
+// and snapshots.
+
+// openCache opens the cache, deleting it first if it does not match the
+// stream, and sets the stream sequence it holds.
+func (s *Store) openCache(ctx context.Context) error {
+	opts := s.opts.Log
+	opts.Replica = s
+	log, err := eventlog.Open(s.opts.Dir, opts)
+	if err != nil {
+		return fmt.Errorf("jetstream: open the cache: %w", err)
+	}
+	last, ok, err := s.matches(ctx, log)
+	if err != nil {
+		log.Close()
+		return err
+	}
+	if !ok {
+		s.logger.Warn().Str("dir", s.opts.Dir).Uint64("seq", log.LastSeq()).
+			Msg("jetstream: the cache holds a batch the stream does not (refused or never acknowledged): rebuilding it from the stream")
+		if err := log.Close(); err != nil {
+			return fmt.Errorf("jetstream: close the cache to rebuild it: %w", err)
+		}
+		fs := opts.FS
+		if fs == nil {
+			fs = vfs.Default
+		}
+		if err := fs.RemoveAll(s.opts.Dir); err != nil {
+			return fmt.Errorf("jetstream: delete the cache to rebuild it: %w", err)
+		}
+		if log, err = eventlog.Open(s.opts.Dir, opts); err != nil {
+			return fmt.Errorf("jetstream: open the cache: %w", err)
+		}
+		last = 0
+	}
+	s.log = log
+	s.mu.Lock()
+	s.mu.last = last
+	s.mu.Unlock()
+	return nil
+}
+
+// matches says whether log is a prefix of the stream, and the stream
+// sequence of its last batch.
+func (s *Store) matches(ctx context.Context, log *eventlog.Log) (uint64, bool, error) {
+	m, err := log.ReplicaMarker()
+	if err != nil {
+		return 0, false, fmt.Errorf("jetstream: %w", err)
+	}
+	if m == nil {
+		if log.LastSeq() == 0 {
+			return 0, true, nil
+		}
+		return 0, false, fmt.Errorf("%w: %s holds %d events", ErrNotCache, s.opts.Dir, log.LastSeq())
+	}
+	sseq, err := parseMarker(m)
+	if err != nil {
+		return 0, false, fmt.Errorf("jetstream: cache %s: %w", s.opts.Dir, err)
+	}
+	raw, err := s.stream.GetMsg(ctx, sseq)
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("jetstream: read stream seq %d: %w", sseq, err)
+	}
+	evs, err := decodeBatch(raw.Data)
+	if err != nil {
+		return 0, false, fmt.Errorf("jetstream: stream seq %d: %w", sseq, err)
+	}
+	if evs[len(evs)-1].Seq != log.LastSeq() {
+		return 0, false, nil
+	}
+	for i := range evs {
+		have, err := log.Get(evs[i].Seq)
+		if err != nil {
+			return 0, false, fmt.Errorf("jetstream: cache: %w", err)
+		}
+		if have.ID != evs[i].ID {
+			return 0, false, nil
+		}
+	}
+	return sseq, true, nil
+}
+
+// catchUp imports into the cache every batch the stream holds past it, each
+// folded into the table rebuilt from the cache so that the archive records
+// of the jobs it ends are written with it, as the service writes them; then
+// a snapshot, so that the service's own rebuild folds no more than this one.
+func (s *Store) catchUp(ctx context.Context) error {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("jetstream: stream %s: %w", s.opts.Stream, err)
+	}
+	from, to := s.StreamSeq()+1, info.State.LastSeq
+	if from > to {
+		return nil
+	}
+	table, _, err := replay.Rebuild(s.log, s.logger)
+	if err != nil {
+		return fmt.Errorf("jetstream: cache: %w", err)
+	}
+	table.SetRetire(projection.RetireRecord)
+	s.logger.Info().Uint64("from", from).Uint64("to", to).Uint64("seq", s.log.LastSeq()).
+		Msg("jetstream: catching the cache up with the stream")
+	err = s.pull(ctx, from, to, func(sseq uint64, data []byte) error {
+		evs, err := decodeBatch(data)
+		if err != nil {
+			return fmt.Errorf("jetstream: stream seq %d: %w", sseq, err)
+		}
+		for i := range evs {
+			if err := table.Apply(&evs[i]); err != nil {
+				return fmt.Errorf("jetstream: stream seq %d: fold of seq %d: %w", sseq, evs[i].Seq, err)
+			}
+		}
+		if err := s.log.Import(evs, table.TakeRetired(), marker(sseq)); err != nil {
+			return fmt.Errorf("jetstream: stream seq %d: %w", sseq, err)
+		}
+		s.mu.Lock()
+		s.mu.last = sseq
+		s.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.log.PutSnapshot(table.Seq(), table.Snapshot()); err != nil {
+		return fmt.Errorf("jetstream: cache snapshot: %w", err)
+	}
+	return nil
+}
+
+// pull hands fn every message of the stream from from to to, in order, read
+// with an ordered consumer.
+func (s *Store) pull(ctx context.Context, from, to uint64, fn func(sseq uint64, data []byte) error) error {
+	cons, err := s.stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
+		FilterSubjects: []string{s.subject},
+		DeliverPolicy:  natsjs.DeliverByStartSequencePolicy,
+		OptStartSeq:    from,
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: read the stream from seq %d: %w", from, err)
+	}
+	next := from
+	for next <= to {
+		batch, err := cons.Fetch(int(min(to-next+1, 256)), natsjs.FetchMaxWait(s.opts.Timeout))
+		if err != nil {
+			return fmt.Errorf("jetstream: read the stream at seq %d: %w", next, err)
+		}
+		got := false
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("jetstream: read the stream at seq %d: %w", next, err)
+			}
+			if md.Sequence.Stream != next {
+				return fmt.Errorf("jetstream: stream seq %d where %d was expected: the stream has a hole", md.Sequence.Stream, next)
+			}
+			if err := fn(next, m.Data()); err != nil {
+				return err
+			}
+			next, got = next+1, true
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) {
+			return fmt.Errorf("jetstream: read the stream at seq %d: %w", next, err)
+		}
+		if !got {
+			return fmt.Errorf("jetstream: read the stream at seq %d: nothing within %v", next, s.opts.Timeout)
+		}
+	}
+	return nil
+}
