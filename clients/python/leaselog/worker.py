@@ -141,8 +141,15 @@ class Worker:
             for t in loops:
                 t.start()
             self._ready.set()
-            for t in loops:
-                t.join()
+            try:
+                while any(t.is_alive() for t in loops):
+                    loops[0].join(0.5)  # a timeout, so that ^C reaches this thread
+            except KeyboardInterrupt:
+                self._stopped.set()
+                call = self._acquiring
+                if call is not None:
+                    call.abort()
+                raise
         finally:
             self._ready.set()
             self._shutdown_callables()

@@ -71,6 +71,37 @@ class AddressTest(unittest.TestCase):
         self.assertTrue(errors.from_answer(503, None).retryable)
         self.assertFalse(errors.from_answer(404, None).retryable)
 
+    def test_unix_socket(self) -> None:
+        """unix:///path speaks HTTP over the socket (the daemon listens on one
+        with server.listen = "unix:///…")."""
+        import http.server
+        import socketserver
+        import tempfile
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = b'{"error":{"code":"not_found","message":"no job"}}'
+                self.send_response(404 if self.path.startswith("/v1/jobs/") else 200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def address_string(self) -> str:
+                return "unix"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        path = os.path.join(tempfile.mkdtemp(), "leaselog.sock")
+        srv = socketserver.UnixStreamServer(path, Handler)
+        self.addCleanup(srv.server_close)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.shutdown)
+        with self.assertRaises(leaselog.NotFound) as cm:
+            leaselog.Client("unix://" + path).job("x")
+        self.assertEqual((cm.exception.status, cm.exception.message), (404, "no job"))
+
     def test_unreachable(self) -> None:
         c = leaselog.Client("127.0.0.1:1", timeout=2)
         with self.assertRaises(leaselog.Unreachable) as cm:
