@@ -242,6 +242,7 @@ func TestOpenAPI(t *testing.T) {
 		{"POST", "/v1/jobs/j0/cancel", nil, auditorTok},
 		{"POST", "/v1/jobs/j0/kill", nil, w1Tok},
 		{"GET", "/v1/jobs/j0/history", nil, w2Tok},
+		{"GET", "/v1/jobs/j0/output", nil, w1Tok},
 		{"POST", "/v1/workers/w1/acquire", api.Acquire{}, w2Tok},
 		{"POST", "/v1/workers/w1/heartbeat", api.Heartbeat{Leases: []uint64{}}, adminTok},
 		{"GET", "/v1/workers/w1/leases", nil, w2Tok},
@@ -380,6 +381,9 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("GET", "/v1/jobs/j1/history", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs/nope/history", auditorTok, nil), http.StatusNotFound)
 	c.call(rq("GET", "/v1/jobs/a%20b/history", auditorTok, nil), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/jobs/q1/output", auditorTok, nil), http.StatusOK)                     // never ran: empty (output_test.go: bytes)
+	c.call(rq("GET", "/v1/jobs/j1/output?stream=stderr", auditorTok, nil), http.StatusNotFound) // ran on w1, not the daemon's worker
+	c.call(rq("GET", "/v1/jobs/j1/output?offset=-1", auditorTok, nil), http.StatusBadRequest)
 	c.call(rq("GET", "/v1/leases", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/leases?state=expired&kind=evaluation&worker=w2", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/leases?state=reported", auditorTok, nil), http.StatusOK)
@@ -467,6 +471,7 @@ func TestOpenAPI(t *testing.T) {
 		{"POST", "/v1/jobs/j1/cancel", adminTok, nil},
 		{"POST", "/v1/jobs/j1/kill", adminTok, nil},
 		{"GET", "/v1/jobs/j1/history", auditorTok, nil},
+		{"GET", "/v1/jobs/j1/output", auditorTok, nil},
 		{"POST", "/v1/workers/w1/acquire", w1Tok, nil},
 		{"POST", "/v1/workers/w1/heartbeat", w1Tok, nil},
 		{"GET", "/v1/workers/w1/leases", w1Tok, nil},

@@ -80,6 +80,9 @@ type Options struct {
 	// writes an SSE comment, so that a client gone without a word (a cut
 	// network) is noticed by a failed write. 0 means DefaultStreamKeepalive.
 	StreamKeepalive time.Duration
+	// Output reads the output of the jobs of the daemon's own worker (GET
+	// /v1/jobs/{id}/output); nil: the daemon has none.
+	Output OutputSource
 	// Clock times how long an acquire was held (api.Grant.HeldSeconds); nil
 	// is CLOCK_BOOTTIME (lease.BoottimeClock), on which the daemon counts
 	// deadlines: it never steps and counts a suspend of the host.
@@ -154,6 +157,7 @@ func New(svc *lease.Service, opts Options) *Server {
 	s.handle("POST /v1/jobs/{id}/cancel", admin, false, s.cancel)
 	s.handle("POST /v1/jobs/{id}/kill", admin, false, s.kill)
 	s.handle("GET /v1/jobs/{id}/history", read, false, s.history)
+	s.handle("GET /v1/jobs/{id}/output", read, false, s.output)
 
 	s.handle("POST /v1/workers/{worker}/acquire", ownWorker, true, s.acquire)
 	s.handle("POST /v1/workers/{worker}/heartbeat", ownWorker, false, s.heartbeat)

@@ -15,6 +15,7 @@ import (
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/timing"
+	"github.com/leaselog/leaselog/worker/local"
 )
 
 // Config is the daemon's configuration file (TOML). Every key has a default;
@@ -29,6 +30,10 @@ import (
 //	dir = "./leaselog-data"
 //	snapshot_every = 100000          # events between snapshots; 0: never by count
 //	snapshot_seconds = 60            # time between snapshots while events come; 0: never by time
+//	engine = "pebble"                # or "jetstream": the log on a NATS JetStream stream (docs/cluster.md)
+//	servers = ["nats://n1:4222"]     # jetstream: the NATS servers
+//	stream = "LEASELOG"              # jetstream: the stream; store.dir keeps its cache
+//	replicas = 3                     # jetstream: the stream's replicas when it is created
 //
 //	[plugins.executor]
 //	renew_seconds = 10               # decimals allowed
@@ -36,6 +41,7 @@ import (
 //	toleration_seconds = 300
 //	local_capacity = 4               # default: number of CPUs; 0: no local worker
 //	workdir = "./leaselog-data/work" # where the local worker runs jobs
+//	retention_seconds = 604800       # run directories of ended jobs are removed after this; 0: kept
 //
 //	[auth]                           # absent: loopback or a unix socket only, and open unless
 //	                                 # there is a local worker: then an admin token in <dir>/token
@@ -74,6 +80,12 @@ type StoreConfig struct {
 	Dir             string  `toml:"dir"`
 	SnapshotEvery   int     `toml:"snapshot_every"`
 	SnapshotSeconds float64 `toml:"snapshot_seconds"`
+	// Engine is "pebble" (or empty) or "jetstream" (store.go): then Servers,
+	// Stream and Replicas say where the log is.
+	Engine   string   `toml:"engine"`
+	Servers  []string `toml:"servers"`
+	Stream   string   `toml:"stream"`
+	Replicas int      `toml:"replicas"`
 }
 
 // PluginsConfig is [plugins].
@@ -88,6 +100,10 @@ type ExecutorConfig struct {
 	TolerationSeconds float64 `toml:"toleration_seconds"`
 	LocalCapacity     *int    `toml:"local_capacity"`
 	Workdir           string  `toml:"workdir"`
+	// RetentionSeconds is how long the local worker keeps the run
+	// directory of an ended job (worktrees included; the refs they brought
+	// back stay); 0 keeps them all.
+	RetentionSeconds float64 `toml:"retention_seconds"`
 }
 
 // AuthConfig is [auth].
@@ -112,7 +128,7 @@ func DefaultConfig() Config {
 		Store:  StoreConfig{Dir: "./leaselog-data", SnapshotEvery: lease.DefaultSnapshotEvery, SnapshotSeconds: 60},
 		Plugins: PluginsConfig{Executor: ExecutorConfig{
 			RenewSeconds: def.Renew.Seconds(), GraceSeconds: def.Grace.Seconds(), TolerationSeconds: def.Toleration.Seconds(),
-			LocalCapacity: &capacity,
+			LocalCapacity: &capacity, RetentionSeconds: local.DefaultRetention.Seconds(),
 		}},
 		Log: LogConfig{Format: "json", Level: "info"},
 	}
@@ -153,6 +169,12 @@ func (c Config) Capacity() int {
 	return *c.Plugins.Executor.LocalCapacity
 }
 
+// Retention is how long the local worker keeps the run directory of an
+// ended job; 0 keeps them all.
+func (c Config) Retention() time.Duration {
+	return time.Duration(c.Plugins.Executor.RetentionSeconds * float64(time.Second))
+}
+
 // Workdir is where the local worker runs its jobs.
 func (c Config) Workdir() string {
 	if c.Plugins.Executor.Workdir != "" {
@@ -176,6 +198,7 @@ func (c Config) Validate() error {
 		{"plugins.executor.grace_seconds", e.GraceSeconds},
 		{"plugins.executor.toleration_seconds", e.TolerationSeconds},
 		{"store.snapshot_seconds", c.Store.SnapshotSeconds},
+		{"plugins.executor.retention_seconds", e.RetentionSeconds},
 	} {
 		if math.IsNaN(d.v) || math.Abs(d.v) > maxSeconds {
 			return fmt.Errorf("config: %s: must be a number of seconds up to %d (a year), is %v", d.key, maxSeconds, d.v)
@@ -191,6 +214,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Capacity() < 0:
 		return fmt.Errorf("config: plugins.executor.local_capacity: must be 0 or more, is %d", c.Capacity())
+	case e.RetentionSeconds < 0:
+		return fmt.Errorf("config: plugins.executor.retention_seconds: must be 0 (keep every run directory) or more, is %v", e.RetentionSeconds)
 	case c.Server.MaxConnections < 0:
 		return fmt.Errorf("config: server.max_connections: must be 0 (from the file-descriptor limit) or more, is %d", c.Server.MaxConnections)
 	case c.Store.Dir == "":
@@ -201,6 +226,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: store.snapshot_seconds: must be 0 (never) or more, is %v", c.Store.SnapshotSeconds)
 	case c.Log.Format != "json" && c.Log.Format != "console":
 		return fmt.Errorf("config: log.format: must be json or console, is %q", c.Log.Format)
+	}
+	if err := c.Store.checkEngine(); err != nil {
+		return err
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
 		return fmt.Errorf("config: log.level: %w", err)

@@ -106,7 +106,11 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		// Workers then fence on CLOCK_BOOTTIME, which can only fence sooner.
 		logger.Warn().Err(err).Msg("no boot id to announce")
 	}
-	d.api = server.New(d.svc, server.Options{Auth: auth, Logger: logger, Metrics: metrics, BootID: bootID})
+	sopts := server.Options{Auth: auth, Logger: logger, Metrics: metrics, BootID: bootID}
+	if cfg.Capacity() > 0 {
+		sopts.Output = localOutput{dir: cfg.Workdir()}
+	}
+	d.api = server.New(d.svc, sopts)
 	d.http = server.NewHTTPServer(d.api) // HTTP/1.1 and h2c on the same port
 	var runCtx context.Context
 	runCtx, d.stopRun = context.WithCancel(context.Background())
@@ -123,13 +127,14 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		// CLOCK_MONOTONIC: the host's sleep is the daemon's absence too.
 		clock := hostclock.Monotonic
 		wlog := logger.With().Str("worker", "local").Logger()
-		exec, err := local.New(local.Options{Dir: cfg.Workdir(), Logger: wlog, Clock: clock})
+		exec, err := local.New(local.Options{Dir: cfg.Workdir(), Logger: wlog, Clock: clock, Retention: cfg.Retention()})
 		if err == nil {
 			var w *worker.Worker
 			w, err = worker.New(worker.Options{ID: "local", Capacity: n, Daemon: inprocess.New(svc), Executor: exec,
 				Timing: cfg.Lease(), Logger: wlog, Now: clock.Now})
 			if err == nil {
 				d.goRun("local worker", func() error { return w.Run(runCtx) })
+				d.goRun("retention", func() error { exec.RunRetention(runCtx); return nil })
 			}
 		}
 		if err != nil {

@@ -17,6 +17,7 @@ func (m *Main) serveCommand() *cobra.Command {
 		configPath, dir, listen, logFormat string
 		capacity                           int
 		open                               bool
+		retention                          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--config FILE] [--data DIR] [--listen ADDR]",
@@ -70,6 +71,9 @@ they stop it too, within seconds even in the middle of a long replay.`,
 			if f.Changed("open") {
 				cfg.Server.Open = open
 			}
+			if f.Changed("retention") {
+				cfg.Plugins.Executor.RetentionSeconds = retention.Seconds()
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -81,6 +85,7 @@ they stop it too, within seconds even in the middle of a long replay.`,
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address, host:port or unix:///path (server.listen; default 127.0.0.1:7420)")
 	cmd.Flags().StringVar(&logFormat, "log-format", "", "json or console (log.format)")
 	cmd.Flags().IntVar(&capacity, "local-capacity", 0, "jobs the local worker runs at once; 0: no local worker")
+	cmd.Flags().DurationVar(&retention, "retention", 0, "keep the local worker's run directories this long after their job ended, then remove them; 0 keeps them (plugins.executor.retention_seconds; default 168h)")
 	cmd.Flags().BoolVar(&open, "open", false, "with a local worker and no [auth], serve with no token: every local user may then run commands as this user (server.open)")
 	return cmd
 }
