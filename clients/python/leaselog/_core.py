@@ -81,6 +81,7 @@ class Held:
     renewed: bool = True  # base is a grant's or a heartbeat's (see Core.reattached)
     run: Optional[Run] = None
     dropped: bool = False  # the daemon said gone (or refused the start): stop, no report
+    pending: bool = False  # adopted: its job starts once a heartbeat renews it
     fenced: bool = False  # stopped by self-fencing
 
     @property
@@ -105,7 +106,14 @@ class Acts:
     stop: List[Stop] = field(default_factory=list)
     forget: List[Held] = field(default_factory=list)  # gone before their job started
     fence: List[Tuple[Run, float]] = field(default_factory=list)  # new deadlines for runners
+    start: List[Held] = field(default_factory=list)  # adopted leases renewed: start their jobs
+    report: List[Tuple[Held, Outcome]] = field(default_factory=list)  # adopted leases revoked before they started
     unfenced: bool = False  # the answer lifted the fence: take work again
+
+
+#: How many of the last leases let go of the Core remembers (Take, Orphans):
+#: an answer in flight is at most a call's timeout old.
+LET_GO_KEEP = 4096
 
 
 class Core:
@@ -123,6 +131,10 @@ class Core:
         self.last_turn: Optional[float] = None
         self.woke = False
         self.wake_beat = False
+        # The last leases let go of, each with the count of let-gos when it
+        # went (list_mark, orphans, take).
+        self.let_go: Dict[int, int] = {}
+        self.let_gos = 0
 
     @property
     def span(self) -> float:
@@ -216,7 +228,15 @@ class Core:
             at = self.deadline(h)
             if at is not None and not late:
                 a.fence.append((h.run, at))  # type: ignore[arg-type]
-            if h.run is not None and directive == "cancel":
+            if h.pending and directive == "continue":
+                if not late:  # else it stays pending: the next heartbeat says whether it is still ours
+                    h.pending = False
+                    a.start.append(h)
+            elif h.pending:
+                h.pending = False
+                word = "killed" if directive == "kill" else "cancelled"
+                a.report.append((h, Outcome(word, "revoked before it started")))
+            elif h.run is not None and directive == "cancel":
                 a.stop.append(Stop(lease, h.run, kill=False, why="cancel"))
             elif h.run is not None and directive == "kill":
                 a.stop.append(Stop(lease, h.run, kill=True, why="kill"))
@@ -240,15 +260,18 @@ class Core:
 
     def take(self, g: Grant, sent: float, now: float) -> Tuple[Optional[Held], bool]:
         """Hold the lease of a grant answered to an acquire sent at sent; and
-        whether its job may start (not if the grant came past its fence)."""
-        if g.lease in self.held:
-            return None, False
+        whether its job may start: not if the grant came past its fence, nor
+        while the worker is fenced (report it too_late)."""
+        if g.lease in self.held or g.lease in self.let_go:
+            return None, False  # an answer a lease list overtook: not a new lease
         if g.timing is not None:
             self.timing = g.timing
         base = min(sent + g.held_seconds, now)
         h = Held(grant=g, base=base)
         self.held[g.lease] = h
-        if now - base > self.span:
+        # Nor while fenced: a call sent before the fence fell may still be
+        # answered with a grant; its job is reported lost, never begun.
+        if self.fenced or now - base > self.span:
             h.fenced = True
             return h, False
         return h, True
@@ -301,10 +324,33 @@ class Core:
 
     def forget(self, h: Held) -> bool:
         """Let go of h once reported (or dropped): its slot is free."""
-        if self.held.get(h.lease) is h:
-            del self.held[h.lease]
-            return True
-        return False
+        if self.held.get(h.lease) is not h:
+            return False
+        del self.held[h.lease]
+        self.let_gos += 1
+        self.let_go[h.lease] = self.let_gos
+        if len(self.let_go) >= 2 * LET_GO_KEEP:
+            self.let_go = {k: v for k, v in self.let_go.items() if v + LET_GO_KEEP > self.let_gos}
+        return True
+
+    def list_mark(self) -> int:
+        """To take when asking for the lease list, and hand to orphans."""
+        return self.let_gos
+
+    def orphans(self, grants: List[Grant], mark: int) -> List[Grant]:
+        """The live leases the daemon holds for this worker that it does not
+        know: an acquire whose answer was lost on the way. A lease let go of
+        since the list was asked for (mark) is no orphan: the list may predate
+        the report that ended it."""
+        return [g for g in grants
+                if g.lease not in self.held and not (g.lease in self.let_go and self.let_go[g.lease] > mark)]
+
+    def adopt(self, g: Grant) -> Held:
+        """Hold an orphan. Its job starts once a heartbeat renews it (acked):
+        nothing says when the daemon last heard of it."""
+        h = Held(grant=g, base=float("-inf"), renewed=False, pending=True)
+        self.held[g.lease] = h
+        return h
 
 
 def refused(o: Outcome, err: Any) -> Tuple[Optional[Outcome], str]:

@@ -243,6 +243,11 @@ class Worker:
         for s in acts.stop:
             log.info("worker %s: lease %d: %s", self.id, s.lease, s.why)
         self._apply(acts.stop, acts.forget)
+        for h in acts.start:
+            log.info("worker %s: adopted lease %d renewed: starting job %s", self.id, h.lease, h.grant.job.id)
+            self._go(self._run, h)
+        for h, o in acts.report:
+            self._go(self._report, h, o)
         answered.set()
 
     def _check_fence(self) -> None:
@@ -278,12 +283,33 @@ class Worker:
                 if not isinstance(e, Stopping):
                     log.warning("worker %s: acquire failed; retrying: %s", self.id, e)
                 self._stopped.wait(backoff())
+                if e.retryable and not self._stopped.is_set():
+                    self._adopt_orphans(call_timeout)
                 continue
             finally:
                 self._acquiring = None
             backoff.reset()
             for g in grants:
                 self._begin(g, sent)
+
+    def _adopt_orphans(self, timeout: float) -> None:
+        """Take the live leases the daemon holds for this worker that it does
+        not know: an acquire whose answer was lost still granted them, and
+        left alone they would expire without ever running. Their jobs start
+        once the next heartbeat renews them."""
+        with self._lock:
+            mark = self.core.list_mark()
+        try:
+            grants = self.api.leases(timeout=timeout)
+        except LeaselogError:
+            return  # still out of reach; the next failure asks again
+        with self._lock:
+            orphans = self.core.orphans(grants, mark)
+            for g in orphans:
+                self.core.adopt(g)
+        for g in orphans:
+            log.warning("worker %s: adopting lease %d of job %s, whose grant was lost on the way",
+                        self.id, g.lease, g.job.id)
 
     # One lease.
 

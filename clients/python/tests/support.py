@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import socket
+import struct
 import threading
 import time
 import unittest
@@ -87,7 +88,8 @@ class ServerTest(unittest.TestCase):
 
 class Proxy:
     """A TCP proxy to the daemon that can be cut (every connection refused
-    at once and those open closed) and restored."""
+    at once and those open closed) and restored, or lose the answer to the
+    next call whose request line has a given text (:meth:`lose_answer`)."""
 
     def __init__(self, upstream: str) -> None:
         host, _, port = upstream.split("://")[-1].rstrip("/").rpartition(":")
@@ -98,6 +100,8 @@ class Proxy:
         self.sock.listen(64)
         self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
         self._cut = threading.Event()
+        self._lose: Optional[str] = None
+        self.lost = threading.Event()  # set once an answer was lost
         self._closed = False
         self._open: List[socket.socket] = []
         self._lock = threading.Lock()
@@ -115,6 +119,12 @@ class Proxy:
 
     def restore(self) -> None:
         self._cut.clear()
+
+    def lose_answer(self, text: str) -> None:
+        """The next call whose first line has text reaches the daemon, but its
+        answer does not reach the caller: its connection is reset."""
+        self.lost.clear()
+        self._lose = text
 
     def close(self) -> None:
         self._closed = True
@@ -137,8 +147,36 @@ class Proxy:
                 continue
             with self._lock:
                 self._open += [c, u]
-            for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._start, args=(c, u), daemon=True).start()
+
+    def _start(self, c: socket.socket, u: socket.socket) -> None:
+        try:
+            first = c.recv(65536)
+            u.sendall(first)
+        except OSError:
+            first = b""
+        lose = self._lose
+        if lose is not None and lose.encode() in first.split(b"\r\n", 1)[0]:
+            self._lose = None
+            threading.Thread(target=self._pump, args=(c, u), daemon=True).start()
+            try:
+                u.recv(65536)  # the daemon answered: the answer goes nowhere
+            except OSError:
+                pass
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
+            for s in (c, u):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            with self._lock:
+                if u in self._open:
+                    self._open.remove(u)
+            u.close()
+            self.lost.set()
+            return
+        threading.Thread(target=self._pump, args=(c, u), daemon=True).start()
+        self._pump(u, c)
 
     def _pump(self, a: socket.socket, b: socket.socket) -> None:
         try:

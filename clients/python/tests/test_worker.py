@@ -185,6 +185,21 @@ class WorkerTest(ServerTest):
         stale = poll(lambda: list(self.client.stale_reports(job=j.id)), 20, "the stale report")
         self.assertEqual(stale[0].outcome, "lost")
 
+    def test_a_lost_grant_is_adopted(self) -> None:
+        """An acquire whose answer is lost on the way still granted its lease:
+        the worker finds it in its lease list, and runs the job once a
+        heartbeat renews it, rather than leave it to expire."""
+        proxy = Proxy(SERVER)
+        self.addCleanup(proxy.close)
+        proxy.lose_answer("/acquire")
+        w = self.worker("adopts", server=proxy.address)
+        j = self.submit("j", run="true")
+        self.assertTrue(proxy.lost.wait(20), "no acquire went through the proxy")
+        done = self.client.wait(j.id, timeout=20)
+        self.assertEqual((done.outcome, done.leases), ("succeeded", 1))
+        self.assertFalse(self.events_of(j.id, "lease.expired"))
+        self.assertEqual(w.leases(), [])
+
     def test_stale_report_is_recorded(self) -> None:
         """A report on a lease that expired is refused (409 stale_lease) and
         kept as lease.stale_report, which stale_reports() finds."""
