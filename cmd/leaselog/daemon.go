@@ -26,6 +26,7 @@ import (
 type daemon struct {
 	logger  zerolog.Logger
 	log     *eventlog.Log
+	closer  func() error // closes the log (and the engine's connection)
 	svc     *lease.Service
 	api     *server.Server
 	http    *http.Server
@@ -60,14 +61,14 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		slog = *storeLogger
 	}
 	logger.Info().Str("data", cfg.Store.Dir).Msg("opening the store")
-	log, err := eventlog.Open(cfg.Store.Dir, eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit})
+	log, closer, err := openStore(ctx, cfg.Store, eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit})
 	if err != nil {
 		if errors.Is(err, eventlog.ErrLocked) {
 			return nil, fmt.Errorf("serve: %s is in use by another leaselog serve (one daemon per data directory): %w", cfg.Store.Dir, err)
 		}
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	d := &daemon{logger: logger, log: log, errs: make(chan error, 3)}
+	d := &daemon{logger: logger, log: log, closer: closer, errs: make(chan error, 3)}
 	fail := func(err error) (*daemon, error) { return nil, errors.Join(err, d.closeStore()) }
 	if err := stopped(ctx, "the store is open"); err != nil {
 		return fail(err)
@@ -171,7 +172,7 @@ func (d *daemon) closeStore() error {
 	if d.svc != nil {
 		errs = append(errs, d.svc.Close())
 	}
-	return errors.Join(append(errs, d.log.Close())...)
+	return errors.Join(append(errs, d.closer())...)
 }
 
 func (d *daemon) goRun(what string, f func() error) {
@@ -203,7 +204,7 @@ func (d *daemon) stop() error {
 	if err := d.svc.Close(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := d.log.Close(); err != nil {
+	if err := d.closer(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
