@@ -62,6 +62,14 @@ func (s *Service) GrantViews(ctx context.Context, gs []Grant) ([]JobView, error)
 	return vs, err
 }
 
+// Workers returns every worker the table knows, by id, with whether it is
+// reachable and how many live leases it holds (the dashboard's workers page).
+func (s *Service) Workers(ctx context.Context) ([]projection.Worker, error) {
+	var ws []projection.Worker
+	err := s.read(ctx, func(t *projection.Table) { ws = t.Workers() })
+	return ws, err
+}
+
 // Seq is the sequence number of the last durable event the table holds.
 func (s *Service) Seq(ctx context.Context) (uint64, error) {
 	var seq uint64

@@ -249,6 +249,7 @@ func TestOpenAPI(t *testing.T) {
 		{"POST", "/v1/leases/1/start", api.Start{Worker: "w1"}, auditorTok},
 		{"POST", "/v1/leases/1/report", api.Report{Worker: "w1", Outcome: "failed"}, adminTok},
 		{"GET", "/v1/leases", nil, w1Tok},
+		{"GET", "/v1/workers", nil, w2Tok},
 		{"GET", "/v1/events", nil, w2Tok},
 		{"GET", "/v1/events/stream", nil, w1Tok},
 	} {
@@ -329,6 +330,8 @@ func TestOpenAPI(t *testing.T) {
 		t.Fatalf("grant after a wait: %+v, want one held 2 s", g.Leases)
 	}
 	c.call(rq("POST", "/v1/workers/w1/heartbeat", w1Tok, api.Heartbeat{Leases: []uint64{l, 9999}}), http.StatusOK)
+	c.call(rq("GET", "/v1/workers", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/workers?limit=0", adminTok, nil), http.StatusBadRequest)
 	c.call(rq("POST", "/v1/workers/w1/heartbeat", w1Tok, `{"leases":[-1]}`), http.StatusBadRequest)
 	c.call(rq("GET", "/v1/workers/w1/leases", w1Tok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/workers/w2/leases", auditorTok, nil), http.StatusOK)
@@ -478,6 +481,7 @@ func TestOpenAPI(t *testing.T) {
 		{"POST", fmt.Sprintf("/v1/leases/%d/start", l), w1Tok, api.Start{Worker: "w1"}},
 		{"POST", fmt.Sprintf("/v1/leases/%d/report", l), w1Tok, report},
 		{"GET", "/v1/leases", auditorTok, nil},
+		{"GET", "/v1/workers", auditorTok, nil},
 		{"GET", "/v1/events", auditorTok, nil},
 		{"GET", "/v1/events/stream", auditorTok, nil},
 	} {

@@ -168,6 +168,10 @@ func New(svc *lease.Service, opts Options) *Server {
 
 	s.handle("GET /v1/events", read, false, s.listEvents)
 	s.handle("GET /v1/events/stream", read, true, s.stream).queryToken = true
+	s.handle("GET /v1/workers", read, false, s.listWorkers)
+
+	// The dashboard's files need no token: its pages send one on their calls.
+	s.handle("GET /ui/", open, false, serveDashboard).whenFailed = true
 	return s
 }
 

@@ -153,6 +153,9 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		ev = ev.Str("auth", "tokens of [auth]")
 	}
 	ev.Msg("listening")
+	if u := dashboardURL(d.addr, d.token); u != "" {
+		logger.Info().Str("url", u).Msg("dashboard")
+	}
 	return d, nil
 }
 

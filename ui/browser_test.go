@@ -1,0 +1,385 @@
+package ui_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/server"
+)
+
+// -ui.screenshots regenerates docs/dashboard.png, the README's picture, from
+// the job page of TestDashboard. Every page's screenshot is always saved in
+// the test's artifact directory (go test -artifacts keeps it).
+var screenshots = flag.Bool("ui.screenshots", false, "write docs/dashboard.png from the browser test")
+
+// browserPaths are the names Chromium goes by (Debian's package installs
+// chromium; others ship chromium-browser, google-chrome or headless-shell).
+var browserPaths = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"}
+
+// browser starts a headless Chromium for the test, or skips the test when
+// there is none and LEASELOG_REQUIRE_BROWSER is unset (CI sets it: there a
+// missing browser fails rather than skips).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := ""
+	for _, name := range browserPaths {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		if os.Getenv("LEASELOG_REQUIRE_BROWSER") != "" {
+			t.Fatalf("no Chromium found (looked for %s) and LEASELOG_REQUIRE_BROWSER is set: apt-get install chromium", strings.Join(browserPaths, ", "))
+		}
+		t.Skipf("no Chromium found (looked for %s): the dashboard's browser test needs one (apt-get install chromium)", strings.Join(browserPaths, ", "))
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.WindowSize(1280, 860))
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(bctx); err != nil { // starts the browser
+		t.Fatalf("start %s: %v", path, err)
+	}
+	return bctx
+}
+
+// daemon is a real API server (package server) on a real store, on a manual
+// clock near now, so that the pages' countdowns read sensibly.
+type daemon struct {
+	t     *testing.T
+	url   string
+	svc   *lease.Service
+	clock *clocktest.Clock
+	token string
+}
+
+func newDaemon(t *testing.T, auth *server.Auth) *daemon {
+	t.Helper()
+	// The seed moves the clock about 20 s on: starting it that much before
+	// now leaves the daemon's time near the browser's.
+	d := &daemon{t: t, clock: clocktest.New(time.Now().Add(-20 * time.Second))}
+	_, d.svc = leasetest.Open(t, leasetest.Clock(d.clock))
+	srv := server.New(d.svc, server.Options{Auth: auth, Registerer: prometheus.NewRegistry(), Clock: d.clock})
+	ts := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		srv.Close() // ends the pages' event streams, so that the listener can close
+		ts.Close()
+	})
+	d.url = ts.URL
+	if auth != nil {
+		d.token = auth.Admin[0]
+	}
+	return d
+}
+
+// call sends one API call and decodes its answer into out (if not nil),
+// failing the test unless the status is want.
+func (d *daemon) call(method, path string, body any, want int, out any) {
+	d.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	rq, err := http.NewRequest(method, d.url+path, rd)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if d.token != "" {
+		rq.Header.Set("Authorization", "Bearer "+d.token)
+	}
+	rs, err := http.DefaultClient.Do(rq)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer rs.Body.Close()
+	b, _ := io.ReadAll(rs.Body)
+	if rs.StatusCode != want {
+		d.t.Fatalf("%s %s: %d %s, want %d", method, path, rs.StatusCode, b, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			d.t.Fatalf("%s %s: %v in %s", method, path, err, b)
+		}
+	}
+}
+
+type grants struct {
+	Leases []struct {
+		Lease uint64 `json:"lease"`
+		Job   struct {
+			ID string `json:"id"`
+		} `json:"job"`
+	} `json:"leases"`
+}
+
+// seed gives every page something to show: a job reported, one whose
+// first lease expired (its worker's late report kept as a stale report)
+// and that runs again on another worker, a run on that worker too.
+func (d *daemon) seed() {
+	d.t.Helper()
+	for _, j := range []struct{ id, kind string }{{"eval-1", "evaluation"}, {"run-1", "run"}, {"run-2", "run"}} {
+		d.call("POST", "/v1/jobs", map[string]any{"id": j.id, "kind": j.kind, "spec": map[string]string{"run": "make " + j.id}}, http.StatusCreated, nil)
+	}
+	var g grants
+	d.call("POST", "/v1/workers/w1/acquire", map[string]any{"max": 2, "start": true}, http.StatusOK, &g)
+	if len(g.Leases) != 2 || g.Leases[0].Job.ID != "eval-1" {
+		d.t.Fatalf("w1 acquired %+v, want eval-1 and run-1", g)
+	}
+	evalLease, runLease := g.Leases[0].Lease, g.Leases[1].Lease
+	for range 3 {
+		d.clock.Advance(time.Second)
+		d.call("POST", "/v1/workers/w1/heartbeat", map[string]any{"leases": []uint64{evalLease, runLease}}, http.StatusOK, nil)
+	}
+	d.call("POST", fmt.Sprintf("/v1/leases/%d/report", runLease), map[string]any{"worker": "w1", "outcome": "succeeded"}, http.StatusOK, nil)
+	// w1 goes silent past toleration: eval-1's lease expires, and the job
+	// is queued again. The sweeper ticks every second meanwhile, as the
+	// daemon's does: a longer silence of its own would be the daemon's
+	// absence, which expires nothing.
+	for range int(leasetest.Timing().Toleration/time.Second) + 1 {
+		d.clock.Advance(time.Second)
+		if err := d.svc.Sweep(); err != nil {
+			d.t.Fatal(err)
+		}
+	}
+	d.call("POST", fmt.Sprintf("/v1/leases/%d/report", evalLease), map[string]any{"worker": "w1", "outcome": "succeeded", "ref": "refs/leaselog/eval-1/late"},
+		http.StatusConflict, nil)
+	d.call("POST", "/v1/workers/w2/acquire", map[string]any{"max": 2, "start": true}, http.StatusOK, &g)
+	if len(g.Leases) != 2 {
+		d.t.Fatalf("w2 acquired %+v, want run-2 and eval-1", g)
+	}
+	d.call("POST", "/v1/workers/w2/heartbeat", map[string]any{"leases": []uint64{g.Leases[0].Lease, g.Leases[1].Lease}}, http.StatusOK, nil)
+}
+
+// page is one browser tab on the dashboard.
+type page struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func newPage(t *testing.T, browser context.Context) *page {
+	ctx, cancel := chromedp.NewContext(browser) // a new tab: its own sessionStorage
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 860)); err != nil {
+		t.Fatal(err)
+	}
+	return &page{t: t, ctx: ctx}
+}
+
+func (p *page) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, actions...); err != nil {
+		p.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// waitFor polls the JavaScript condition cond until it holds, for up to 10 s:
+// the pages load and update asynchronously, and a condition polled is the
+// only honest wait for that.
+func (p *page) waitFor(what, cond string) {
+	p.t.Helper()
+	_, err := chromedp.Run(p.ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(10*time.Second)))
+	if err != nil {
+		text, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.getElementById('main').innerText`))
+		p.t.Fatalf("%s: %v; the page shows:\n%s", what, err, text)
+	}
+}
+
+func eval[T any](p *page, expr string) T {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		p.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// screenshot saves the page as name.png in the test's artifact directory.
+func (p *page) screenshot(name string) []byte {
+	p.t.Helper()
+	b, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(p.t.ArtifactDir(), name+".png"), b, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	return b
+}
+
+// go to a page of the dashboard without reloading it, as its links do.
+func (p *page) open(hash string) {
+	p.t.Helper()
+	p.do("open "+hash, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = %q`, hash)))
+}
+
+func TestDashboard(t *testing.T) {
+	b := browser(t)
+	d := newDaemon(t, nil)
+	d.seed()
+	p := newPage(t, b)
+
+	// The jobs page, then a job submitted through the API appears on it
+	// live: the page is not reloaded (a mark set on its window survives).
+	p.do("load the dashboard", chromedp.Navigate(d.url+"/ui/#/jobs"))
+	p.waitFor("the seeded jobs listed", `document.querySelectorAll('#jobs tr[data-job]').length === 3`)
+	p.waitFor("the event stream connected", `document.getElementById('live').dataset.state === 'on'`)
+	p.do("mark the window", chromedp.Evaluate[chromedp.Void](`window.sameDocument = true`))
+	d.call("POST", "/v1/jobs", map[string]any{"id": "live-1", "kind": "run", "spec": map[string]string{"run": "true"}}, http.StatusCreated, nil)
+	p.waitFor("the submitted job listed live", `document.querySelector('#jobs tr[data-job="live-1"]') !== null`)
+	if !eval[bool](p, `window.sameDocument === true`) {
+		t.Fatal("the jobs page was reloaded to show the new job; want it live")
+	}
+	if got := eval[string](p, `document.querySelector('#jobs tr[data-job="eval-1"]').innerText`); !strings.Contains(got, "running") || !strings.Contains(got, "w2") {
+		t.Errorf("eval-1's row %q: want running on w2", got)
+	}
+	p.do("filter by state", chromedp.SetValue(chromedp.CSS(`select[name="state"]`), "reported"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('select[name="state"]').dispatchEvent(new Event('change'))`))
+	p.waitFor("only the reported job listed", `document.querySelectorAll('#jobs tr[data-job]').length === 1 && document.querySelector('#jobs tr[data-job="run-1"]') !== null`)
+	p.do("clear the filter", chromedp.Navigate(d.url+"/ui/#/jobs"))
+	p.waitFor("every job listed", `document.querySelectorAll('#jobs tr[data-job]').length === 4`)
+	p.screenshot("jobs")
+
+	// A job's timeline: two leases as bands, the first expired and marked
+	// with its stale report, heartbeats collapsed in the event list; a
+	// heartbeat arrives live.
+	p.open("#/job/eval-1")
+	p.waitFor("two lease bands", `document.querySelectorAll('#timeline g.lease').length === 2`)
+	p.waitFor("the expiry and the stale report marked", `document.querySelector('#timeline .mark.expired') !== null && document.querySelector('#timeline .mark.stale') !== null`)
+	p.waitFor("the live band", `document.querySelector('#timeline rect.band.live') !== null && document.querySelector('#timeline rect.band.expired') !== null`)
+	if got := eval[string](p, `document.getElementById('events').innerText`); !strings.Contains(got, "lease.heartbeat ×3") || !strings.Contains(got, "lease.stale_report") {
+		t.Errorf("the event list %q: want 3 heartbeats on one line and the stale report", got)
+	}
+	beats := eval[int](p, `document.querySelectorAll('#timeline line.beat').length`)
+	var g grants
+	d.call("GET", "/v1/workers/w2/leases", nil, http.StatusOK, &g)
+	d.clock.Advance(time.Second)
+	d.call("POST", "/v1/workers/w2/heartbeat", map[string]any{"leases": []uint64{g.Leases[0].Lease, g.Leases[1].Lease}}, http.StatusOK, nil)
+	p.waitFor("the new heartbeat on the timeline", fmt.Sprintf(`document.querySelectorAll('#timeline line.beat').length === %d`, beats+1))
+	shot := p.screenshot("job")
+	if *screenshots {
+		if err := os.WriteFile(filepath.Join("..", "docs", "dashboard.png"), shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The live leases, with the time left to grace and to toleration.
+	p.open("#/leases")
+	p.waitFor("w2's two leases", `document.querySelectorAll('#leases tr[data-lease]').length === 2`)
+	p.waitFor("the countdowns", `[...document.querySelectorAll('#leases td.left')].every(td => /\d/.test(td.textContent))`)
+	p.screenshot("leases")
+
+	// The workers, reachable or not.
+	p.open("#/workers")
+	p.waitFor("both workers", `document.querySelectorAll('#workers tr[data-worker]').length === 2`)
+	if got := eval[string](p, `document.querySelector('#workers tr[data-worker="w2"]').innerText`); !strings.Contains(got, "yes") {
+		t.Errorf("w2's row %q: want reachable", got)
+	}
+	p.screenshot("workers")
+
+	// The stale-report ledger, and its filters.
+	p.open("#/stale")
+	p.waitFor("w1's stale report", `document.querySelectorAll('#stale tr[data-seq]').length === 1`)
+	if got := eval[string](p, `document.querySelector('#stale tr[data-seq]').innerText`); !strings.Contains(got, "eval-1") || !strings.Contains(got, "refs/leaselog/eval-1/late") {
+		t.Errorf("the stale report %q: want eval-1's, with its ref", got)
+	}
+	p.screenshot("stale")
+	p.open("#/stale?worker=w2")
+	p.waitFor("no stale report of w2", `document.querySelector('#stale p.empty') !== null`)
+	p.open("#/stale?since=2100-01-01T00:00")
+	p.waitFor("no stale report in the future", `document.querySelector('#stale p.empty') !== null`)
+	p.open("#/stale?job=eval-1&worker=w1")
+	p.waitFor("w1's stale report again", `document.querySelectorAll('#stale tr[data-seq]').length === 1`)
+}
+
+// The token: asked for when the daemon takes one, a wrong one refused with
+// the API's message, and kept in the tab's sessionStorage only; or taken
+// from the link's fragment, which then leaves the address bar.
+func TestDashboardToken(t *testing.T) {
+	b := browser(t)
+	const tok = "dashboard-test-admin-token"
+	d := newDaemon(t, &server.Auth{Admin: []string{tok}})
+	d.call("POST", "/v1/jobs", map[string]any{"id": "j1", "kind": "run"}, http.StatusCreated, nil)
+
+	p := newPage(t, b)
+	p.do("load the dashboard", chromedp.Navigate(d.url+"/ui/"))
+	p.waitFor("the token prompt", `document.getElementById('token-input') !== null`)
+	p.screenshot("token")
+	p.do("give a wrong token", chromedp.SendKeys(chromedp.CSS(`#token-input`), "not-the-token-at-all"),
+		chromedp.Click(chromedp.CSS(`form.token button`)))
+	p.waitFor("the refusal", `document.getElementById('token-error')?.textContent.includes('unknown token')`)
+	p.do("give the token", chromedp.SendKeys(chromedp.CSS(`#token-input`), tok), chromedp.Click(chromedp.CSS(`form.token button`)))
+	p.waitFor("the jobs page", `document.querySelector('#jobs tr[data-job="j1"]') !== null`)
+	// EventSource sends no header: the stream takes the token as ?token=.
+	p.waitFor("the event stream connected with the token", `document.getElementById('live').dataset.state === 'on'`)
+	if got := eval[string](p, `sessionStorage.getItem('leaselog.token')`); got != tok {
+		t.Errorf("sessionStorage holds %q, want the token", got)
+	}
+	if n := eval[int](p, `localStorage.length`); n != 0 {
+		t.Errorf("localStorage holds %d items; the token must stay in the tab", n)
+	}
+
+	// A link with the token in its fragment, opened in a new tab.
+	q := newPage(t, b)
+	q.do("open the link", chromedp.Navigate(d.url+"/ui/#token="+tok))
+	q.waitFor("the jobs page", `document.querySelector('#jobs tr[data-job="j1"]') !== null`)
+	if got := eval[string](q, `location.href`); strings.Contains(got, tok) {
+		t.Errorf("the address bar still shows the token: %s", got)
+	}
+}
+
+// TestFilesServed checks the handler without a browser: every page's file is
+// served under /ui/ with the headers that keep it to its origin.
+func TestFilesServed(t *testing.T) {
+	d := newDaemon(t, &server.Auth{Admin: []string{"dashboard-test-admin-token"}})
+	for _, path := range []string{"/ui/", "/ui/style.css", "/ui/js/app.js", "/ui/js/timeline.js"} {
+		rs, err := http.Get(d.url + path) // no token: the files need none
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(rs.Body)
+		rs.Body.Close()
+		if rs.StatusCode != http.StatusOK || len(body) == 0 {
+			t.Errorf("GET %s: %d, %d bytes", path, rs.StatusCode, len(body))
+		}
+		if csp := rs.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "connect-src 'self'") {
+			t.Errorf("GET %s: Content-Security-Policy %q", path, csp)
+		}
+	}
+	rs, err := http.Get(d.url + "/ui/nope.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.Body.Close()
+	if rs.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /ui/nope.js: %d, want 404", rs.StatusCode)
+	}
+}

@@ -1,0 +1,106 @@
+// The API as the pages use it (docs/openapi.yaml): the token, calls with
+// their errors, the paging contract (limit, after, next) and the event stream.
+
+const KEY = 'leaselog.token';
+
+// The token lives in this tab's sessionStorage only: it goes when the tab
+// does, and no other tab or later visit finds it.
+export const token = () => sessionStorage.getItem(KEY) || '';
+export function setToken(t) {
+  if (t) sessionStorage.setItem(KEY, t);
+  else sessionStorage.removeItem(KEY);
+}
+
+// takeTokenFromLink moves a token given in the link's fragment (#token=…, as
+// `leaselog serve` prints it) into the tab, and out of the address bar and
+// the history. A fragment never reaches the server or a Referer.
+export function takeTokenFromLink() {
+  const m = location.hash.match(/^#token=([^&]*)/);
+  if (!m) return false;
+  setToken(decodeURIComponent(m[1]));
+  history.replaceState(null, '', location.pathname + location.search + '#/jobs');
+  return true;
+}
+
+// APIError is a refused call: its HTTP status and the API's error code.
+export class APIError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+// The API is at the root of the origin that serves /ui/; relative, so that a
+// proxy that mounts the daemon under a prefix works too.
+const base = new URL('../', location.href);
+
+function url(path, params = {}) {
+  const u = new URL(path, base);
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== null && v !== '') u.searchParams.set(k, String(v));
+  }
+  return u;
+}
+
+async function call(method, path, params, body) {
+  const headers = {};
+  if (token()) headers.Authorization = `Bearer ${token()}`;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const r = await fetch(url(path, params), {
+    method, headers, cache: 'no-store', body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const doc = await r.json().catch(() => null);
+  if (!r.ok) {
+    throw new APIError(r.status, doc?.error?.code || `http_${r.status}`, doc?.error?.message || r.statusText);
+  }
+  return doc;
+}
+
+export const get = (path, params) => call('GET', path, params);
+
+// page reads one page of a list: {items, next}. next, when present, is the
+// cursor of the following page, passed back verbatim as after.
+export async function page(path, field, params, limit, after) {
+  const doc = await get(path, { ...params, limit, after });
+  const items = doc[field] || [];
+  // The last page has no next; a page shorter than limit is the last too.
+  const next = doc.next !== undefined && doc.next !== null && items.length === limit ? doc.next : undefined;
+  return { items, next, doc };
+}
+
+// all reads every page of a list.
+export async function all(path, field, params = {}, limit = 1000) {
+  const out = [];
+  let after;
+  for (;;) {
+    const p = await page(path, field, params, limit, after);
+    out.push(...p.items);
+    if (p.next === undefined) return { items: out, doc: p.doc };
+    after = p.next;
+  }
+}
+
+// The event types of the log (README, "Events"): the stream names each
+// message by its type, and EventSource dispatches by that name.
+export const EVENT_TYPES = [
+  'lease.queued', 'lease.acquired', 'lease.running', 'lease.heartbeat', 'lease.revoked',
+  'lease.reported', 'lease.expired', 'lease.lost', 'lease.cancelled', 'lease.stale_report',
+  'worker.unreachable', 'worker.reachable', 'daemon.started', 'daemon.stopping', 'daemon.resumed',
+];
+
+// stream follows the log from after seq: onEvent gets each event, onState
+// whether the stream is connected. EventSource cannot send a header, so the
+// token goes as the stream's token parameter; on a reconnect it resumes with
+// Last-Event-ID by itself. It returns a function that closes the stream.
+export function stream(after, onEvent, onState) {
+  const es = new EventSource(url('v1/events/stream', { after, token: token() }));
+  const deliver = (m) => {
+    try { onEvent(JSON.parse(m.data)); } catch (err) { console.error('event', m.data, err); }
+  };
+  for (const t of EVENT_TYPES) es.addEventListener(t, deliver);
+  es.onmessage = deliver; // a type this page does not know yet
+  es.onopen = () => onState(true);
+  es.onerror = () => onState(false);
+  return () => es.close();
+}

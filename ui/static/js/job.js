@@ -1,0 +1,91 @@
+// A job's page: what the job is, its timeline (timeline.js) and its events,
+// heartbeats collapsed, kept up to date from the event stream.
+import { all, get } from './api.js';
+import { badge, coalesce, h, table, time } from './dom.js';
+import { draw, model } from './timeline.js';
+
+export function render(main, id) {
+  let jobDoc = null;
+  let events = [];
+  const head = h('div', {});
+  const graph = h('div', { id: 'timeline' });
+  const list = h('div', { id: 'events' });
+  main.append(h('h1', {}, 'Job ', h('code', {}, id)), head,
+    h('h2', {}, 'Timeline'), graph,
+    h('div', { class: 'legend' },
+      h('span', {}, h('span', { class: 'sw reported' }), 'lease reported'),
+      h('span', {}, h('span', { class: 'sw live' }), 'live'),
+      h('span', {}, h('span', { class: 'sw expired' }), 'expired or lost ◆'),
+      h('span', {}, h('span', { class: 'sw beat' }), 'heartbeat'),
+      h('span', {}, h('span', { class: 'sw stale' }), 'stale report ▲')),
+    h('h2', {}, 'Events'), list);
+
+  function show() {
+    if (!jobDoc) return;
+    const j = jobDoc;
+    const spec = j.spec && j.spec.run ? j.spec.run : JSON.stringify(j.spec);
+    head.replaceChildren(h('dl', { class: 'facts' },
+      h('dt', {}, 'state'), h('dd', {}, badge(j.state), j.outcome ? ` ${j.outcome}` : ''),
+      h('dt', {}, 'kind'), h('dd', {}, j.kind),
+      h('dt', {}, 'attempts · leases'), h('dd', {}, `${j.attempts} · ${j.leases}`),
+      j.lease ? [h('dt', {}, 'live lease'), h('dd', {}, `${j.lease.lease} on ${j.lease.worker} (${j.lease.state})`)] : null,
+      j.reason ? [h('dt', {}, 'reason'), h('dd', {}, j.reason)] : null,
+      j.ref ? [h('dt', {}, 'ref'), h('dd', {}, h('code', {}, j.ref))] : null,
+      h('dt', {}, 'spec'), h('dd', {}, h('code', {}, spec)),
+      h('dt', {}, 'submitted'), h('dd', {}, time(j.submitted))));
+    graph.replaceChildren(events.length ? draw(model(events), Date.now()) : h('p', { class: 'muted' }, 'No events.'));
+    list.replaceChildren(table(['seq', 'time', 'type', 'lease', 'worker', 'detail'], collapse(events).map(row), 'No events.'));
+  }
+
+  async function load() {
+    try {
+      jobDoc = await get(`v1/jobs/${encodeURIComponent(id)}`);
+      events = (await all('v1/events', 'events', { job: id })).items;
+    } catch (err) {
+      main.replaceChildren(h('h1', {}, 'Job ', h('code', {}, id)), h('p', { class: 'error' }, err.message));
+      return;
+    }
+    show();
+  }
+
+  const refreshJob = coalesce(async () => {
+    try { jobDoc = await get(`v1/jobs/${encodeURIComponent(id)}`); } catch { /* shown on the next load */ }
+    show();
+  }, 200);
+  // A live lease's band grows with the time.
+  const tick = setInterval(() => { if (jobDoc?.lease) show(); }, 2000);
+  load();
+  return {
+    onEvent: (e) => {
+      if (e.job !== id || events.some((x) => x.seq === e.seq)) return;
+      events.push(e);
+      refreshJob();
+    },
+    stop: () => { clearInterval(tick); refreshJob.cancel(); },
+  };
+}
+
+// collapse merges each run of heartbeats of one lease into one line.
+function collapse(events) {
+  const out = [];
+  for (const e of events) {
+    const last = out[out.length - 1];
+    if (e.type === 'lease.heartbeat' && last && last.type === 'lease.heartbeat' && last.lease === e.lease) {
+      last.count++;
+      last.until = e;
+    } else {
+      out.push({ ...e, count: 1 });
+    }
+  }
+  return out;
+}
+
+function row(e) {
+  const detail = [e.outcome, e.revoke && `revoke ${e.revoke}`, e.reason, e.ref && `ref ${e.ref}`,
+    e.gap_seconds && `gap ${e.gap_seconds}s`, e.result && `result ${JSON.stringify(e.result)}`].filter(Boolean).join(' · ');
+  const type = e.count > 1 ? `${e.type} ×${e.count}` : e.type;
+  const when = e.count > 1 ? `${time(e.time)} … ${time(e.until.time).slice(11)}` : time(e.time);
+  return h('tr', { 'data-type': e.type },
+    h('td', {}, e.count > 1 ? `${e.seq}…${e.until.seq}` : e.seq), h('td', {}, when), h('td', {}, type),
+    h('td', {}, e.lease || ''), h('td', {}, e.worker || ''), h('td', { class: 'wrap' }, detail));
+}

@@ -1,0 +1,105 @@
+// A job's timeline, drawn from its events: one band per lease, from its
+// acquire to its end (reported, expired or lost; still open while live),
+// its heartbeats as ticks on the band (collapsed: one count, not one row
+// each), expiries, losses and stale reports marked on the band of their
+// lease, and the job's own moments (queued, revoked, cancelled) on a row
+// of their own.
+import { h } from './dom.js';
+
+const ENDS = { 'lease.reported': 'reported', 'lease.expired': 'expired', 'lease.lost': 'lost' };
+
+// model folds the events into lease bands and marks.
+export function model(events) {
+  const leases = new Map();
+  const jobMarks = [];
+  const band = (e) => {
+    if (!leases.has(e.lease)) {
+      leases.set(e.lease, { lease: e.lease, worker: e.worker, start: ms(e.time), end: null, end_type: null, beats: [], marks: [] });
+    }
+    return leases.get(e.lease);
+  };
+  for (const e of events) {
+    const t = ms(e.time);
+    switch (e.type) {
+      case 'lease.acquired': band(e); break;
+      case 'lease.running': band(e).running = t; break;
+      case 'lease.heartbeat': band(e).beats.push(t); break;
+      case 'lease.reported': case 'lease.expired': case 'lease.lost': {
+        const b = band(e);
+        b.end = t;
+        b.end_type = ENDS[e.type];
+        b.outcome = e.outcome;
+        if (e.type !== 'lease.reported') b.marks.push({ t, kind: ENDS[e.type], label: `${e.type} ${e.reason || ''}` });
+        break;
+      }
+      case 'lease.stale_report':
+        band(e).marks.push({ t, kind: 'stale', label: `stale report from ${e.worker}: ${e.outcome || ''} ${e.ref || ''}` });
+        break;
+      case 'lease.revoked':
+        jobMarks.push({ t, kind: 'revoked', label: `revoked (${e.revoke})` });
+        break;
+      case 'lease.queued': case 'lease.cancelled':
+        jobMarks.push({ t, kind: e.type.slice(6), label: `${e.type} ${e.reason || ''}` });
+        break;
+      default:
+        if (e.type.startsWith('daemon.')) jobMarks.push({ t, kind: 'daemon', label: e.type });
+    }
+  }
+  return { leases: [...leases.values()], jobMarks };
+}
+
+const ms = (iso) => new Date(iso).getTime();
+
+const W = 1000; // the drawing's width in its own units; the SVG scales to the page
+const LEFT = 190; // room for the lease labels
+const ROW = 30;
+
+// draw renders the model between the first event and now (or the last event,
+// when no lease is live).
+export function draw({ leases, jobMarks }, now) {
+  const times = [...jobMarks.map((m) => m.t), ...leases.flatMap((l) => [l.start, l.end ?? now, ...l.marks.map((m) => m.t)])];
+  const t0 = Math.min(...times);
+  const t1 = Math.max(t0 + 1000, ...times);
+  const x = (t) => LEFT + ((t - t0) / (t1 - t0)) * (W - LEFT - 20);
+  const height = ROW * (leases.length + 1) + 30;
+  const rows = [];
+
+  rows.push(h('text', { x: 8, y: ROW - 10 }, 'job'));
+  for (const m of jobMarks) rows.push(marker(x(m.t), ROW - 14, m));
+
+  leases.forEach((l, i) => {
+    const y = ROW * (i + 1) + 6;
+    const live = l.end === null;
+    const end = l.end ?? now;
+    const cls = `band ${live ? 'live' : l.end_type}`;
+    const label = `lease ${l.lease} · ${l.worker} · ${l.beats.length} heartbeat${l.beats.length === 1 ? '' : 's'}`;
+    rows.push(h('g', { class: 'lease', 'data-lease': l.lease },
+      h('text', { x: 8, y: y + 15 }, label),
+      h('rect', { class: cls, x: x(l.start), y, width: Math.max(2, x(end) - x(l.start)), height: ROW - 10, rx: 3 },
+        h('title', {}, `${label}; ${live ? 'live' : l.end_type + (l.outcome ? ' ' + l.outcome : '')}`)),
+      l.beats.map((t) => h('line', { class: 'beat', x1: x(t), x2: x(t), y1: y + 4, y2: y + ROW - 14 })),
+      // A stale report sits on the band's top edge, clear of an expiry at the same moment.
+      l.marks.map((m) => marker(x(m.t), m.kind === 'stale' ? y - 1 : y + (ROW - 10) / 2, m))));
+  });
+
+  const axisY = height - 8;
+  const axis = [0, 0.25, 0.5, 0.75, 1].map((f) => {
+    const t = t0 + f * (t1 - t0);
+    return [
+      h('line', { class: 'grid', x1: x(t), x2: x(t), y1: 4, y2: axisY - 12 }),
+      h('text', { class: 'axis', x: x(t), y: axisY, 'text-anchor': f === 1 ? 'end' : f === 0 ? 'start' : 'middle' },
+        new Date(t).toLocaleTimeString()),
+    ];
+  });
+  return h('svg', { class: 'timeline', viewBox: `0 0 ${W} ${height}`, role: 'img', 'aria-label': 'timeline of the job' }, axis, rows);
+}
+
+// marker is a diamond for the job's moments and expiries, a triangle for
+// stale reports.
+function marker(cx, cy, m) {
+  const r = 6;
+  const points = m.kind === 'stale'
+    ? `${cx},${cy - r} ${cx + r},${cy + r} ${cx - r},${cy + r}`
+    : `${cx},${cy - r} ${cx + r},${cy} ${cx},${cy + r} ${cx - r},${cy}`;
+  return h('polygon', { class: `mark ${m.kind}`, points }, h('title', {}, m.label));
+}
