@@ -3,6 +3,7 @@ package jetstream
 import (
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func runCluster(t testing.TB, n int) []*server.Server {
 			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
 			JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 			Cluster: server.ClusterOpts{Name: "leaselog", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  server.RoutesFromStr(joinComma(routes)),
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 		}
 		s, err := server.NewServer(o)
 		if err != nil {
@@ -80,17 +81,6 @@ func freePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-func joinComma(ss []string) string {
-	out := ""
-	for i, s := range ss {
-		if i > 0 {
-			out += ","
-		}
-		out += s
-	}
-	return out
 }
 
 // waitFor polls cond until it holds, or fails the test after d.

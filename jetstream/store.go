@@ -133,7 +133,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 
 func (s *Store) open(ctx context.Context) error {
 	var err error
-	s.js, err = natsjs.New(s.nc, natsjs.WithPublishAsyncTimeout(s.opts.Timeout), natsjs.WithDefaultTimeout(s.opts.Timeout))
+	// An ack that does not come within an attempt is asked for (await):
+	// a connection lost with its publishes, or a stream leader that died
+	// with them, costs an attempt, not the whole Timeout.
+	s.js, err = natsjs.New(s.nc, natsjs.WithPublishAsyncTimeout(s.attempt()), natsjs.WithDefaultTimeout(s.opts.Timeout))
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
@@ -184,6 +187,10 @@ func (s *Store) ensureStream(ctx context.Context) (natsjs.Stream, error) {
 	}
 	return st, nil
 }
+
+// attempt is how long one publish, or one question to the stream, may take
+// before await asks again.
+func (s *Store) attempt() time.Duration { return s.opts.Timeout / 5 }
 
 // Log is the log, to open the lease service on. Closing the Store closes it.
 func (s *Store) Log() *eventlog.Log { return s.log }
@@ -289,7 +296,7 @@ const (
 // holds says whether the stream holds a message at seq, and whether it is
 // the batch with dedup id id.
 func (s *Store) holds(seq uint64, id string) (held, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.attempt())
 	defer cancel()
 	raw, err := s.stream.GetMsg(ctx, seq)
 	switch {
