@@ -73,8 +73,9 @@ class Task:
     lease: int
     worker: str
     workdir: str
-    _event: threading.Event = field(default_factory=threading.Event, repr=False)
-    stop_reason: Optional[str] = None
+    #: Why the job is asked to stop: cancel, kill, gone, fence or shutdown.
+    stop_reason: Optional[str] = field(default=None, init=False)
+    _event: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
 
     @property
     def spec(self) -> Dict[str, Any]:

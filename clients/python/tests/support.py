@@ -3,7 +3,8 @@ deadline, and a TCP proxy that can cut a worker off from the daemon.
 
 The daemon is the one $LEASELOG_SERVER names (clients/python/python_test.go
 starts one with short timing and sets it); tests that need one are skipped
-without it, saying so.
+without it, saying so. It must serve one run of the tests at a time: the
+queue is shared, and one run's workers would take the other's jobs.
 """
 
 from __future__ import annotations
