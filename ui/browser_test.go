@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,11 +81,18 @@ type daemon struct {
 
 func newDaemon(t *testing.T, auth *server.Auth) *daemon {
 	t.Helper()
+	return newDaemonOutput(t, auth, nil)
+}
+
+// newDaemonOutput is newDaemon whose own worker's runs are out (GET
+// /v1/jobs/{id}/output).
+func newDaemonOutput(t *testing.T, auth *server.Auth, out server.OutputSource) *daemon {
+	t.Helper()
 	// The seed moves the clock about 20 s on: starting it that much before
 	// now leaves the daemon's time near the browser's.
 	d := &daemon{t: t, clock: clocktest.New(time.Now().Add(-20 * time.Second))}
 	_, d.svc = leasetest.Open(t, leasetest.Clock(d.clock))
-	srv := server.New(d.svc, server.Options{Auth: auth, Registerer: prometheus.NewRegistry(), Clock: d.clock})
+	srv := server.New(d.svc, server.Options{Auth: auth, Registerer: prometheus.NewRegistry(), Clock: d.clock, Output: out})
 	ts := httptest.NewServer(srv)
 	t.Cleanup(func() {
 		srv.Close() // ends the pages' event streams, so that the listener can close
@@ -179,6 +187,32 @@ func (d *daemon) seed() {
 	d.call("POST", "/v1/workers/w2/heartbeat", map[string]any{"leases": []uint64{g.Leases[0].Lease, g.Leases[1].Lease}}, http.StatusOK, nil)
 }
 
+// output is the runs of one worker: what each (job, stream) wrote so far,
+// whatever the lease.
+type output struct {
+	worker string
+	mu     sync.Mutex
+	text   map[string]string // job + "/" + stream
+}
+
+func (o *output) Worker() string { return o.worker }
+
+func (o *output) Output(job string, _ uint64, stream string, offset int64, max int) ([]byte, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b := []byte(o.text[job+"/"+stream])
+	if offset >= int64(len(b)) {
+		return nil, nil
+	}
+	return b[offset:min(int64(len(b)), offset+int64(max))], nil
+}
+
+func (o *output) write(job, stream, s string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.text[job+"/"+stream] += s
+}
+
 // page is one browser tab on the dashboard.
 type page struct {
 	t   *testing.T
@@ -243,7 +277,10 @@ func (p *page) open(hash string) {
 
 func TestDashboard(t *testing.T) {
 	b := browser(t)
-	d := newDaemon(t, nil)
+	out := &output{worker: "w2", text: map[string]string{}}
+	out.write("eval-1", "stdout", "hello from eval-1\n")
+	out.write("eval-1", "stderr", "a warning\n")
+	d := newDaemonOutput(t, nil, out)
 	d.seed()
 	p := newPage(t, b)
 
@@ -278,12 +315,15 @@ func TestDashboard(t *testing.T) {
 	if got := eval[string](p, `document.getElementById('events').innerText`); !strings.Contains(got, "lease.heartbeat ×3") || !strings.Contains(got, "lease.stale_report") {
 		t.Errorf("the event list %q: want 3 heartbeats on one line and the stale report", got)
 	}
+	p.waitFor("the job's output", `document.getElementById('output-stdout').textContent === 'hello from eval-1\n' && document.getElementById('output-stderr').textContent === 'a warning\n'`)
+	out.write("eval-1", "stdout", "more\n")
 	beats := eval[int](p, `document.querySelectorAll('#timeline line.beat').length`)
 	var g grants
 	d.call("GET", "/v1/workers/w2/leases", nil, http.StatusOK, &g)
 	d.clock.Advance(time.Second)
 	d.call("POST", "/v1/workers/w2/heartbeat", map[string]any{"leases": []uint64{g.Leases[0].Lease, g.Leases[1].Lease}}, http.StatusOK, nil)
 	p.waitFor("the new heartbeat on the timeline", fmt.Sprintf(`document.querySelectorAll('#timeline line.beat').length === %d`, beats+1))
+	p.waitFor("the output followed", `document.getElementById('output-stdout').textContent === 'hello from eval-1\nmore\n'`)
 	shot := p.screenshot("job")
 	if *screenshots {
 		if err := os.WriteFile(filepath.Join("..", "docs", "dashboard.png"), shot, 0o644); err != nil {
@@ -318,6 +358,22 @@ func TestDashboard(t *testing.T) {
 	p.waitFor("no stale report in the future", `document.querySelector('#stale p.empty') !== null`)
 	p.open("#/stale?job=eval-1&worker=w1")
 	p.waitFor("w1's stale report again", `document.querySelectorAll('#stale tr[data-seq]').length === 1`)
+
+	// The jobs a page (50) at a time: 54 jobs are two pages.
+	var batch []map[string]any
+	for i := range 50 {
+		batch = append(batch, map[string]any{"id": fmt.Sprintf("p-%02d", i), "kind": "run"})
+	}
+	d.call("POST", "/v1/jobs/batch", map[string]any{"jobs": batch}, http.StatusOK, nil)
+	p.open("#/jobs")
+	p.waitFor("a full first page", `document.querySelectorAll('#jobs tr[data-job]').length === 50 && !document.querySelector('#jobs button.next').disabled`)
+	p.do("next page", chromedp.Click(chromedp.CSS(`#jobs button.next`)))
+	p.waitFor("the last page", `document.querySelectorAll('#jobs tr[data-job]').length === 4 && document.querySelector('#jobs button.next').disabled`)
+	if got := eval[string](p, `[...document.querySelectorAll('#jobs tr[data-job]')].map(tr => tr.dataset.job).join(' ')`); got != "p-48 p-49 run-1 run-2" {
+		t.Errorf("the last page lists %q", got)
+	}
+	p.do("previous page", chromedp.Click(chromedp.CSS(`#jobs button.prev`)))
+	p.waitFor("the first page again", `document.querySelector('#jobs tr[data-job]').dataset.job === 'eval-1' && document.querySelectorAll('#jobs tr[data-job]').length === 50`)
 }
 
 // The token: asked for when the daemon takes one, a wrong one refused with

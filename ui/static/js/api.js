@@ -59,6 +59,18 @@ async function call(method, path, params, body) {
 
 export const get = (path, params) => call('GET', path, params);
 
+// bytes reads an answer that is not JSON (a job's output): its text and
+// headers; a refusal is an APIError as for any call.
+export async function bytes(path, params) {
+  const headers = token() ? { Authorization: `Bearer ${token()}` } : {};
+  const r = await fetch(url(path, params), { headers, cache: 'no-store' });
+  if (!r.ok) {
+    const doc = await r.json().catch(() => null);
+    throw new APIError(r.status, doc?.error?.code || `http_${r.status}`, doc?.error?.message || r.statusText);
+  }
+  return { text: await r.text(), headers: r.headers };
+}
+
 // page reads one page of a list: {items, next}. next, when present, is the
 // cursor of the following page, passed back verbatim as after.
 export async function page(path, field, params, limit, after) {

@@ -2,6 +2,7 @@
 // heartbeats collapsed, kept up to date from the event stream.
 import { all, get } from './api.js';
 import { badge, coalesce, h, table, time } from './dom.js';
+import { outputPanel } from './output.js';
 import { draw, model } from './timeline.js';
 
 export function render(main, id) {
@@ -10,6 +11,7 @@ export function render(main, id) {
   const head = h('div', {});
   const graph = h('div', { id: 'timeline' });
   const list = h('div', { id: 'events' });
+  const output = outputPanel(id);
   main.append(h('h1', {}, 'Job ', h('code', {}, id)), head,
     h('h2', {}, 'Timeline'), graph,
     h('div', { class: 'legend' },
@@ -18,7 +20,8 @@ export function render(main, id) {
       h('span', {}, h('span', { class: 'sw expired' }), 'expired or lost ◆'),
       h('span', {}, h('span', { class: 'sw beat' }), 'heartbeat'),
       h('span', {}, h('span', { class: 'sw stale' }), 'stale report ▲')),
-    h('h2', {}, 'Events'), list);
+    h('h2', {}, 'Events'), list,
+    h('h2', {}, 'Output'), output.el);
 
   function show() {
     if (!jobDoc) return;
@@ -46,14 +49,21 @@ export function render(main, id) {
       return;
     }
     show();
+    output.refresh();
   }
 
   const refreshJob = coalesce(async () => {
     try { jobDoc = await get(`v1/jobs/${encodeURIComponent(id)}`); } catch { /* shown on the next load */ }
     show();
+    output.refresh();
   }, 200);
   // A live lease's band grows with the time.
-  const tick = setInterval(() => { if (jobDoc?.lease) show(); }, 2000);
+  const tick = setInterval(() => {
+    if (jobDoc?.lease) {
+      show();
+      output.refresh();
+    }
+  }, 2000);
   load();
   return {
     onEvent: (e) => {
