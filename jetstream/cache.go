@@ -126,30 +126,37 @@ func (s *Store) catchUp(ctx context.Context) error {
 	table.SetRetire(projection.RetireRecord)
 	s.logger.Info().Uint64("from", from).Uint64("to", to).Uint64("seq", s.log.LastSeq()).
 		Msg("jetstream: catching the cache up with the stream")
-	err = s.pull(ctx, from, to, func(sseq uint64, data []byte) error {
-		evs, err := decodeBatch(data)
-		if err != nil {
-			return fmt.Errorf("jetstream: stream seq %d: %w", sseq, err)
-		}
-		for i := range evs {
-			if err := table.Apply(&evs[i]); err != nil {
-				return fmt.Errorf("jetstream: stream seq %d: fold of seq %d: %w", sseq, evs[i].Seq, err)
-			}
-		}
-		if err := s.log.Import(evs, table.TakeRetired(), marker(sseq)); err != nil {
-			return fmt.Errorf("jetstream: stream seq %d: %w", sseq, err)
-		}
-		s.mu.Lock()
-		s.mu.last = sseq
-		s.mu.Unlock()
-		return nil
-	})
+	err = s.pull(ctx, from, to, func(sseq uint64, data []byte) error { return s.importBatch(table, sseq, data) })
 	if err != nil {
 		return err
 	}
 	if err := s.log.PutSnapshot(table.Seq(), table.Snapshot()); err != nil {
 		return fmt.Errorf("jetstream: cache snapshot: %w", err)
 	}
+	return nil
+}
+
+// importBatch folds the message at stream seq sseq into table and imports
+// it into the cache with the archive records the fold derived.
+func (s *Store) importBatch(table *projection.Table, sseq uint64, data []byte) error {
+	if want := s.StreamSeq() + 1; sseq != want {
+		return fmt.Errorf("jetstream: stream seq %d where %d was expected: the stream has a hole", sseq, want)
+	}
+	evs, err := decodeBatch(data)
+	if err != nil {
+		return fmt.Errorf("jetstream: stream seq %d: %w", sseq, err)
+	}
+	for i := range evs {
+		if err := table.Apply(&evs[i]); err != nil {
+			return fmt.Errorf("jetstream: stream seq %d: fold of seq %d: %w", sseq, evs[i].Seq, err)
+		}
+	}
+	if err := s.log.Import(evs, table.TakeRetired(), marker(sseq)); err != nil {
+		return fmt.Errorf("jetstream: stream seq %d: %w", sseq, err)
+	}
+	s.mu.Lock()
+	s.mu.last = sseq
+	s.mu.Unlock()
 	return nil
 }
 

@@ -68,6 +68,11 @@ type Options struct {
 	// for its acknowledgement (across reconnects and the election of a new
 	// stream leader) before the log fails; 0 means 10 s.
 	Timeout time.Duration
+	// Leader, if set, makes this daemon one of several on the stream: Open
+	// leaves the log refusing appends until Campaign has won the
+	// leadership (leader.go). nil: the daemon appends from Open on, fenced
+	// by the stream alone.
+	Leader *Leader
 }
 
 func (o *Options) check() error {
@@ -89,6 +94,9 @@ func (o *Options) check() error {
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
 	}
+	if l := o.Leader; l != nil && (l.ID == "" || l.TTL <= 0) {
+		return fmt.Errorf("jetstream: leader: an id and a TTL are needed, have %q and %v", l.ID, l.TTL)
+	}
 	return nil
 }
 
@@ -102,10 +110,16 @@ type Store struct {
 	log     *eventlog.Log
 	logger  zerolog.Logger
 
+	leading   chan struct{} // closed when the leadership's refresh stops
+	lost      chan struct{} // closed when the leadership is lost (Lost)
+	leaderRev uint64        // the key's revision: lead, then refresh alone
+
 	mu struct {
 		sync.Mutex
-		last       uint64 // stream seq of the last batch in the cache (imported or published)
-		publishing bool
+		last        uint64 // stream seq of the last batch in the cache (imported or published)
+		publishing  bool
+		deposed     error              // why this daemon lost the leadership
+		stopLeading func(release bool) // set while leading
 	}
 }
 
@@ -117,7 +131,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	s := &Store{opts: opts, subject: "leaselog." + opts.Stream, logger: opts.Logger}
+	s := &Store{opts: opts, subject: "leaselog." + opts.Stream, logger: opts.Logger,
+		leading: make(chan struct{}), lost: make(chan struct{})}
 	nc, err := nats.Connect(strings.Join(opts.Servers, ","), nats.Name("leaselog"),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Timeout(opts.Timeout))
 	if err != nil {
@@ -151,7 +166,7 @@ func (s *Store) open(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
-	s.mu.publishing = true
+	s.mu.publishing = s.opts.Leader == nil // else once Campaign wins
 	s.mu.Unlock()
 	return nil
 }
@@ -202,13 +217,18 @@ func (s *Store) StreamSeq() uint64 {
 	return s.mu.last
 }
 
-// Close closes the cache (after every staged batch has been waited for) and
-// the connection.
+// Close closes the cache (after every staged batch has been waited for),
+// gives up the leadership if it holds it, and closes the connection.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.mu.publishing = false
+	stop := s.mu.stopLeading
+	s.mu.stopLeading = nil
 	s.mu.Unlock()
 	err := s.log.Close()
+	if stop != nil {
+		stop(true)
+	}
 	s.nc.Close()
 	return err
 }
@@ -221,6 +241,9 @@ func (s *Store) Publish(evs []event.Event) ([]byte, func() error, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.mu.publishing {
+		if s.mu.deposed != nil {
+			return nil, nil, s.mu.deposed
+		}
 		return nil, nil, errNotActive
 	}
 	seq := s.mu.last + 1

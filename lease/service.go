@@ -78,6 +78,10 @@ type Options struct {
 	// SnapshotInterval is how much time (on Clock) may pass between snapshots
 	// while events are appended; 0 means never by time.
 	SnapshotInterval time.Duration
+	// StartReason is the reason of the daemon.started Open records: empty
+	// for a start, "takeover" for a standby that takes over from the active
+	// daemon (package jetstream). Its gap is counted against nobody either way.
+	StartReason string
 }
 
 // DefaultSnapshotEvery is the daemon's default SnapshotEvery, so that a
@@ -155,7 +159,7 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 			gap = max(0, now-table.LastTime())
 		}
 		s.mu.lastSeen, s.mu.snapAt = now, now
-		_, err := t.stage(event.Event{Type: event.TypeDaemonStarted, Gap: gap})
+		_, err := t.stage(event.Event{Type: event.TypeDaemonStarted, Gap: gap, Reason: opts.StartReason})
 		return struct{}{}, err
 	})
 	if err != nil {

@@ -1,0 +1,212 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leaselog/leaselog/projection"
+	"github.com/leaselog/leaselog/replay"
+)
+
+// Leadership: one active daemon, warm standbys (docs/cluster.md §2-3). A key
+// in a KV bucket with a TTL says who should append (liveness): the active
+// daemon refreshes it; when it stops, the key expires and a standby creates
+// it. The stream's expected last sequence says who can (safety): whatever
+// the key and the clocks say, an append that does not follow the stream's
+// end is refused. So the key needs no more than to be usually right.
+
+// Leader configures leadership (Options.Leader).
+type Leader struct {
+	// ID names this daemon in the key (its API address, so that a standby
+	// can say where the active daemon is).
+	ID string
+	// TTL is how long the key outlives the last refresh of a daemon that
+	// stopped: the longest a standby waits before it takes over. The active
+	// daemon refreshes it every TTL/3 and stops appending once it has not
+	// for TTL. docs/cluster.md: grace/2.
+	TTL time.Duration
+}
+
+const leaderKey = "leader"
+
+// Campaign returns once this daemon holds the leadership, its cache caught
+// up with the stream's end: the log then appends. Until then it is a
+// standby: it tails the stream into its cache (so that its table is current
+// when it takes over) and tries for the key every TTL/4. With no
+// Options.Leader it returns at once. After it, Lost is closed if the
+// leadership is lost, and the log refuses every append from then on.
+func (s *Store) Campaign(ctx context.Context) error {
+	l := s.opts.Leader
+	if l == nil {
+		return nil
+	}
+	kv, err := s.leaderBucket(ctx)
+	if err != nil {
+		return err
+	}
+	table, _, err := replay.Rebuild(s.log, s.logger)
+	if err != nil {
+		return fmt.Errorf("jetstream: cache: %w", err)
+	}
+	table.SetRetire(projection.RetireRecord)
+	poll := l.TTL / 4
+	for {
+		rev, err := kv.Create(ctx, leaderKey, []byte(l.ID))
+		if err == nil {
+			return s.lead(ctx, kv, rev)
+		}
+		if !errors.Is(err, natsjs.ErrKeyExists) {
+			s.logger.Warn().Err(err).Msg("jetstream: campaign for the leadership")
+		}
+		if err := s.tail(ctx, table, poll); err != nil {
+			return err
+		}
+	}
+}
+
+// Active returns the ID in the leadership key: the active daemon, for a
+// standby to redirect to; "" when there is none.
+func (s *Store) Active(ctx context.Context) (string, error) {
+	kv, err := s.leaderBucket(ctx)
+	if err != nil {
+		return "", err
+	}
+	e, err := kv.Get(ctx, leaderKey)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("jetstream: read the leadership: %w", err)
+	}
+	return string(e.Value()), nil
+}
+
+func (s *Store) leaderBucket(ctx context.Context) (natsjs.KeyValue, error) {
+	name := s.opts.Stream + "_LEADER"
+	kv, err := s.js.KeyValue(ctx, name)
+	if errors.Is(err, natsjs.ErrBucketNotFound) {
+		kv, err = s.js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
+			Bucket: name, Description: "leaselog: the active daemon of stream " + s.opts.Stream,
+			History: 1, TTL: s.opts.Leader.TTL, Replicas: s.opts.Replicas, Storage: natsjs.FileStorage,
+		})
+		if errors.Is(err, natsjs.ErrBucketExists) {
+			kv, err = s.js.KeyValue(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: leadership bucket %s: %w", name, err)
+	}
+	return kv, nil
+}
+
+// tail imports what the stream holds past the cache, for up to d.
+func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Duration) error {
+	cons, err := s.stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
+		FilterSubjects: []string{s.subject},
+		DeliverPolicy:  natsjs.DeliverByStartSequencePolicy,
+		OptStartSeq:    s.StreamSeq() + 1,
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: tail the stream: %w", err)
+	}
+	batch, err := cons.Fetch(256, natsjs.FetchMaxWait(d))
+	if err != nil {
+		return fmt.Errorf("jetstream: tail the stream: %w", err)
+	}
+	for m := range batch.Messages() {
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("jetstream: tail the stream: %w", err)
+		}
+		if err := s.importBatch(table, md.Sequence.Stream, m.Data()); err != nil {
+			return err
+		}
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) && ctx.Err() == nil {
+		s.logger.Warn().Err(err).Msg("jetstream: tail the stream")
+	}
+	return ctx.Err()
+}
+
+// lead makes this daemon the active one: the cache caught up to the
+// stream's end, the log appends, and the key is refreshed until Close or
+// until it cannot be.
+func (s *Store) lead(ctx context.Context, kv natsjs.KeyValue, rev uint64) error {
+	if err := s.catchUp(ctx); err != nil {
+		return err
+	}
+	s.logger.Info().Str("id", s.opts.Leader.ID).Uint64("stream_seq", s.StreamSeq()).Msg("jetstream: leading")
+	refresh, cancel := context.WithCancel(context.Background())
+	s.mu.Lock()
+	s.mu.publishing = true
+	s.mu.stopLeading = func(release bool) {
+		cancel()
+		<-s.leading
+		if release { // a graceful stop: a standby need not wait for the TTL
+			dctx, dcancel := context.WithTimeout(context.Background(), s.attempt())
+			defer dcancel()
+			_ = kv.Delete(dctx, leaderKey, natsjs.LastRevision(s.leaderRev))
+		}
+	}
+	s.mu.Unlock()
+	s.leaderRev = rev
+	go s.refresh(refresh, kv)
+	return nil
+}
+
+// refresh keeps the key until ctx ends; the first refresh refused (the key
+// is someone else's) or the TTL without one deposes this daemon.
+func (s *Store) refresh(ctx context.Context, kv natsjs.KeyValue) {
+	defer close(s.leading)
+	ttl := s.opts.Leader.TTL
+	last := time.Now()
+	tick := time.NewTicker(ttl / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		uctx, cancel := context.WithTimeout(ctx, s.attempt())
+		rev, err := kv.Update(uctx, leaderKey, []byte(s.opts.Leader.ID), s.leaderRev)
+		cancel()
+		switch {
+		case err == nil:
+			s.leaderRev, last = rev, time.Now()
+			continue
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, natsjs.ErrKeyRevisionMismatch), errors.Is(err, natsjs.ErrKeyNotFound), errors.Is(err, natsjs.ErrKeyExists):
+			s.depose(fmt.Errorf("%w: the leadership key is another's: %v", ErrDeposed, err))
+			return
+		case time.Since(last) >= ttl:
+			s.depose(fmt.Errorf("%w: the leadership key not refreshed for %v: %v", ErrDeposed, ttl, err))
+			return
+		}
+	}
+}
+
+// depose stops this daemon appending: every later batch fails the log with
+// err, and Lost is closed.
+func (s *Store) depose(err error) {
+	s.logger.Error().Err(err).Msg("jetstream: leadership lost: refusing every append")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.deposed == nil {
+		s.mu.deposed = err
+		s.mu.publishing = false
+		close(s.lost)
+	}
+}
+
+// Lost is closed when this daemon loses the leadership it won (Campaign).
+func (s *Store) Lost() <-chan struct{} { return s.lost }
+
+// TakeoverReason is the reason of the daemon.started a standby records when
+// it takes over (lease.Options.StartReason).
+const TakeoverReason = "takeover"

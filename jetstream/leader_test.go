@@ -1,0 +1,167 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/lease"
+)
+
+const ttl = 400 * time.Millisecond
+
+// openMember opens a store that campaigns for the leadership as id.
+func openMember(t testing.TB, id string, ns *server.Server) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Options{
+		Servers: []string{ns.ClientURL()}, Stream: "T", Replicas: 1, Dir: t.TempDir(),
+		Log: eventlog.Options{Logger: zerolog.Nop()}, Logger: zerolog.Nop(),
+		Timeout: 5 * time.Second, Leader: &Leader{ID: id, TTL: ttl},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// crash stops the leader's refresh as a SIGKILL would: the key is left to
+// expire, nothing is closed.
+func (s *Store) crash() {
+	s.mu.Lock()
+	stop := s.mu.stopLeading
+	s.mu.stopLeading = nil
+	s.mu.Unlock()
+	stop(false)
+}
+
+func campaign(t testing.TB, s *Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
+	ns := runServer(t)
+	ctx := context.Background()
+	clock := clocktest.New(start)
+	early := openMember(t, "a:7420", ns)
+	if err := early.Log().Append([]event.Event{{Type: event.TypeDaemonStarted, Time: 1}}); err == nil {
+		t.Fatal("a daemon appended before it won the leadership")
+	}
+	_ = early.Close() // the refused append failed that log
+	a := openMember(t, "a:7420", ns)
+	campaign(t, a)
+	svcA := service(t, a, clock)
+	running := life(t, svcA, "j")
+
+	b := openMember(t, "b:7420", ns)
+	defer b.Close()
+	won := make(chan error, 1)
+	go func() { won <- b.Campaign(ctx) }()
+	if _, _, err := svcA.Submit(ctx, "x", event.KindRun, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the standby's cache to reach the active daemon's", func() bool {
+		return b.Log().DurableSeq() == a.Log().LastSeq()
+	})
+	select {
+	case err := <-won:
+		t.Fatalf("the standby took over from a live daemon: %v", err)
+	default:
+	}
+	if id, err := b.Active(ctx); err != nil || id != "a:7420" {
+		t.Fatalf("the standby sees %q as active (%v), want a:7420", id, err)
+	}
+
+	a.crash()
+	killed := time.Now()
+	grace := leasetest.Timing().Grace
+	select {
+	case err := <-won:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(grace):
+		t.Fatalf("no takeover within grace (%v) of the active daemon's death", grace)
+	}
+	t.Logf("takeover %v after the kill (TTL %v)", time.Since(killed).Round(time.Millisecond), ttl)
+
+	// The takeover comes long after the last event: the gap is absence
+	// counted against nobody.
+	clock.Advance(2 * grace)
+	svcB, err := lease.Open(b.Log(), lease.Options{Config: leasetest.Timing(), Clock: clock, Logger: zerolog.Nop(),
+		StartReason: TakeoverReason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svcB.Close()
+	took, err := b.Log().Get(b.Log().LastSeq())
+	if err != nil || took.Type != event.TypeDaemonStarted || took.Reason != TakeoverReason || took.Gap < int64(2*grace) {
+		t.Fatalf("the takeover recorded %v (%v), want daemon.started reason=takeover with a gap of at least %v", took.String(), err, 2*grace)
+	}
+	if err := svcB.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svcB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
+		t.Fatalf("the running lease after the takeover: %v", err)
+	}
+	expired := 0
+	if _, err := svcB.Events(lease.EventFilter{Type: event.TypeExpired}, 0, func(*event.Event) error { expired++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if expired != 0 {
+		t.Fatalf("%d leases expired across the takeover", expired)
+	}
+
+	// The old daemon comes back (it was paused, not dead): it cannot append.
+	if _, _, err := svcA.Submit(ctx, "zombie", event.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
+		t.Fatalf("the deposed daemon's submit: %v, want lease.ErrFailed", err)
+	}
+	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("the deposed daemon's log: %v, want ErrDeposed", err)
+	}
+	_ = a.Close()
+}
+
+func TestActiveThatLosesTheKeyStopsAppending(t *testing.T) {
+	ns := runServer(t)
+	ctx := context.Background()
+	a := openMember(t, "a:7420", ns)
+	defer a.Close()
+	campaign(t, a)
+	svcA := service(t, a, clocktest.New(start))
+	kv, err := a.leaderBucket(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The key is taken from under the active daemon (it was paused past its
+	// TTL, or an operator deleted it) and another daemon wins it.
+	if err := kv.Delete(ctx, leaderKey); err != nil {
+		t.Fatal(err)
+	}
+	b := openMember(t, "b:7420", ns)
+	defer b.Close()
+	campaign(t, b)
+	select {
+	case <-a.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the active daemon did not see its leadership lost")
+	}
+	if _, _, err := svcA.Submit(ctx, "late", event.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
+		t.Fatalf("submit after the leadership was lost: %v, want lease.ErrFailed", err)
+	}
+	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("the log after the leadership was lost: %v, want ErrDeposed", err)
+	}
+}
