@@ -275,7 +275,7 @@ class Worker:
                 break
             sent = self.clock.now()
             try:
-                grants = self.api.acquire(room, self.wait_seconds, timeout=self.wait_seconds + call_timeout,
+                grants = self.api.acquire(min(room, 100), self.wait_seconds,  # the API's maximum timeout=self.wait_seconds + call_timeout,
                                           call=call)
             except LeaselogError as e:
                 if self._stopped.is_set():
