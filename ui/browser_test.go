@@ -403,6 +403,14 @@ func TestDashboardToken(t *testing.T) {
 		t.Errorf("localStorage holds %d items; the token must stay in the tab", n)
 	}
 
+	// A token that stops being good (the daemon's was replaced, say): the
+	// next call refused asks for a token again.
+	p.do("spoil the token", chromedp.Evaluate[chromedp.Void](`sessionStorage.setItem('leaselog.token', 'a-token-no-longer-good'); location.hash = '#/leases'`))
+	p.waitFor("the token prompt again", `document.getElementById('token-input') !== null && document.getElementById('token-error')?.textContent.includes('unknown token')`)
+	if got := eval[string](p, `sessionStorage.getItem('leaselog.token') ?? ''`); got != "" {
+		t.Errorf("the refused token %q is still kept", got)
+	}
+
 	// A link with the token in its fragment, opened in a new tab.
 	q := newPage(t, b)
 	q.do("open the link", chromedp.Navigate(d.url+"/ui/#token="+tok))

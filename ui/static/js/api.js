@@ -51,10 +51,17 @@ async function call(method, path, params, body) {
     method, headers, cache: 'no-store', body: body === undefined ? undefined : JSON.stringify(body),
   });
   const doc = await r.json().catch(() => null);
-  if (!r.ok) {
-    throw new APIError(r.status, doc?.error?.code || `http_${r.status}`, doc?.error?.message || r.statusText);
-  }
+  if (!r.ok) throw refused(r, doc);
   return doc;
+}
+
+// refused is the APIError of a refused answer. A 401 is also told to the
+// shell (app.js), which asks for a token again: the one in the tab is not
+// (or no longer) good.
+function refused(r, doc) {
+  const err = new APIError(r.status, doc?.error?.code || `http_${r.status}`, doc?.error?.message || r.statusText);
+  if (r.status === 401) window.dispatchEvent(new CustomEvent('leaselog:unauthorized', { detail: err }));
+  return err;
 }
 
 export const get = (path, params) => call('GET', path, params);
@@ -64,10 +71,7 @@ export const get = (path, params) => call('GET', path, params);
 export async function bytes(path, params) {
   const headers = token() ? { Authorization: `Bearer ${token()}` } : {};
   const r = await fetch(url(path, params), { headers, cache: 'no-store' });
-  if (!r.ok) {
-    const doc = await r.json().catch(() => null);
-    throw new APIError(r.status, doc?.error?.code || `http_${r.status}`, doc?.error?.message || r.statusText);
-  }
+  if (!r.ok) throw refused(r, await r.json().catch(() => null));
   return { text: await r.text(), headers: r.headers };
 }
 

@@ -69,11 +69,9 @@ async function start() {
     await get('v1/events', { type: 'daemon.started', limit: 1 });
     seq = (await get('healthz')).seq;
   } catch (err) {
-    if (err instanceof APIError && (err.status === 401 || err.status === 403)) {
-      const had = token();
-      setToken('');
-      forget.hidden = true;
-      askToken(had ? `${err.message}: try another token.` : '');
+    if (err instanceof APIError && err.status === 401) return; // unauthorized (below) asks for a token
+    if (err instanceof APIError && err.status === 403) {
+      unauthorized(`${err.message}: this token may not read the log.`);
       return;
     }
     main.replaceChildren(h('p', { class: 'error' }, `The daemon does not answer: ${err.message}`));
@@ -82,6 +80,23 @@ async function start() {
   closeStream = stream(seq, (e) => current?.onEvent?.(e), setLive);
   route();
 }
+
+// unauthorized drops the tab's token, and the stream that used it, and
+// asks for another; why names what was wrong with it, if there was one.
+function unauthorized(why) {
+  const had = token();
+  closeStream?.();
+  closeStream = null;
+  setLive(false);
+  setToken('');
+  forget.hidden = true;
+  askToken(had ? why : '');
+}
+
+// Any call refused with 401, the first of start's or a page's, lands here.
+window.addEventListener('leaselog:unauthorized', (ev) => {
+  if (main.dataset.page !== 'token' || token()) unauthorized(`${ev.detail.message}: try another token.`);
+});
 
 forget.addEventListener('click', () => {
   setToken('');
