@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,10 +18,12 @@ type clientFlags struct {
 	server string
 	output string
 	data   string
+	token  string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.server, "server", "", "daemon address (default $LEASELOG_SERVER or "+api.DefaultServer+")")
+	cmd.Flags().StringVar(&f.server, "server", "", serverHelp)
+	cmd.Flags().StringVar(&f.token, "token", "", "the API token (default $LEASELOG_TOKEN, else a local daemon's admin token, see --data); other users may read it in the process list: prefer $LEASELOG_TOKEN")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "table, or json (one object per line)")
 	cmd.Flags().StringVar(&f.data, "data", "", "with no $LEASELOG_TOKEN, send the admin token a local daemon keeps in DIR/token (default $LEASELOG_DATA or "+defaultDataDir+")")
 }
@@ -31,13 +32,15 @@ func (f *clientFlags) client(opts ...api.ClientOption) (*api.Client, error) {
 	if f.output != "table" && f.output != "json" {
 		return nil, fmt.Errorf("-o %s: want table or json", f.output)
 	}
-	server := f.server
-	if server == "" {
-		server = os.Getenv("LEASELOG_SERVER")
-	}
-	token, err := clientToken(server, f.data)
+	server, err := resolveServer(f.server)
 	if err != nil {
 		return nil, err
+	}
+	token := f.token
+	if token == "" {
+		if token, err = clientToken(server, f.data); err != nil {
+			return nil, err
+		}
 	}
 	return api.NewClient(server, token, opts...)
 }

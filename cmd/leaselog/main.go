@@ -60,7 +60,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		m.eventsCommand(), m.auditCommand(), m.logsCommand(),
 		m.replayCommand(), m.demoCommand(), m.benchCommand(),
 	)
-	err := root.ExecuteContext(ctx)
+	err := explainUnreachable(root.ExecuteContext(ctx))
 	var apiErr *api.Error
 	if errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized {
 		err = fmt.Errorf("%w (a token is $LEASELOG_TOKEN, or the token file of the daemon's data directory: --data DIR, $LEASELOG_DATA or %s)", err, defaultDataDir)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"time"
 
@@ -54,8 +53,8 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 					return fmt.Errorf("worker: %w", err)
 				}
 			}
-			if server == "" {
-				server = os.Getenv("LEASELOG_SERVER")
+			if server, err = resolveServer(server); err != nil {
+				return fmt.Errorf("worker: --server: %w", err)
 			}
 			c, err := api.NewClient(server, token)
 			if err != nil {
@@ -83,7 +82,7 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 			return w.Run(cmd.Context())
 		},
 	}
-	cmd.Flags().StringVar(&server, "server", "", "daemon address (default $LEASELOG_SERVER or "+api.DefaultServer+")")
+	cmd.Flags().StringVar(&server, "server", "", serverHelp)
 	cmd.Flags().StringVar(&id, "id", "", "this worker's id (required; with auth, its token is $LEASELOG_TOKEN)")
 	cmd.Flags().IntVar(&capacity, "capacity", runtime.NumCPU(), "jobs at once")
 	cmd.Flags().StringVar(&workdir, "workdir", "./leaselog-work", "where jobs run")
