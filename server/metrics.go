@@ -84,6 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.requests, m.duration, m.fsync)
+	registerStandard(reg) // buildinfo.go
 	return m
 }
 

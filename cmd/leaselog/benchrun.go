@@ -334,7 +334,7 @@ func (b *bench) check(ctx context.Context) (string, error) {
 					reported[i]++
 				}
 			}
-			if len(page.Events) == 0 || page.Next == q.After {
+			if page.Next == 0 { // the last page
 				break
 			}
 			q.After = page.Next

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
-	"os"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -19,12 +15,16 @@ import (
 
 type eventFlags struct {
 	clientFlags
+	page                    pageFlags
 	typ, job, worker, since string
 	follow                  bool
+	// stderr is where a follow tells of a lost stream; nil: nowhere.
+	stderr io.Writer
 }
 
-func (f *eventFlags) register(cmd *cobra.Command, withType bool) {
+func (f *eventFlags) register(cmd *cobra.Command, withType bool, what string) {
 	f.clientFlags.register(cmd)
+	f.page.register(cmd, what)
 	if withType {
 		cmd.Flags().StringVar(&f.typ, "type", "", "only events of this type (e.g. lease.stale_report)")
 	}
@@ -36,12 +36,21 @@ func (f *eventFlags) register(cmd *cobra.Command, withType bool) {
 func (m *Main) eventsCommand() *cobra.Command {
 	var f eventFlags
 	cmd := &cobra.Command{
-		Use:   "events [--type T] [--job J] [--worker W] [--since D] [--follow]",
-		Short: "List events of the log, from its indexes; --follow streams new ones",
-		Args:  cobra.NoArgs,
+		Use:   "events [--type T] [--job J] [--worker W] [--since D] [--limit N | --all] [--follow]",
+		Short: "List events of the log, from its indexes, a page at a time; --follow streams new ones",
+		Long: `List events of the log, oldest first, a page at a time (--limit, default 100);
+--all lists every page. --follow lists every matching event, then streams new
+ones until interrupted; when the stream is lost (the daemon restarted), it
+connects again with backoff and resumes after the last event shown
+(Last-Event-ID), so that no event is shown twice or missed.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.page.check(cmd); err != nil {
+				return err
+			}
+			f.stderr = cmd.ErrOrStderr()
 			p := f.printer(cmd.OutOrStdout(), "SEQ", "TIME", "TYPE", "JOB", "LEASE", "WORKER", "DETAIL")
-			err := f.list(cmd.Context(), func(e api.Event) {
+			next, err := f.list(cmd.Context(), func(e api.Event) {
 				lease := ""
 				if e.Lease != 0 {
 					lease = strconv.FormatUint(e.Lease, 10)
@@ -50,13 +59,12 @@ func (m *Main) eventsCommand() *cobra.Command {
 				if f.follow {
 					p.flush() // a live stream cannot wait to align its columns
 				}
-			})
-			p.flush()
-			return err
+			}, p.flush)
+			return f.page.done(cmd.ErrOrStderr(), p, next, err)
 		},
 	}
-	f.register(cmd, true)
-	cmd.Flags().BoolVarP(&f.follow, "follow", "f", false, "after the matching history, stream new events until interrupted")
+	f.register(cmd, true, "events")
+	cmd.Flags().BoolVarP(&f.follow, "follow", "f", false, "after every matching event, stream new ones until interrupted, reconnecting when the daemon restarts")
 	return cmd
 }
 
@@ -64,119 +72,111 @@ func (m *Main) auditCommand() *cobra.Command {
 	audit := &cobra.Command{Use: "audit", Short: "Questions auditors ask of the log"}
 	var f eventFlags
 	stale := &cobra.Command{
-		Use:   "stale-reports [--job J] [--worker W] [--since D]",
+		Use:   "stale-reports [--job J] [--worker W] [--since D] [--limit N | --all]",
 		Short: "Reports refused because their lease had expired, with the ref of their commits",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.page.check(cmd); err != nil {
+				return err
+			}
 			f.typ = "lease.stale_report"
 			p := f.printer(cmd.OutOrStdout(), "SEQ", "TIME", "JOB", "LEASE", "WORKER", "OUTCOME", "REF", "REASON")
 			n := 0
-			err := f.list(cmd.Context(), func(e api.Event) {
+			next, err := f.list(cmd.Context(), func(e api.Event) {
 				n++
 				p.row(e, e.Seq, fmtTime(e.Time), e.Job, e.Lease, e.Worker, e.Outcome, e.Ref, e.Reason)
-			})
-			p.flush()
+			}, p.flush)
+			err = f.page.done(cmd.ErrOrStderr(), p, next, err)
 			if err == nil && n == 0 && f.output == "table" {
 				fmt.Fprintln(cmd.ErrOrStderr(), "no stale reports")
 			}
 			return err
 		},
 	}
-	f.register(stale, false)
+	f.register(stale, false, "stale reports")
 	audit.AddCommand(stale)
 	return audit
 }
 
-// list pages through the matching events, then follows the stream if asked.
-func (f *eventFlags) list(ctx context.Context, each func(api.Event)) error {
+// list shows a page of the matching events (every page with --all or
+// --follow), then follows the stream if asked, calling flush before it
+// waits on the stream. It returns the cursor of the next page when it
+// stopped before the last.
+func (f *eventFlags) list(ctx context.Context, show func(api.Event), flush func()) (string, error) {
+	c, err := f.client()
+	if err != nil {
+		return "", err
+	}
+	since, err := parseSince(f.since, time.Now())
+	if err != nil {
+		return "", err
+	}
+	q := api.EventQuery{Type: f.typ, Job: f.job, Worker: f.worker, Since: since}
+	f.page.all = f.page.all || f.follow
+	q.Limit = f.page.size()
+	next, err := each(&f.page, func(after string) ([]api.Event, string, error) {
+		q.After = 0
+		if after != "" {
+			n, err := strconv.ParseUint(after, 10, 64)
+			if err != nil {
+				return nil, "", fmt.Errorf("--after %q: an events cursor is a sequence number", after)
+			}
+			q.After = n
+		}
+		page, err := c.Events(ctx, q)
+		if err != nil {
+			return nil, "", err
+		}
+		next := ""
+		if page.Next != 0 {
+			next = strconv.FormatUint(page.Next, 10)
+		}
+		if n := len(page.Events); n > 0 {
+			q.After = page.Events[n-1].Seq
+		}
+		return page.Events, next, nil
+	}, show)
+	if err != nil || !f.follow {
+		return next, err
+	}
+	flush()
+	return "", f.streamFrom(ctx, c, q, show)
+}
+
+// stream follows the events of /v1/events/stream after seq after, until ctx
+// ends.
+func (f *eventFlags) stream(ctx context.Context, after uint64, each func(api.Event)) error {
+	if f.output == "" {
+		f.output = "table" // flags made in code (the e2e harness), not parsed
+	}
 	c, err := f.client()
 	if err != nil {
 		return err
 	}
-	since, err := parseSince(f.since, time.Now())
-	if err != nil {
-		return err
-	}
-	q := api.EventQuery{Type: f.typ, Job: f.job, Worker: f.worker, Since: since, Limit: 1000}
-	for {
-		page, err := c.Events(ctx, q)
-		if err != nil {
-			return err
-		}
-		for _, e := range page.Events {
-			each(e)
-			q.After = e.Seq
-		}
-		if page.Next == 0 { // the last page
-			break
-		}
-	}
-	if !f.follow {
-		return nil
-	}
-	return f.stream(ctx, q.After, func(e api.Event) {
-		if (f.typ == "" || e.Type == f.typ) && (f.job == "" || e.Job == f.job) && (f.worker == "" || e.Worker == f.worker) {
-			each(e)
-		}
-	})
+	return f.streamFrom(ctx, c, api.EventQuery{Type: f.typ, Job: f.job, Worker: f.worker, After: after}, each)
 }
 
-// stream reads the server-sent events of /v1/events/stream after seq until
-// ctx ends.
-func (f *eventFlags) stream(ctx context.Context, after uint64, each func(api.Event)) error {
-	server := f.server
-	if server == "" {
-		server = os.Getenv("LEASELOG_SERVER")
-	}
-	if server == "" {
-		server = api.DefaultServer
-	}
-	token, err := clientToken(server, f.data)
-	if err != nil {
-		return err
-	}
-	base, hc := strings.TrimRight(server, "/"), http.DefaultClient
-	if path, ok := strings.CutPrefix(server, "unix://"); ok {
-		base, hc = "http://leaselog", &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		}}}
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/events/stream?after="+strconv.FormatUint(after, 10), nil)
-	if err != nil {
-		return err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("events stream: %s", resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data:")
-		if !ok {
-			continue
-		}
-		var e api.Event
-		if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &e); err != nil {
-			return fmt.Errorf("events stream: %w", err)
-		}
+// streamFrom follows the stream q selects until ctx ends: a lost stream is
+// told on f.stderr and resumed (api.Client.Follow).
+func (f *eventFlags) streamFrom(ctx context.Context, c *api.Client, q api.EventQuery, each func(api.Event)) error {
+	lost := false
+	return c.Follow(ctx, q, func(e api.Event) error {
 		each(e)
-	}
-	if ctx.Err() != nil {
 		return nil
-	}
-	return sc.Err()
+	}, api.FollowOptions{
+		Retry: func(err error, wait time.Duration) {
+			if f.stderr != nil {
+				fmt.Fprintf(f.stderr, "events: %v; connecting again in %v\n", err, wait.Round(time.Millisecond))
+			}
+			lost = true
+		},
+		Connected: func() {
+			if lost && f.stderr != nil {
+				fmt.Fprintln(f.stderr, "events: stream resumed")
+			}
+			lost = false
+		},
+	})
 }
 
 func detail(e api.Event) string {

@@ -93,35 +93,39 @@ func (m *Main) revokeCommand(kill bool) *cobra.Command {
 
 func (m *Main) jobsCommand() *cobra.Command {
 	var f clientFlags
+	var pf pageFlags
 	var state, kind string
 	cmd := &cobra.Command{
-		Use:   "jobs [JOB]",
-		Short: "List jobs, or show one",
+		Use:   "jobs [JOB] [--state S] [--kind K] [--limit N | --all]",
+		Short: "List jobs, by id, a page at a time (--all: every page), or show one",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := pf.check(cmd); err != nil {
+				return err
+			}
 			c, err := f.client()
 			if err != nil {
 				return err
 			}
-			var jobs []api.Job
+			p := f.printer(cmd.OutOrStdout(), jobHeader()...)
 			if len(args) == 1 {
 				j, err := c.Job(cmd.Context(), args[0])
 				if err != nil {
 					return err
 				}
-				jobs = []api.Job{j}
-			} else if jobs, err = c.Jobs(cmd.Context(), state, kind); err != nil {
-				return err
-			}
-			p := f.printer(cmd.OutOrStdout(), jobHeader()...)
-			for _, j := range jobs {
 				jobRow(p, j)
+				p.flush()
+				return nil
 			}
-			p.flush()
-			return nil
+			next, err := each(&pf, func(after string) ([]api.Job, string, error) {
+				page, err := c.JobsPage(cmd.Context(), api.JobQuery{State: state, Kind: kind, Limit: pf.size(), After: after})
+				return page.Jobs, page.Next, err
+			}, func(j api.Job) { jobRow(p, j) })
+			return pf.done(cmd.ErrOrStderr(), p, next, err)
 		},
 	}
 	f.register(cmd)
+	pf.register(cmd, "jobs")
 	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state")
 	cmd.Flags().StringVar(&kind, "kind", "", "only jobs of this kind")
 	return cmd
@@ -129,29 +133,32 @@ func (m *Main) jobsCommand() *cobra.Command {
 
 func (m *Main) leasesCommand() *cobra.Command {
 	var f clientFlags
+	var pf pageFlags
 	var state, worker, kind string
 	cmd := &cobra.Command{
-		Use:   "leases [--state S] [--worker W]",
-		Short: "List leases: the live ones, or those in --state",
+		Use:   "leases [--state S] [--worker W] [--limit N | --all]",
+		Short: "List leases, by token, a page at a time (--all: every page): the live ones, or those in --state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := pf.check(cmd); err != nil {
+				return err
+			}
 			c, err := f.client()
 			if err != nil {
 				return err
 			}
-			ls, err := c.Leases(cmd.Context(), state, worker, kind)
-			if err != nil {
-				return err
-			}
 			p := f.printer(cmd.OutOrStdout(), "LEASE", "JOB", "KIND", "WORKER", "STATE", "REVOKE", "ACQUIRED", "HEARD")
-			for _, l := range ls {
+			next, err := each(&pf, func(after string) ([]api.Lease, string, error) {
+				page, err := c.LeasesPage(cmd.Context(), api.LeaseQuery{State: state, Worker: worker, Kind: kind, Limit: pf.size(), After: after})
+				return page.Leases, page.Next, err
+			}, func(l api.Lease) {
 				p.row(l, l.Lease, l.Job, l.Kind, l.Worker, l.State, l.Revoke, fmtTime(l.Acquired), fmtTime(l.Heard))
-			}
-			p.flush()
-			return nil
+			})
+			return pf.done(cmd.ErrOrStderr(), p, next, err)
 		},
 	}
 	f.register(cmd)
+	pf.register(cmd, "leases")
 	cmd.Flags().StringVar(&state, "state", "", "acquired, running, reported or expired (default: the live ones)")
 	cmd.Flags().StringVar(&worker, "worker", "", "only this worker's")
 	cmd.Flags().StringVar(&kind, "kind", "", "only leases of jobs of this kind")

@@ -58,7 +58,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		m.serveCommand(), m.workerCommand(),
 		m.submitCommand(), m.revokeCommand(false), m.revokeCommand(true), m.jobsCommand(), m.leasesCommand(),
 		m.eventsCommand(), m.auditCommand(), m.logsCommand(),
-		m.replayCommand(), m.demoCommand(), m.benchCommand(),
+		m.replayCommand(), m.demoCommand(), m.benchCommand(), m.versionCommand(),
 	)
 	err := explainUnreachable(root.ExecuteContext(ctx))
 	var apiErr *api.Error
