@@ -154,7 +154,11 @@ class CommandRun:
         self._grace = grace
         self._lock = threading.Lock()
         self._gone = False
-        self._mode = (_read(self._path("stop")) or "").strip() or None
+        # What the worker asked: the stop file's mode and why ("kill fence").
+        # The outcome is cancelled or killed only for a directive's stop.
+        words = (_read(self._path("stop")) or "").split()
+        self._asked = words[0] if words else None
+        self._mode = words[0] if words and (len(words) == 1 or words[1] in ("cancel", "kill")) else None
         self._outcome = Outcome(LOST, "not ended")
         threading.Thread(target=self._wait, name=f"leaselog-run-{pid}", daemon=True).start()
 
@@ -167,7 +171,8 @@ class CommandRun:
         """Start argv under a runner, with the fence deadline set first."""
         _write_atomic(os.path.join(state, "fence"), f"{clock.name} {deadline!r}\n")
         with open(os.path.join(state, "stdout"), "ab") as out, open(os.path.join(state, "stderr"), "ab") as err:
-            proc = subprocess.Popen([sys.executable, "-I", os.path.abspath(_runner.__file__), state, "--", *argv],
+            proc = subprocess.Popen([sys.executable, "-I", os.path.abspath(_runner.__file__), state, repr(grace),
+                                     "--", *argv],
                                     cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True)
         _write_atomic(os.path.join(state, "pid"), f"{proc.pid}\n")
@@ -250,33 +255,29 @@ class CommandRun:
         return self._outcome
 
     def stop(self, kill: bool, why: str) -> None:
-        """SIGKILL the runner's group (kill), or SIGTERM it and SIGKILL it after
-        the grace (cancel). A stop of a run that ended does nothing."""
+        """Ask the runner to stop the job: kill its whole tree now (kill), or
+        SIGTERM the command's group and kill the tree after the grace
+        (cancel). The mode goes to the stop file, then the runner gets a
+        SIGTERM and reads it. Stopping a run that ended, or again with the
+        same or a weaker mode, does nothing."""
         want = "kill" if kill else "cancel"
         with self._lock:
-            if self._gone or self._mode == "kill" or self._mode == want:
+            if self._gone or self._asked == "kill" or self._asked == want:
                 return
-            if self._mode is None and os.path.exists(self._path("exit")):
+            if self._asked is None and os.path.exists(self._path("exit")):
                 return  # it ended on its own first: its status is what happened
+            self._asked = want
             if why in ("cancel", "kill"):
                 self._mode = want
-                _write_atomic(self._path("stop"), want + "\n")
-            self._signal(signal.SIGKILL if kill else signal.SIGTERM)
-        if not kill:
-            t = threading.Timer(self._grace, self._after_grace)
-            t.daemon = True
-            t.start()
-
-    def _after_grace(self) -> None:
-        with self._lock:
-            if not self._gone:
-                self._signal(signal.SIGKILL)
-
-    def _signal(self, sig: int) -> None:
-        try:
-            os.killpg(self.pid, sig)
-        except ProcessLookupError:
-            pass
+            try:
+                _write_atomic(self._path("stop"), f"{want} {why}\n")
+            except OSError as e:  # the runner takes a SIGTERM without it for a cancel
+                log.warning("cannot record the stop of %s: %s", self.state, e)
+            if self._alive():  # never signal a recycled pid
+                try:
+                    os.kill(self.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
 
     def fence(self, at: float) -> None:
         """Hand the runner a new deadline (it reads the file every 25 ms)."""

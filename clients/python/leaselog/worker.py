@@ -64,10 +64,11 @@ class Worker:
       every job;
     - a callable taking a :class:`Task`: called in a thread of this process.
 
-    A command runs in a session of its own under a small runner that records
-    its exit status in the worker's state directory and SIGKILLs the
-    command's process group when its fence deadline passes, whether or not
-    the worker is still alive. It sees ``LEASELOG_JOB``, ``LEASELOG_LEASE``,
+    A command runs in a session of its own under a small runner (a child
+    subreaper) that records its exit status in the worker's state directory
+    and kills the command's whole process tree, descendants in new sessions
+    too, on a kill, when the command ends, and when its fence deadline
+    passes, whether or not the worker is still alive. It sees ``LEASELOG_JOB``, ``LEASELOG_LEASE``,
     ``LEASELOG_WORKDIR``, ``LEASELOG_SPEC`` (JSON) and ``LEASELOG_RESULT``
     (write JSON there and it becomes the report's result); never the token.
 

@@ -91,21 +91,33 @@ class WorkerTest(ServerTest):
 
     def test_cancel_and_kill_a_command(self) -> None:
         # The command traps SIGTERM and leaves a mark: a cancel is a SIGTERM first.
-        w = self.worker("cmd", capacity=2, stop_grace=5)
+        w = self.worker("cmd", capacity=3, stop_grace=0.5)
         marks = tempfile.mkdtemp()
         c = self.submit("cancel", run=f"trap 'touch {marks}/term; exit 0' TERM; touch {marks}/c; "
                                       "while :; do sleep 0.05; done")
-        k = self.submit("kill", run=f"trap '' TERM; touch {marks}/k; while :; do sleep 0.05; done")
-        pc, pk = self.pid_of(w, c), self.pid_of(w, k)
-        # Both shells have set their traps.
-        poll(lambda: os.path.exists(f"{marks}/c") and os.path.exists(f"{marks}/k"), 10, "the commands to start")
+        # The killed one leaves a process in a session of its own behind: the
+        # runner, a subreaper, kills it too.
+        k = self.submit("kill", run=f"trap '' TERM; setsid sleep 300 & echo $! > {marks}/escapee; "
+                                    f"touch {marks}/k; while :; do sleep 0.05; done")
+        # One that ignores the SIGTERM of its cancel is killed after the grace.
+        d = self.submit("deaf", run=f"trap '' TERM; touch {marks}/d; while :; do sleep 0.05; done")
+        pc, pk, pd = self.pid_of(w, c), self.pid_of(w, k), self.pid_of(w, d)
+        # The shells have set their traps.
+        poll(lambda: all(os.path.exists(f"{marks}/{x}") for x in "ckd"), 10, "the commands to start")
+        with open(f"{marks}/escapee") as f:
+            escapee = int(f.read())
+        self.assertTrue(alive(escapee))
         self.client.cancel(c.id)
         self.client.kill(k.id)
+        self.client.cancel(d.id)
         cancelled, killed = self.client.wait(c.id, timeout=20), self.client.wait(k.id, timeout=20)
+        deaf = self.client.wait(d.id, timeout=20)
+        self.assertEqual((deaf.outcome, alive(pd)), ("cancelled", False))
         self.assertEqual((cancelled.state, cancelled.outcome), ("reported", "cancelled"))
         self.assertEqual((killed.state, killed.outcome), ("reported", "killed"))
         self.assertTrue(os.path.exists(os.path.join(marks, "term")), "the cancelled command got no SIGTERM")
         self.assertFalse(alive(pc) or alive(pk))
+        poll(lambda: not alive(escapee), 5, "the process in its own session to be killed")
 
     def test_cancel_a_callable(self) -> None:
         started = threading.Event()
