@@ -88,12 +88,17 @@ func newDaemon(t *testing.T, auth *server.Auth) *daemon {
 // /v1/jobs/{id}/output).
 func newDaemonOutput(t *testing.T, auth *server.Auth, out server.OutputSource) *daemon {
 	t.Helper()
-	// The seed moves the clock about 20 s on: starting it that much before
-	// now leaves the daemon's time near the browser's.
-	d := &daemon{t: t, clock: clocktest.New(time.Now().Add(-20 * time.Second))}
+	// The daemon's clock is an hour behind the browser's: the pages must
+	// count the time left on the daemon's, which they learn from the Date
+	// of its answers (set from that clock, as a real daemon's wall clock
+	// sets it).
+	d := &daemon{t: t, clock: clocktest.New(time.Now().Add(-time.Hour))}
 	_, d.svc = leasetest.Open(t, leasetest.Clock(d.clock))
 	srv := server.New(d.svc, server.Options{Auth: auth, Registerer: prometheus.NewRegistry(), Clock: d.clock, Output: out})
-	ts := httptest.NewServer(srv)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Date", d.clock.Now().UTC().Format(http.TimeFormat))
+		srv.ServeHTTP(w, r)
+	}))
 	t.Cleanup(func() {
 		srv.Close() // ends the pages' event streams, so that the listener can close
 		ts.Close()
@@ -335,6 +340,15 @@ func TestDashboard(t *testing.T) {
 	p.open("#/leases")
 	p.waitFor("w2's two leases", `document.querySelectorAll('#leases tr[data-lease]').length === 2`)
 	p.waitFor("the countdowns", `[...document.querySelectorAll('#leases td.left')].every(td => /\d/.test(td.textContent))`)
+	// Counted on the daemon's clock: the leases were heard just now, so
+	// their toleration (15 s) is still ahead, though the browser's clock
+	// is an hour past it.
+	left := eval[[]string](p, `[...document.querySelectorAll('#leases tr[data-lease] td.left:last-child')].map(td => td.textContent)`)
+	for _, l := range left {
+		if s, err := time.ParseDuration(l); err != nil || s <= 5*time.Second || s > leasetest.Timing().Toleration {
+			t.Errorf("time left to toleration %q: want 5 s to 15 s, on the daemon's clock", l)
+		}
+	}
 	p.screenshot("leases")
 
 	// The workers, reachable or not.

@@ -43,13 +43,37 @@ function url(path, params = {}) {
   return u;
 }
 
+// The daemon's clock may not be this browser's: the pages count the time
+// left to a deadline on the daemon's. Each answer's Date header (whole
+// seconds) bounds the difference: the daemon read its clock between sent and
+// received, somewhere in the second the header names. The bounds of every
+// answer are intersected (the estimate only narrows) and the middle kept;
+// bounds that no longer meet (a clock was set) start over.
+let lo = -Infinity;
+let hi = Infinity;
+let skew = 0;
+
+// daemonNow is the daemon's time now, in ms, as best this page knows it.
+export const daemonNow = () => Date.now() + skew;
+
+function learnSkew(r, sent, received) {
+  const date = Date.parse(r.headers.get('Date') || '');
+  if (Number.isNaN(date)) return;
+  let [l, h] = [date - received, date + 1000 - sent];
+  if (Math.max(l, lo) <= Math.min(h, hi)) [l, h] = [Math.max(l, lo), Math.min(h, hi)];
+  [lo, hi] = [l, h];
+  skew = (lo + hi) / 2;
+}
+
 async function call(method, path, params, body) {
   const headers = {};
   if (token()) headers.Authorization = `Bearer ${token()}`;
   if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const sent = Date.now();
   const r = await fetch(url(path, params), {
     method, headers, cache: 'no-store', body: body === undefined ? undefined : JSON.stringify(body),
   });
+  learnSkew(r, sent, Date.now());
   const doc = await r.json().catch(() => null);
   if (!r.ok) throw refused(r, doc);
   return doc;

@@ -1,4 +1,5 @@
 // Small DOM and formatting helpers shared by the pages.
+import { daemonNow } from './api.js';
 
 // h builds an element: h('a', {href: '#/jobs', class: 'x'}, 'text', child…).
 // Attributes named on* become listeners; null/undefined/false ones are left out.
@@ -50,9 +51,10 @@ export function duration(s) {
   return `${sign}${Math.floor(s / 3600)}h ${p((s % 3600) / 60)}m`;
 }
 
-// ago shows how long before now a time in ms was; a time ahead of this
-// browser's clock (the daemon's runs a little ahead) is "just now".
-export const ago = (t) => (Date.now() - t < 1000 ? 'just now' : `${duration((Date.now() - t) / 1000)} ago`);
+// ago shows how long before now (the daemon's: daemonNow) a time in ms was;
+// under a second, or ahead (the estimate of the daemon's clock is to the
+// second), is "just now".
+export const ago = (t) => (daemonNow() - t < 1000 ? 'just now' : `${duration((daemonNow() - t) / 1000)} ago`);
 
 // coalesce returns a function that calls fn ms after its first call, once
 // for all the calls meanwhile: a steady flood of events still gets its

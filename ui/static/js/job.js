@@ -1,6 +1,6 @@
 // A job's page: what the job is, its timeline (timeline.js) and its events,
 // heartbeats collapsed, kept up to date from the event stream.
-import { all, get } from './api.js';
+import { all, daemonNow, get } from './api.js';
 import { badge, coalesce, h, table, time } from './dom.js';
 import { outputPanel } from './output.js';
 import { draw, model } from './timeline.js';
@@ -36,7 +36,7 @@ export function render(main, id) {
       j.ref ? [h('dt', {}, 'ref'), h('dd', {}, h('code', {}, j.ref))] : null,
       h('dt', {}, 'spec'), h('dd', {}, h('code', {}, spec)),
       h('dt', {}, 'submitted'), h('dd', {}, time(j.submitted))));
-    graph.replaceChildren(events.length ? draw(model(events), Date.now()) : h('p', { class: 'muted' }, 'No events.'));
+    graph.replaceChildren(events.length ? draw(model(events), daemonNow()) : h('p', { class: 'muted' }, 'No events.'));
     list.replaceChildren(table(['seq', 'time', 'type', 'lease', 'worker', 'detail'], collapse(events).map(row), 'No events.'));
   }
 

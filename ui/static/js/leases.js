@@ -4,7 +4,7 @@
 // (GET /v1/workers). A daemon that was absent (stopped, asleep) takes the gap
 // out of every deadline, so the real time left is then longer than shown:
 // the page errs early, never late.
-import { all, get } from './api.js';
+import { all, daemonNow, get } from './api.js';
 import { ago, badge, coalesce, duration, h, jobLink, table, time } from './dom.js';
 
 export function render(main) {
@@ -31,7 +31,7 @@ export function render(main) {
   }
 
   function tick() {
-    const now = Date.now();
+    const now = daemonNow();
     for (const td of body.querySelectorAll('td.heard')) td.textContent = ago(Number(td.dataset.since));
     for (const td of body.querySelectorAll('td.left')) {
       const s = (td.dataset.deadline - now) / 1000;

@@ -57,7 +57,10 @@ const ROW = 30;
 // draw renders the model between the first event and now (or the last event,
 // when no lease is live).
 export function draw({ leases, jobMarks }, now) {
-  const times = [...jobMarks.map((m) => m.t), ...leases.flatMap((l) => [l.start, l.end ?? now, ...l.marks.map((m) => m.t)])];
+  // A live band reaches now, or its last heartbeat if that is later: the
+  // daemon's now is known to a second, and the band must hold its ticks.
+  const end = (l) => l.end ?? Math.max(now, l.start, ...l.beats);
+  const times = [...jobMarks.map((m) => m.t), ...leases.flatMap((l) => [l.start, end(l), ...l.marks.map((m) => m.t)])];
   const t0 = Math.min(...times);
   const t1 = Math.max(t0 + 1000, ...times);
   const x = (t) => LEFT + ((t - t0) / (t1 - t0)) * (W - LEFT - 20);
@@ -70,12 +73,11 @@ export function draw({ leases, jobMarks }, now) {
   leases.forEach((l, i) => {
     const y = ROW * (i + 1) + 6;
     const live = l.end === null;
-    const end = l.end ?? now;
     const cls = `band ${live ? 'live' : l.end_type}`;
     const label = `lease ${l.lease} · ${l.worker} · ${l.beats.length} heartbeat${l.beats.length === 1 ? '' : 's'}`;
     rows.push(h('g', { class: 'lease', 'data-lease': l.lease },
       h('text', { x: 8, y: y + 15 }, label),
-      h('rect', { class: cls, x: x(l.start), y, width: Math.max(2, x(end) - x(l.start)), height: ROW - 10, rx: 3 },
+      h('rect', { class: cls, x: x(l.start), y, width: Math.max(2, x(end(l)) - x(l.start)), height: ROW - 10, rx: 3 },
         h('title', {}, `${label}; ${live ? 'live' : l.end_type + (l.outcome ? ' ' + l.outcome : '')}`)),
       l.beats.map((t) => h('line', { class: 'beat', x1: x(t), x2: x(t), y1: y + 4, y2: y + ROW - 14 })),
       // A stale report sits on the band's top edge, clear of an expiry at the same moment.

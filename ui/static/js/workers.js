@@ -1,7 +1,7 @@
 // The workers the daemon knows (GET /v1/workers): reachable or not, their
 // live leases, when they last spoke and, for a reachable worker holding
 // leases, the time left before grace makes it unreachable.
-import { all } from './api.js';
+import { all, daemonNow } from './api.js';
 import { ago, badge, coalesce, duration, h, table, time } from './dom.js';
 
 export function render(main) {
@@ -17,7 +17,7 @@ export function render(main) {
       return;
     }
     const grace = res.doc.grace_seconds;
-    const now = Date.now();
+    const now = daemonNow();
     const rows = res.items.map((w) => {
       const seen = new Date(w.seen).getTime();
       const left = (seen + grace * 1000 - now) / 1000;
