@@ -143,8 +143,9 @@ class Worker:
                 t.start()
             self._ready.set()
             try:
-                while any(t.is_alive() for t in loops):
-                    loops[0].join(0.5)  # a timeout, so that ^C reaches this thread
+                for t in loops:
+                    while t.is_alive():
+                        t.join(0.5)  # a timeout, so that ^C reaches this thread
             except KeyboardInterrupt:
                 self._stopped.set()
                 call = self._acquiring
@@ -276,8 +277,8 @@ class Worker:
                 break
             sent = self.clock.now()
             try:
-                grants = self.api.acquire(min(room, 100), self.wait_seconds,  # the API's maximum timeout=self.wait_seconds + call_timeout,
-                                          call=call)
+                grants = self.api.acquire(min(room, 100), self.wait_seconds,  # 100: the API's maximum
+                                          timeout=self.wait_seconds + call_timeout, call=call)
             except LeaselogError as e:
                 if self._stopped.is_set():
                     break
