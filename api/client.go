@@ -23,6 +23,9 @@ type Client struct {
 	base  string
 	token string
 	http  *http.Client
+	// sessions carries the worker calls over worker sessions (the Session
+	// option); nil: plain calls.
+	sessions *sessionPool
 }
 
 // NewClient returns a client for the daemon at server: an http:// URL, or
@@ -47,11 +50,13 @@ func NewClient(server, token string, opts ...ClientOption) (*Client, error) {
 	}
 	c := &Client{token: token, http: &http.Client{}}
 	if path, ok := strings.CutPrefix(server, "unix://"); ok {
-		c.http.Transport = newTransport(false, o.h2c, func(ctx context.Context, _, _ string) (net.Conn, error) {
+		dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
-		})
+		}
+		c.http.Transport = newTransport(false, o.h2c, dial)
 		c.base = "http://leaselog"
+		c.withSessions(o, dial)
 		return c, nil
 	}
 	u, err := url.Parse(server)
@@ -60,6 +65,7 @@ func NewClient(server, token string, opts ...ClientOption) (*Client, error) {
 	}
 	c.http.Transport = newTransport(u.Scheme == "https", o.h2c, nil)
 	c.base = strings.TrimRight(server, "/")
+	c.withSessions(o, nil)
 	return c, nil
 }
 
@@ -96,20 +102,26 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 	if err != nil {
 		return resp.StatusCode, err
 	}
-	if resp.StatusCode/100 != 2 {
+	return resp.StatusCode, decodeAnswer(resp.StatusCode, b, out, method, path)
+}
+
+// decodeAnswer decodes a 2xx answer's body into out (if not nil), and makes
+// any other answer an *Error: over HTTP or in a session's frame.
+func decodeAnswer(status int, b []byte, out any, method, path string) error {
+	if status/100 != 2 {
 		var eb ErrorBody
 		if json.Unmarshal(b, &eb) != nil || eb.Error == nil {
-			return resp.StatusCode, &Error{Status: resp.StatusCode, Code: CodeInternal, Message: strings.TrimSpace(string(b))}
+			return &Error{Status: status, Code: CodeInternal, Message: strings.TrimSpace(string(b))}
 		}
-		eb.Error.Status, eb.Error.StaleReportSeq = resp.StatusCode, eb.StaleReportSeq
-		return resp.StatusCode, eb.Error
+		eb.Error.Status, eb.Error.StaleReportSeq = status, eb.StaleReportSeq
+		return eb.Error
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("api: %s %s: decode answer: %w", method, path, err)
+			return fmt.Errorf("api: %s %s: decode answer: %w", method, path, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return nil
 }
 
 // IsCode reports whether err is an API error with the given code.
@@ -159,7 +171,7 @@ func (c *Client) History(ctx context.Context, id string) ([]Event, error) {
 // Acquire asks for up to max leases, waiting up to wait for one.
 func (c *Client) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]Grant, error) {
 	var g Grants
-	_, err := c.do(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(worker)+"/acquire", Acquire{Max: max, WaitSeconds: wait.Seconds()}, &g)
+	err := c.workerDo(ctx, worker, OpAcquire, "", "/v1/workers/"+url.PathEscape(worker)+"/acquire", Acquire{Max: max, WaitSeconds: wait.Seconds()}, &g)
 	return g.Leases, err
 }
 
@@ -169,7 +181,7 @@ func (c *Client) Heartbeat(ctx context.Context, worker string, leases []uint64) 
 	if leases == nil {
 		leases = []uint64{}
 	}
-	_, err := c.do(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(worker)+"/heartbeat", Heartbeat{Leases: leases}, &r)
+	err := c.workerDo(ctx, worker, OpHeartbeat, "", "/v1/workers/"+url.PathEscape(worker)+"/heartbeat", Heartbeat{Leases: leases}, &r)
 	return r, err
 }
 
@@ -185,7 +197,8 @@ func (c *Client) WorkerLeases(ctx context.Context, worker string) ([]Grant, erro
 // Start says the job of a lease started.
 func (c *Client) Start(ctx context.Context, worker string, lease uint64) (Lease, error) {
 	var l Lease
-	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+strconv.FormatUint(lease, 10)+"/start", Start{Worker: worker}, &l)
+	id := strconv.FormatUint(lease, 10)
+	err := c.workerDo(ctx, worker, OpStart, id, "/v1/leases/"+id+"/start", Start{Worker: worker}, &l)
 	return l, err
 }
 
@@ -193,7 +206,8 @@ func (c *Client) Start(ctx context.Context, worker string, lease uint64) (Lease,
 // stale_lease and StaleReportSeq set.
 func (c *Client) Report(ctx context.Context, lease uint64, r Report) (ReportReply, error) {
 	var rr ReportReply
-	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+strconv.FormatUint(lease, 10)+"/report", r, &rr)
+	id := strconv.FormatUint(lease, 10)
+	err := c.workerDo(ctx, r.Worker, OpReport, id, "/v1/leases/"+id+"/report", r, &rr)
 	return rr, err
 }
 

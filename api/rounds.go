@@ -16,7 +16,7 @@ import (
 // is recorded with its grant, and no Start call follows.
 func (c *Client) AcquireStart(ctx context.Context, worker string, max int, wait time.Duration) ([]Grant, error) {
 	var g Grants
-	_, err := c.do(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(worker)+"/acquire",
+	err := c.workerDo(ctx, worker, OpAcquire, "", "/v1/workers/"+url.PathEscape(worker)+"/acquire",
 		Acquire{Max: max, WaitSeconds: wait.Seconds(), Start: true}, &g)
 	return g.Leases, err
 }
@@ -29,7 +29,8 @@ func (c *Client) AcquireStart(ctx context.Context, worker string, max int, wait 
 func (c *Client) ReportNext(ctx context.Context, lease uint64, r Report, next Next) (ReportReply, error) {
 	r.Next = &next
 	var rr ReportReply
-	_, err := c.do(ctx, http.MethodPost, "/v1/leases/"+strconv.FormatUint(lease, 10)+"/report", r, &rr)
+	id := strconv.FormatUint(lease, 10)
+	err := c.workerDo(ctx, r.Worker, OpReport, id, "/v1/leases/"+id+"/report", r, &rr)
 	return rr, err
 }
 

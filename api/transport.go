@@ -14,7 +14,8 @@ import (
 type ClientOption func(*clientOptions)
 
 type clientOptions struct {
-	h2c bool
+	h2c     bool
+	session bool
 }
 
 // H2C makes a client speak HTTP/2 without TLS (prior knowledge) to an

@@ -22,7 +22,7 @@ def secs(v):
 
 def side(stack):
     s = ' '.join(stack)
-    if re.search(r'server_test\.|api\.\(\*Client\)|persistConn|http2clientConnReadLoop|http2ClientConn|http2clientStream|net/http\.\(\*Transport\)|api\.\(\*h2cTransport\)', s):
+    if re.search(r'server_test\.|api\.\(\*Client\)|api\.\(\*clientSession\)|persistConn|http2clientConnReadLoop|http2ClientConn|http2clientStream|net/http\.\(\*Transport\)|api\.\(\*h2cTransport\)', s):
         return 'clients'
     if re.search(r'net/http\.\(\*conn\)\.serve|http2serverConn|http2Server|leaselog/server\.|net/http\.\(\*response\)', s):
         return 'daemon'
@@ -39,6 +39,7 @@ RULES = [  # leaf first: the first frame that matches names the layer
     ('metrics', r'prometheus'),
     ('log / Pebble', r'pebble|leaselog/eventlog|leaselog/projection|leaselog/event\.'),
     ('service / lease', r'leaselog/lease\.'),
+    ('session framing', r'leaselog/server\.\(\*serverSession\)|leaselog/api\.\(\*clientSession\)|leaselog/api\.(Append|Parse)(Request|Answer)'),
     ('auth / routing / handler', r'leaselog/server\.|net/http\.\(\*ServeMux\)|^net/url|^path\.'),
     ('client (api.Client, the benchmark)', r'leaselog/api\.|server_test\.'),
     ('HTTP / net', r'^net/http|^net\.|^bufio|^net/textproto|golang.org/x/net|^crypto|^io\.|^context\.'),

@@ -224,11 +224,16 @@ func (s *Server) authorize(r *http.Request, rt *route, c *call) error {
 }
 
 // checkWorker refuses a body that speaks for a worker the token is not.
+// A session's frame must also name the session's worker, open daemon or
+// not: a session speaks for the worker of its path.
 func (s *Server) checkWorker(c *call, worker string) error {
-	if c.who == nil || c.who.isWorker(worker) {
-		return nil
+	if c.who != nil && !c.who.isWorker(worker) {
+		return forbidden("this token is not worker %q's", worker)
 	}
-	return forbidden("this token is not worker %q's", worker)
+	if c.bound != "" && worker != c.bound {
+		return forbidden("this session is worker %q's, not %q's", c.bound, worker)
+	}
+	return nil
 }
 
 func forbidden(format string, args ...any) *api.Error {

@@ -119,6 +119,8 @@ func report(b *testing.B, lat []time.Duration, unit string) {
 // and a report that takes the next — three heartbeats and one report a job,
 // where impl=http makes seven calls. impl=h2c makes the seven calls of
 // impl=http over HTTP/2 without TLS (api.H2C) rather than HTTP/1.1.
+// impl=session makes the calls of impl=combined, the workers' over a worker
+// session each (api.Session), the submits over HTTP/1.1.
 //
 //	go test -run '^$' -bench BenchmarkLifecycleHTTP -count 6 ./server | tee l.txt
 //	benchstat -col /impl l.txt
@@ -127,6 +129,7 @@ func BenchmarkLifecycleHTTP(b *testing.B) {
 		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false) })
 		b.Run(fmt.Sprintf("workers=%d/impl=h2c", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false, api.H2C()) })
 		b.Run(fmt.Sprintf("workers=%d/impl=combined", w), func(b *testing.B) { benchLifecycleHTTP(b, w, true) })
+		b.Run(fmt.Sprintf("workers=%d/impl=session", w), func(b *testing.B) { benchLifecycleHTTP(b, w, true, api.Session()) })
 		b.Run(fmt.Sprintf("workers=%d/impl=append", w), func(b *testing.B) { benchLifecycleAppend(b, w) })
 	}
 }

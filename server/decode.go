@@ -78,20 +78,47 @@ func hangUp(w http.ResponseWriter) {
 func decodeBody(r *http.Request, v any, emptyOK bool) error {
 	buf := bodyBuffers.Get().(*[]byte)
 	defer putBodyBuffer(buf)
+	b, err := readBody(r, buf)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(b, v, emptyOK)
+}
+
+// readBody reads r's body whole into buf, which the caller returns to
+// bodyBuffers once done with the bytes.
+func readBody(r *http.Request, buf *[]byte) ([]byte, error) {
 	b, err := readAll(r.Body, (*buf)[:0])
 	*buf = b[:0]
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
-			return &api.Error{Status: http.StatusBadRequest, Code: api.CodeTooLarge,
-				Message: fmt.Sprintf("body exceeds %d bytes", tooLarge.Limit)}
+			return nil, tooLargeError(tooLarge.Limit)
 		case errors.Is(err, errBodyTimeout):
-			return &api.Error{Status: http.StatusRequestTimeout, Code: api.CodeBodyTimeout,
-				Message: "the body did not arrive in time: " + err.Error()}
+			return nil, bodyTimeoutError(err)
 		}
-		return badRequest("read body: %v", err)
+		return nil, badRequest("read body: %v", err)
 	}
+	return b, nil
+}
+
+// tooLargeError is the answer to a body over the limit, over HTTP or in a
+// session's frame.
+func tooLargeError(limit int64) *api.Error {
+	return &api.Error{Status: http.StatusBadRequest, Code: api.CodeTooLarge,
+		Message: fmt.Sprintf("body exceeds %d bytes", limit)}
+}
+
+// bodyTimeoutError is the answer to a body that did not arrive in time.
+func bodyTimeoutError(err error) *api.Error {
+	return &api.Error{Status: http.StatusRequestTimeout, Code: api.CodeBodyTimeout,
+		Message: "the body did not arrive in time: " + err.Error()}
+}
+
+// decodeJSON decodes b, a whole body, into v with decodeBody's rules: the
+// one decoder of the HTTP calls and of a session's frames.
+func decodeJSON(b []byte, v any, emptyOK bool) error {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
 		if emptyOK {

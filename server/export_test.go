@@ -1,6 +1,9 @@
 package server
 
-import "context"
+import (
+	"context"
+	"net"
+)
 
 // SetWaitHook makes s pass the context of every acquire's wait through f
 // before waiting on it, so that a test can see the moment the wait begins.
@@ -11,3 +14,8 @@ func SetWaitHook(s *Server, f func(context.Context) context.Context) { s.waitHoo
 // for events ("wait") and when its handler returns ("end"). Set it before s
 // serves any request; f is called from the streams' goroutines.
 func SetStreamHook(s *Server, f func(stage string)) { s.streamHook = f }
+
+// SetSessionHook gives f the connection of every worker session of s once
+// it is upgraded, so that a test can cut it. Set it before s serves any
+// request.
+func SetSessionHook(s *Server, f func(net.Conn)) { s.sessionHook = f }

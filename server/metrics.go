@@ -33,6 +33,7 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	fsync    prometheus.Histogram
+	sessions prometheus.Gauge
 	handler  http.Handler
 
 	// byCall caches the series of each route and status: a call looks
@@ -83,7 +84,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50µs to 1.6s
 		}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.fsync)
+	m.sessions = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "leaselog_sessions",
+		Help: "Worker sessions open (GET /v1/workers/{worker}/session, upgraded); each holds a connection.",
+	})
+	reg.MustRegister(m.requests, m.duration, m.fsync, m.sessions)
 	registerStandard(reg) // buildinfo.go
 	return m
 }

@@ -189,6 +189,22 @@ func (c *contract) slow(rq request) {
 	c.checkAnswer(ex, resp.StatusCode, resp.Header, body)
 }
 
+// upgrade opens a worker session with rq and checks its 101 against the
+// document; it then hangs up.
+func (c *contract) upgrade(rq request) {
+	c.t.Helper()
+	ex := c.prepare(context.Background(), rq, http.StatusSwitchingProtocols)
+	resp, err := c.f.ts.Client().Do(ex.send)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", rq.method, rq.path, err)
+	}
+	resp.Body.Close() // a 101's body is the connection
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		c.t.Fatalf("%s %s: %d, want 101", rq.method, rq.path, resp.StatusCode)
+	}
+	c.checkAnswer(ex, resp.StatusCode, resp.Header, nil)
+}
+
 // unrouted sends a request no operation takes: the answer must still be a
 // JSON error.
 func (c *contract) unrouted(rq request, status int) {
@@ -256,6 +272,15 @@ func TestOpenAPI(t *testing.T) {
 		c.call(rq(op.method, op.path, "", op.body), http.StatusUnauthorized)
 		c.call(rq(op.method, op.path, op.wrong, op.body), http.StatusForbidden)
 	}
+	// A worker session: its upgrade refused, and made (session_test.go has
+	// its frames).
+	upgrade := map[string]string{"Connection": "Upgrade", "Upgrade": api.SessionProtocol}
+	session := request{method: "GET", path: "/v1/workers/w1/session", header: upgrade}
+	c.call(session, http.StatusUnauthorized)
+	c.call(request{method: "GET", path: session.path, token: w2Tok, header: upgrade}, http.StatusForbidden)
+	c.call(request{method: "GET", path: session.path, token: w1Tok}, http.StatusBadRequest)
+	session.token = w1Tok
+	c.upgrade(session)
 
 	c.call(rq("GET", "/healthz", "", nil), http.StatusOK)
 	c.call(rq("GET", "/healthz?full=1", "", nil), http.StatusBadRequest)
@@ -487,6 +512,7 @@ func TestOpenAPI(t *testing.T) {
 	} {
 		c.call(rq(op.method, op.path, op.token, op.body), http.StatusServiceUnavailable)
 	}
+	c.call(session, http.StatusServiceUnavailable)
 	if m := c.call(rq("GET", "/metrics", auditorTok, nil), http.StatusOK); !bytes.Contains(m.body, []byte("\nleaselog_up 0\n")) {
 		t.Errorf("metrics of a failed daemon lack leaselog_up 0")
 	}

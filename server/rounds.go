@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 
 	"github.com/leaselog/leaselog/api"
@@ -16,28 +17,27 @@ import (
 // without it, and, when this call accepted it, the grants of the acquire
 // made for the report's worker in the same command ("next"). A next of max 0
 // asks for 1, as an acquire does.
-func (s *Server) reportNext(w http.ResponseWriter, r *http.Request, c *call, id uint64, rep lease.Report, next *api.Next) error {
+func (s *Server) reportNext(ctx context.Context, c *call, id uint64, rep lease.Report, next *api.Next) (any, error) {
 	if next.Max == 0 {
 		next.Max = 1
 	}
 	if next.Max < 0 || next.Max > lease.MaxAcquire {
-		return badRequest("next: max must be 1 to %d, is %d", lease.MaxAcquire, next.Max)
+		return nil, badRequest("next: max must be 1 to %d, is %d", lease.MaxAcquire, next.Max)
 	}
-	a, grants, err := s.svc.ReportNext(r.Context(), c.worker, id, rep, lease.AcquireOptions{Max: next.Max, Start: next.Start})
+	a, grants, err := s.svc.ReportNext(ctx, c.worker, id, rep, lease.AcquireOptions{Max: next.Max, Start: next.Start})
 	c.job = a.Job
 	if err != nil {
-		return reportError(a, err)
+		return nil, reportError(a, err)
 	}
 	out := api.ReportReply{Accepted: true, Job: a.Job, Lease: a.Lease, Seq: a.Seq}
 	if grants != nil {
-		g, err := s.grants(r.Context(), c.worker, grants, 0)
+		g, err := s.grants(ctx, c.worker, grants, 0)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		out.Next = &g
 	}
-	s.writeJSON(w, c, http.StatusOK, out)
-	return nil
+	return out, nil
 }
 
 // submitBatch answers POST /v1/jobs/batch: 200 and, in the place of each

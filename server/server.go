@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"path"
 	"runtime/debug"
@@ -113,6 +114,9 @@ type Server struct {
 	// streamHook, set only by tests, is told when an event stream starts to
 	// wait for events ("wait") and when its handler returns ("end").
 	streamHook func(stage string)
+	// sessionHook, set only by tests, is given each session's connection
+	// once upgraded.
+	sessionHook func(net.Conn)
 }
 
 // New returns the API over svc. It registers the server's metrics and panics
@@ -165,6 +169,7 @@ func New(svc *lease.Service, opts Options) *Server {
 	s.handle("POST /v1/leases/{lease}/start", anyWorker, false, s.start)
 	s.handle("POST /v1/leases/{lease}/report", anyWorker, false, s.report)
 	s.handle("GET /v1/leases", read, false, s.listLeases)
+	s.handle("GET /v1/workers/{worker}/session", ownWorker, true, s.session)
 
 	s.handle("GET /v1/events", read, false, s.listEvents)
 	s.handle("GET /v1/events/stream", read, true, s.stream).queryToken = true
@@ -219,6 +224,9 @@ type call struct {
 	who     *principal // nil when the server is open
 	started bool       // the status line is written
 	h2      bool       // the request came over HTTP/2: one stream of many
+	// bound is the worker a session speaks for (its path's): a frame's
+	// start or report must name it. "" for an HTTP call.
+	bound string
 	// received is when the request's headers were read, on Options.Clock.
 	received time.Time
 	body     *body // the request's body under its deadline; nil: none
@@ -313,7 +321,13 @@ func (s *Server) finish(w *recorder, r *http.Request, c *call, start time.Time, 
 	if !c.started {
 		c.status = http.StatusOK
 	}
-	s.metrics.observe(c.route, c.status, time.Since(start))
+	s.record(c, r.Method, r.URL.Path, time.Since(start))
+}
+
+// record counts a call answered in d and, when it was refused, logs it: an
+// HTTP call by its method and path, a session's frame by its op.
+func (s *Server) record(c *call, method, path string, d time.Duration) {
+	s.metrics.observe(c.route, c.status, d)
 	if c.status < 400 {
 		return
 	}
@@ -324,7 +338,7 @@ func (s *Server) finish(w *recorder, r *http.Request, c *call, start time.Time, 
 	if !ev.Enabled() {
 		return
 	}
-	ev = ev.Str("method", r.Method).Str("route", c.route).Str("path", r.URL.Path).
+	ev = ev.Str("method", method).Str("route", c.route).Str("path", path).
 		Int("status", c.status).Str("code", c.code)
 	if c.worker != "" {
 		ev = ev.Str("worker", c.worker)
@@ -344,13 +358,13 @@ func (s *Server) finish(w *recorder, r *http.Request, c *call, start time.Time, 
 // errorOf maps err to the API error the client sees. The service's sentinels
 // keep their message, which says what was wrong; anything else is internal,
 // and its text goes to the log only.
-func (s *Server) errorOf(r *http.Request, err error) *api.Error {
+func (s *Server) errorOf(ctx context.Context, err error) *api.Error {
 	if e := ErrorOf(err); e.Status != http.StatusInternalServerError {
 		return e
 	}
 	// A read waits for durability under the request's deadline; running out
 	// of it is the daemon being slow, not a bug.
-	switch cerr := r.Context().Err(); {
+	switch cerr := ctx.Err(); {
 	case errors.Is(cerr, context.DeadlineExceeded):
 		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable,
 			Message: fmt.Sprintf("no answer within %v; try again", s.opts.RequestTimeout)}
@@ -362,20 +376,34 @@ func (s *Server) errorOf(r *http.Request, err error) *api.Error {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, c *call, err error) {
-	e := s.errorOf(r, err)
+	status, b := s.errorJSON(r.Context(), c, err)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="leaselog"`)
+	}
+	s.writeBytes(w, status, b)
+}
+
+// errorJSON is the status and body of the answer refusing a call with err,
+// over HTTP or in a session's frame.
+func (s *Server) errorJSON(ctx context.Context, c *call, err error) (int, []byte) {
+	e := s.errorOf(ctx, err)
 	c.code, c.message = e.Code, e.Message
 	if e.Status >= 500 {
 		c.cause = err
 	}
-	if e.Status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="leaselog"`)
-	}
-	s.writeJSON(w, c, e.Status, api.ErrorBody{Error: e, StaleReportSeq: e.StaleReportSeq})
+	return s.encodeJSON(c, e.Status, api.ErrorBody{Error: e, StaleReportSeq: e.StaleReportSeq})
 }
 
-// writeJSON writes v as the answer. It marshals before writing anything, so a
-// value that cannot be encoded still becomes a proper 500.
+// writeJSON writes v as the answer.
 func (s *Server) writeJSON(w http.ResponseWriter, c *call, status int, v any) {
+	status, b := s.encodeJSON(c, status, v)
+	s.writeBytes(w, status, b)
+}
+
+// encodeJSON is the body of an answer of v, its line feed included, over
+// HTTP or in a session's frame. It marshals before anything is written, so
+// a value that cannot be encoded still becomes a proper 500.
+func (s *Server) encodeJSON(c *call, status int, v any) (int, []byte) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		c.code, c.message, c.cause = api.CodeInternal, "internal error; the daemon's log has the details",
@@ -383,7 +411,11 @@ func (s *Server) writeJSON(w http.ResponseWriter, c *call, status int, v any) {
 		status = http.StatusInternalServerError
 		b, _ = json.Marshal(api.ErrorBody{Error: &api.Error{Code: c.code, Message: c.message}})
 	}
-	b = append(b, '\n')
+	return status, append(b, '\n')
+}
+
+// writeBytes writes an answer encodeJSON made.
+func (s *Server) writeBytes(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	// The fixed values are shared, not built per answer: net/http only
 	// reads them, and one appended to gets a copy (len == cap).

@@ -50,6 +50,9 @@ each step:
          grants has no acquire call of its own (acquire_ms counts only the
          acquires made alone, and report_ms includes the carried acquire)
   batch  submit --batch jobs a call (submit_ms is per call)
+session is combined with the workers' calls over worker sessions (one
+connection per worker, each call a frame: GET /v1/workers/{worker}/session),
+the submits over HTTP; "session" also goes in a list of parts (start,session).
 calls_per_job is what the run made, long polls that found nothing included.
 
 Throughput is N over the time from the first submit to the last accepted
@@ -102,7 +105,11 @@ count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 			if err != nil {
 				return err
 			}
-			worker, err := m.benchWorkerClient(&f, workerID, workerTokenFile, opts)
+			wopts := opts
+			if proto.session {
+				wopts = append(slices.Clone(opts), api.Session())
+			}
+			worker, err := m.benchWorkerClient(&f, workerID, workerTokenFile, wopts)
 			if err != nil {
 				return err
 			}
@@ -113,6 +120,9 @@ count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 			}
 			if h2c {
 				b.http = "h2c"
+			}
+			if proto.session {
+				b.http += "+session"
 			}
 			stderr := cmd.ErrOrStderr()
 			if isTerminal(stderr) {
@@ -146,7 +156,7 @@ count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 	cmd.Flags().IntVar(&workers, "workers", 16, "concurrent workers (goroutines, each one lease at a time)")
 	cmd.Flags().IntVar(&enqueuers, "enqueuers", 0, "concurrent submitters (0: as many as --workers)")
 	cmd.Flags().IntVar(&heartbeats, "heartbeats", 3, "heartbeats of each lease between its start and its report")
-	cmd.Flags().StringVar(&protocol, "protocol", "combined", "classic, combined, or parts of combined: start,next,batch (see above)")
+	cmd.Flags().StringVar(&protocol, "protocol", "combined", "classic, combined, session, or parts: start,next,batch,session (see above)")
 	cmd.Flags().IntVar(&batch, "batch", 100, "jobs a submit call with the batch part")
 	cmd.Flags().BoolVar(&h2c, "h2c", false, "speak HTTP/2 without TLS (one connection for the workers, one for the submits) instead of HTTP/1.1")
 	cmd.Flags().StringVar(&workerID, "worker-id", "", "every worker acts as this worker id (needed with a worker token); default: one id each, bench-<ULID>-wNNN")
@@ -235,7 +245,7 @@ type benchResult struct {
 	Enqueuers     int          `json:"enqueuers"`
 	Heartbeats    int          `json:"heartbeats"`
 	Protocol      string       `json:"protocol"`
-	HTTP          string       `json:"http"`            // http1 or h2c
+	HTTP          string       `json:"http"`            // http1 or h2c, +session if the workers' calls used sessions
 	Batch         int          `json:"batch,omitempty"` // jobs a submit call
 	CallsPerJob   float64      `json:"calls_per_job"`   // as made, empty long polls too
 	Seconds       float64      `json:"seconds"`

@@ -22,13 +22,17 @@ type benchProtocol struct {
 	start bool // acquire with start: the grant comes back running (no start call)
 	next  bool // the report carries the next acquire
 	batch int  // submit in batches of this many jobs (0: one call a job)
+	// session: the workers' calls go over a worker session each
+	// (api.Session), one connection per worker, not HTTP calls.
+	session bool
 }
 
 // The protocol's parts, as --protocol names them.
 var benchParts = []string{"start", "next", "batch"}
 
-// parseProtocol reads --protocol: classic, combined (every part), or a
-// comma-separated list of parts.
+// parseProtocol reads --protocol: classic, combined (every part), session
+// (combined over worker sessions), or a comma-separated list of parts, with
+// session among them if the workers' calls are to go over sessions.
 func parseProtocol(s string, batch int) (benchProtocol, error) {
 	var p benchProtocol
 	switch s {
@@ -36,6 +40,8 @@ func parseProtocol(s string, batch int) (benchProtocol, error) {
 		return p, nil
 	case "combined":
 		s = strings.Join(benchParts, ",")
+	case "session":
+		s = strings.Join(benchParts, ",") + ",session"
 	}
 	for _, part := range strings.Split(s, ",") {
 		switch part {
@@ -45,8 +51,10 @@ func parseProtocol(s string, batch int) (benchProtocol, error) {
 			p.next = true
 		case "batch":
 			p.batch = batch
+		case "session":
+			p.session = true
 		default:
-			return p, fmt.Errorf("--protocol %q: want classic, combined, or a comma-separated list of %s", s, strings.Join(benchParts, ", "))
+			return p, fmt.Errorf("--protocol %q: want classic, combined, session, or a comma-separated list of %s, session", s, strings.Join(benchParts, ", "))
 		}
 	}
 	return p, nil
@@ -64,10 +72,14 @@ func (p benchProtocol) String() string {
 		parts = append(parts, "batch")
 	}
 	switch {
-	case len(parts) == 0:
-		return "classic"
+	case len(parts) == len(benchParts) && p.session:
+		return "session"
 	case len(parts) == len(benchParts):
 		return "combined"
+	case p.session:
+		parts = append(parts, "session")
+	case len(parts) == 0:
+		return "classic"
 	}
 	return strings.Join(parts, ",")
 }

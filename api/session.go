@@ -1,0 +1,320 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrSessionBroken is the error, wrapped, of a call in flight on a worker
+// session whose connection broke (the daemon restarted, the network was
+// cut): the call may or may not have been done. Like any error of the
+// transport it is Retryable; the next call opens a new session.
+var ErrSessionBroken = errors.New("api: worker session broken")
+
+// errNoSessions is a daemon that answers the upgrade with 404: it predates
+// sessions.
+var errNoSessions = errors.New("api: the daemon has no worker sessions")
+
+// Session makes a client carry the worker calls — Acquire, AcquireStart,
+// Heartbeat, Start, Report, ReportNext — over a worker session, one
+// connection per worker id (GET /v1/workers/{worker}/session, upgraded to
+// SessionProtocol): each call is a frame of that connection, its body and
+// answer those of the HTTP call, without HTTP's headers per call. The other
+// calls stay HTTP. A session is opened by the first call of its worker and
+// again after it broke; against a daemon that answers the upgrade with 404
+// (one from before sessions) the client makes plain calls from then on.
+func Session() ClientOption { return func(o *clientOptions) { o.session = true } }
+
+// maxSessionCalls is how many calls a client keeps in flight on one
+// session: the daemon's cap (server.MaxSessionCalls), past which it would
+// stop reading.
+const maxSessionCalls = 250
+
+// sessionPool holds a client's sessions, one per worker id.
+type sessionPool struct {
+	c       *Client
+	upgrade *http.Client // HTTP/1.1 only: an upgrade is not HTTP/2's
+	plain   atomic.Bool  // the daemon has no sessions: plain calls
+	mu      sync.Mutex
+	workers map[string]*sessionSlot
+}
+
+// sessionSlot is one worker's session, opened by one call at a time.
+type sessionSlot struct {
+	mu sync.Mutex
+	s  *clientSession
+}
+
+// withSessions sets up the sessions of a client made with the Session
+// option; dial, if set, replaces the dialer (a unix socket's).
+func (c *Client) withSessions(o clientOptions, dial func(ctx context.Context, network, addr string) (net.Conn, error)) {
+	if !o.session {
+		return
+	}
+	t := &http.Transport{DialContext: dial, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
+	c.sessions = &sessionPool{c: c, upgrade: &http.Client{Transport: t}, workers: map[string]*sessionSlot{}}
+}
+
+// workerDo makes a worker call: a frame of worker's session if the client
+// has sessions and the daemon does, else the HTTP call POST path.
+func (c *Client) workerDo(ctx context.Context, worker, op, lease, path string, in, out any) error {
+	if p := c.sessions; p != nil && !p.plain.Load() {
+		s, err := p.get(ctx, worker)
+		if err == nil {
+			return s.call(ctx, op, lease, path, in, out)
+		}
+		if !errors.Is(err, errNoSessions) {
+			return err
+		}
+	}
+	_, err := c.do(ctx, http.MethodPost, path, in, out)
+	return err
+}
+
+// CloseSessions closes the client's worker sessions: their calls in flight
+// fail with ErrSessionBroken, and the next call opens a new one.
+func (c *Client) CloseSessions() {
+	p := c.sessions
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	slots := make([]*sessionSlot, 0, len(p.workers))
+	for _, sl := range p.workers {
+		slots = append(slots, sl)
+	}
+	p.mu.Unlock()
+	for _, sl := range slots {
+		sl.mu.Lock()
+		if sl.s != nil {
+			sl.s.fail(errors.New("closed by the client"))
+		}
+		sl.mu.Unlock()
+	}
+}
+
+// get returns worker's session, opening one if it has none or it broke.
+func (p *sessionPool) get(ctx context.Context, worker string) (*clientSession, error) {
+	p.mu.Lock()
+	sl := p.workers[worker]
+	if sl == nil {
+		sl = &sessionSlot{}
+		p.workers[worker] = sl
+	}
+	p.mu.Unlock()
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.s != nil && !sl.s.isBroken() {
+		return sl.s, nil
+	}
+	s, err := p.open(ctx, worker)
+	if err != nil {
+		return nil, err
+	}
+	sl.s = s
+	return s, nil
+}
+
+// open asks the daemon for worker's session.
+func (p *sessionPool) open(ctx context.Context, worker string) (*clientSession, error) {
+	path := "/v1/workers/" + url.PathEscape(worker) + "/session"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.c.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", SessionProtocol)
+	if p.c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.c.token)
+	}
+	resp, err := p.upgrade.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		conn, ok := resp.Body.(io.ReadWriteCloser)
+		if !ok { // net/http gives a 101's body as the connection
+			resp.Body.Close()
+			return nil, fmt.Errorf("api: GET %s: 101 without a connection", path)
+		}
+		s := &clientSession{conn: conn, slots: make(chan struct{}, maxSessionCalls), pending: map[uint64]chan frameAnswer{}}
+		go s.read(bufio.NewReaderSize(conn, 16<<10))
+		return s, nil
+	}
+	defer resp.Body.Close()
+	b, err := readAnswer(resp.Body, nil, 64<<10)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		p.plain.Store(true)
+		return nil, errNoSessions
+	}
+	if err := decodeAnswer(resp.StatusCode, b, nil, http.MethodGet, path); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("api: GET %s: answered %d, not 101", path, resp.StatusCode)
+}
+
+// clientSession is one open session.
+type clientSession struct {
+	conn  io.ReadWriteCloser
+	slots chan struct{} // one per call in flight
+
+	mu      sync.Mutex
+	pending map[uint64]chan frameAnswer // nil once broken
+	next    uint64
+	err     error // why it broke, wrapping ErrSessionBroken
+
+	wmu     sync.Mutex
+	out     []byte // frames waiting to be written
+	spare   []byte
+	writing bool
+}
+
+// frameAnswer is an answer frame, or the session's end.
+type frameAnswer struct {
+	status int
+	body   *[]byte // from answerBuffers
+	err    error
+}
+
+func (s *clientSession) isBroken() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err != nil
+}
+
+// call sends a frame and waits for its answer, which it decodes into out as
+// the HTTP call's would be.
+func (s *clientSession) call(ctx context.Context, op, lease, path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.slots }()
+	ch := make(chan frameAnswer, 1)
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return err
+	}
+	s.next++
+	id := s.next
+	s.pending[id] = ch
+	s.mu.Unlock()
+	s.write(id, op, lease, body)
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			return fmt.Errorf("%s %s: %w", op, path, a.err)
+		}
+		defer putAnswerBuffer(a.body)
+		return decodeAnswer(a.status, *a.body, out, http.MethodPost, path)
+	case <-ctx.Done():
+		s.mu.Lock()
+		delete(s.pending, id) // its answer, if it comes, is dropped
+		s.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// write sends a request frame; frames sent while another goroutine writes
+// go out with its next write.
+func (s *clientSession) write(id uint64, op, lease string, body []byte) {
+	s.wmu.Lock()
+	s.out = AppendRequest(s.out, id, op, lease, body)
+	if s.writing {
+		s.wmu.Unlock()
+		return
+	}
+	s.writing = true
+	for len(s.out) > 0 {
+		out := s.out
+		s.out = s.spare[:0]
+		s.wmu.Unlock()
+		_, err := s.conn.Write(out)
+		s.wmu.Lock()
+		if cap(out) <= 64<<10 {
+			s.spare = out[:0]
+		}
+		if err != nil {
+			s.out = s.out[:0]
+			s.wmu.Unlock()
+			s.fail(err)
+			s.wmu.Lock()
+		}
+	}
+	s.writing = false
+	s.wmu.Unlock()
+}
+
+// read reads answers and hands each to its call, until the connection ends.
+func (s *clientSession) read(br *bufio.Reader) {
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		h, err := ParseAnswer(line)
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		buf := answerBuffers.Get().(*[]byte)
+		if cap(*buf) < h.Len {
+			*buf = make([]byte, 0, h.Len)
+		}
+		*buf = (*buf)[:h.Len]
+		if _, err := io.ReadFull(br, *buf); err != nil {
+			s.fail(err)
+			return
+		}
+		if h.ID == 0 { // about the session: the daemon closes it
+			s.fail(decodeAnswer(h.Status, *buf, nil, http.MethodGet, "session"))
+			return
+		}
+		s.mu.Lock()
+		ch := s.pending[h.ID]
+		delete(s.pending, h.ID)
+		s.mu.Unlock()
+		if ch == nil {
+			putAnswerBuffer(buf) // its call gave up
+			continue
+		}
+		ch <- frameAnswer{status: h.Status, body: buf}
+	}
+}
+
+// fail ends the session: its calls in flight get ErrSessionBroken, and the
+// next call opens another.
+func (s *clientSession) fail(cause error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = fmt.Errorf("%w: %v", ErrSessionBroken, cause)
+	}
+	pending := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	_ = s.conn.Close()
+	for _, ch := range pending {
+		ch <- frameAnswer{err: s.err}
+	}
+}

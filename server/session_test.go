@@ -1,0 +1,509 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/server"
+)
+
+// transports are the two ways a Go client makes the worker calls.
+var transports = []struct {
+	name string
+	opts []api.ClientOption
+}{
+	{"http", nil},
+	{"session", []api.ClientOption{api.Session()}},
+}
+
+// TestFencingOverBothTransports: the fencing rules hold over a worker
+// session exactly as over HTTP — a stale token refused and kept, a lease of
+// another worker refused, a report sent twice answered the same.
+func TestFencingOverBothTransports(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			f := newFixture(t, server.Options{Auth: testAuth()})
+			ctx := context.Background()
+			w1, err := api.NewClient(f.ts.URL, w1Tok, tr.opts...)
+			f.must(err)
+			w2, err := api.NewClient(f.ts.URL, w2Tok, tr.opts...)
+			f.must(err)
+
+			// A lease that expired: its report is stale, refused with the
+			// record that keeps it, and the same again gets the same seq.
+			f.submit("j1", event.KindRun)
+			gs, err := w1.Acquire(ctx, "w1", 1, 0)
+			if err != nil || len(gs) != 1 {
+				t.Fatalf("acquire: %v %v", gs, err)
+			}
+			stale := gs[0].Lease
+			f.expireAll()
+			var first *api.Error
+			for i := range 2 {
+				_, err = w1.Report(ctx, stale, api.Report{Worker: "w1", Outcome: "succeeded"})
+				var e *api.Error
+				if !errors.As(err, &e) || e.Code != api.CodeStaleLease || e.StaleReportSeq == 0 {
+					t.Fatalf("report %d on an expired lease: %v, want stale_lease with its seq", i, err)
+				}
+				if first != nil && e.StaleReportSeq != first.StaleReportSeq {
+					t.Fatalf("the same stale report named seq %d, then %d", first.StaleReportSeq, e.StaleReportSeq)
+				}
+				first = e
+			}
+			if r, err := w1.Heartbeat(ctx, "w1", []uint64{stale}); err != nil || r.Leases[0].Directive == api.DirectiveContinue {
+				t.Fatalf("heartbeat of an expired lease: %+v %v, want a directive to stop", r, err)
+			}
+
+			// A live lease of w1's: w2 may neither start nor report it, in
+			// its own name (the service refuses) or in w1's (its token
+			// does: over HTTP the call, over a session the upgrade to w1's
+			// session).
+			f.submit("j2", event.KindRun)
+			gs, err = w1.Acquire(ctx, "w1", 1, 0)
+			if err != nil || len(gs) != 1 {
+				t.Fatalf("acquire: %v %v", gs, err)
+			}
+			l := gs[0].Lease
+			for _, tc := range []struct {
+				name   string
+				call   func() error
+				saying string
+			}{
+				{"w2 starts it as w1", func() error { _, err := w2.Start(ctx, "w1", l); return err }, `worker "w1"'s`},
+				{"w2 reports it as w1", func() error {
+					_, err := w2.Report(ctx, l, api.Report{Worker: "w1", Outcome: "failed"})
+					return err
+				}, `worker "w1"'s`},
+				{"w2 starts it as w2", func() error { _, err := w2.Start(ctx, "w2", l); return err }, fmt.Sprintf(`lease %d is not worker "w2"'s`, l)},
+				{"w2 reports it as w2", func() error {
+					_, err := w2.Report(ctx, l, api.Report{Worker: "w2", Outcome: "failed"})
+					return err
+				}, fmt.Sprintf(`lease %d is not worker "w2"'s`, l)},
+			} {
+				if err := tc.call(); !api.IsCode(err, api.CodeForbidden) || !strings.Contains(err.Error(), tc.saying) {
+					t.Errorf("%s: %v, want forbidden saying %s", tc.name, err, tc.saying)
+				}
+			}
+
+			// Its report, twice: the same answer.
+			if _, err := w1.Start(ctx, "w1", l); err != nil {
+				t.Fatal(err)
+			}
+			a, err := w1.Report(ctx, l, api.Report{Worker: "w1", Outcome: "succeeded"})
+			f.must(err)
+			b, err := w1.Report(ctx, l, api.Report{Worker: "w1", Outcome: "succeeded"})
+			f.must(err)
+			if !a.Accepted || a != b {
+				t.Fatalf("a report sent twice: %+v then %+v, want one accepted answer twice", a, b)
+			}
+		})
+	}
+}
+
+// session is a raw worker session, for what the Go client never sends.
+type session struct {
+	t    *testing.T
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+// dialSession upgrades a connection to f's daemon for worker with token.
+func dialSession(t *testing.T, f *fixture, worker, token string) *session {
+	t.Helper()
+	conn, err := net.Dial("tcp", f.ts.Listener.Addr().String())
+	f.must(err)
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "GET /v1/workers/%s/session HTTP/1.1\r\nHost: leaselog\r\nConnection: Upgrade\r\nUpgrade: %s\r\n", worker, api.SessionProtocol)
+	if token != "" {
+		fmt.Fprintf(conn, "Authorization: Bearer %s\r\n", token)
+	}
+	fmt.Fprintf(conn, "\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	f.must(err)
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != api.SessionProtocol {
+		t.Fatalf("upgrade: %d %v", resp.StatusCode, resp.Header)
+	}
+	return &session{t: t, conn: conn, br: br}
+}
+
+// send writes raw bytes.
+func (s *session) send(raw string) {
+	s.t.Helper()
+	if _, err := io.WriteString(s.conn, raw); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// call sends one frame and reads one answer, which must be the call's.
+func (s *session) call(id uint64, op, lease, body string) reply {
+	s.t.Helper()
+	s.send(string(api.AppendRequest(nil, id, op, lease, []byte(body))))
+	gotID, r := s.answer()
+	if gotID != id {
+		s.t.Fatalf("answer of frame %d, want %d", gotID, id)
+	}
+	return r
+}
+
+// answer reads one answer frame.
+func (s *session) answer() (uint64, reply) {
+	s.t.Helper()
+	line, err := s.br.ReadSlice('\n')
+	if err != nil {
+		s.t.Fatalf("read an answer: %v", err)
+	}
+	h, err := api.ParseAnswer(line)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	b := make([]byte, h.Len)
+	if _, err := io.ReadFull(s.br, b); err != nil {
+		s.t.Fatal(err)
+	}
+	// A frame has no headers: its body is always JSON.
+	return h.ID, reply{status: h.Status, header: http.Header{"Content-Type": {"application/json"}}, body: b}
+}
+
+// closed waits for the daemon to close the connection: a read ends.
+func (s *session) closed() {
+	s.t.Helper()
+	_ = s.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := s.br.ReadByte(); err == nil {
+		s.t.Fatalf("the session goes on: read %q", b)
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		s.t.Fatal("the daemon did not close the session")
+	}
+}
+
+// TestSessionAnswersAreTheHTTPAnswers: for the same request, a frame is
+// answered with the status and bytes of the HTTP call — valid calls whose
+// answer does not depend on being the first (a heartbeat, a report again, an
+// acquire with nothing queued) and a few hundred bodies mangled at random,
+// each sent over HTTP and then as a frame to the same daemon.
+func TestSessionAnswersAreTheHTTPAnswers(t *testing.T) {
+	f := newFixture(t, server.Options{Auth: testAuth()})
+	f.submit("j1", event.KindRun)
+	live := f.grant("w1")
+	f.submit("j2", event.KindRun)
+	done := f.grant("w1")
+	if _, err := f.svc.Start(context.Background(), "w1", done); err != nil {
+		t.Fatal(err)
+	}
+	r := f.do("POST", fmt.Sprintf("/v1/leases/%d/report", done), w1Tok, api.Report{Worker: "w1", Outcome: "succeeded"})
+	decode[api.ReportReply](t, r, http.StatusOK)
+	s := dialSession(t, f, "w1", w1Tok)
+
+	type call struct {
+		op, lease, body string
+	}
+	path := func(c call) string {
+		if c.op == api.OpStart || c.op == api.OpReport {
+			return "/v1/leases/" + c.lease + "/" + c.op
+		}
+		return "/v1/workers/w1/" + c.op
+	}
+	calls := []call{
+		{api.OpHeartbeat, "-", fmt.Sprintf(`{"leases":[%d]}`, live)},
+		{api.OpHeartbeat, "-", `{"leases":[]}`},
+		{api.OpHeartbeat, "-", ``},
+		{api.OpHeartbeat, "-", `{"leases":[1,"x"]}`},
+		{api.OpAcquire, "-", `{"wait_seconds":0}`},
+		{api.OpAcquire, "-", `{"max":0,"max":1}`},
+		{api.OpAcquire, "-", `{"max":101}`},
+		{api.OpAcquire, "-", `[]`},
+		{api.OpReport, fmt.Sprint(done), `{"worker":"w1","outcome":"succeeded"}`},
+		{api.OpReport, fmt.Sprint(done), `{"worker":"w1","outcome":"succeeded","next":{"max":1}}`},
+		{api.OpReport, fmt.Sprint(done), `{"worker":"w2","outcome":"succeeded"}`},
+		{api.OpReport, fmt.Sprint(done), `{"worker":"w1","outcome":"fine"}`},
+		{api.OpReport, "abc", `{"worker":"w1","outcome":"succeeded"}`},
+		{api.OpReport, "0", `{"worker":"w1","outcome":"succeeded"}`},
+		{api.OpReport, fmt.Sprint(done), `{"worker":"w1","outcome":"succeeded"} {}`},
+		{api.OpStart, fmt.Sprint(done), `{"worker":"w1"}`},
+		{api.OpStart, "99", `{"worker":"w1"}`},
+		{api.OpStart, fmt.Sprint(live), `{"worker":"w1","x":1}`},
+		{api.OpStart, fmt.Sprint(live), "{\"worker\":\"w\xff\"}"},
+	}
+	// Mangled bodies: a byte deleted, replaced or inserted, a few times.
+	rng := rand.New(rand.NewPCG(13, 1))
+	const alphabet = "{}[]\":,0123456789abcdefghijklmnopqrstuvwxyz \\\xc3"
+	seeds := []call{
+		{api.OpHeartbeat, "-", fmt.Sprintf(`{"leases":[%d]}`, live)},
+		{api.OpReport, fmt.Sprint(done), `{"worker":"w1","outcome":"succeeded","result":{"a":[1,2]}}`},
+		{api.OpStart, fmt.Sprint(live), `{"worker":"w1"}`},
+		{api.OpAcquire, "-", `{"max":1,"wait_seconds":0}`},
+	}
+	for range 300 {
+		c := seeds[rng.IntN(len(seeds))]
+		b := []byte(c.body)
+		for range 1 + rng.IntN(3) {
+			i := rng.IntN(len(b) + 1)
+			ch := alphabet[rng.IntN(len(alphabet))]
+			switch rng.IntN(3) {
+			case 0:
+				if i < len(b) {
+					b = append(b[:i], b[i+1:]...)
+				}
+			case 1:
+				if i < len(b) {
+					b[i] = ch
+				}
+			default:
+				b = append(b[:i], append([]byte{ch}, b[i:]...)...)
+			}
+		}
+		c.body = string(b)
+		calls = append(calls, c)
+	}
+	for i, c := range calls {
+		h := f.do("POST", path(c), w1Tok, c.body)
+		got := s.call(uint64(i+1), c.op, c.lease, c.body)
+		if got.status != h.status || string(got.body) != string(h.body) {
+			t.Errorf("%s %s %q:\nHTTP    %d %s\nsession %d %s", c.op, c.lease, c.body, h.status, h.body, got.status, got.body)
+		}
+	}
+}
+
+// TestSessionBadFrames: a frame the daemon cannot take is answered with
+// what is wrong; when the stream of frames can no longer be read (a header
+// it cannot parse, a body over the limit or too slow), the session ends
+// after that answer.
+func TestSessionBadFrames(t *testing.T) {
+	f := newFixture(t, server.Options{MaxBody: 1024, BodyTimeout: 50 * time.Millisecond})
+	f.submit("j1", event.KindRun)
+	l := f.grant("w1")
+
+	t.Run("unknown op, then on", func(t *testing.T) {
+		s := dialSession(t, f, "w1", "")
+		wantError(t, s.call(7, "renew", "-", `{}`), http.StatusBadRequest, api.CodeBadRequest, `unknown op "renew"`)
+		r := s.call(8, api.OpHeartbeat, "-", fmt.Sprintf(`{"leases":[%d]}`, l))
+		if hb := decode[api.HeartbeatReply](t, r, http.StatusOK); hb.Leases[0].Directive != api.DirectiveContinue {
+			t.Fatalf("heartbeat after a bad op: %+v", hb)
+		}
+	})
+	t.Run("another worker's lease", func(t *testing.T) {
+		s := dialSession(t, f, "w2", "")
+		wantError(t, s.call(1, api.OpReport, fmt.Sprint(l), `{"worker":"w1","outcome":"failed"}`),
+			http.StatusForbidden, api.CodeForbidden, `this session is worker "w2"'s, not "w1"'s`)
+	})
+	for _, tc := range []struct {
+		name, raw string
+		id        uint64
+		status    int
+		code      string
+		saying    string
+	}{
+		{"no fields", "hello\n", 0, http.StatusBadRequest, api.CodeBadRequest, "want ID OP LEASE LENGTH"},
+		{"id zero", "0 heartbeat - 2\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, `frame id "0"`},
+		{"length not a number", "1 heartbeat - two\n", 0, http.StatusBadRequest, api.CodeBadRequest, `frame length "two"`},
+		{"two spaces", "1  heartbeat - 2\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, "separated by one space"},
+		{"CRLF", "1 heartbeat - 2\r\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, "byte 15 is 0x0d: want printable ASCII"},
+		{"header too long", strings.Repeat("1", 300) + "\n", 0, http.StatusBadRequest, api.CodeBadRequest, "longer than 128 bytes"},
+		{"body over the limit", "5 heartbeat - 1025\n", 5, http.StatusBadRequest, api.CodeTooLarge, "body exceeds 1024 bytes"},
+		{"body never comes", "6 heartbeat - 20\n{\"leases\":", 6, http.StatusRequestTimeout, api.CodeBodyTimeout, "did not arrive in time"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := dialSession(t, f, "w1", "")
+			s.send(tc.raw)
+			id, r := s.answer()
+			if id != tc.id {
+				t.Errorf("answer of frame %d, want %d", id, tc.id)
+			}
+			wantError(t, r, tc.status, tc.code, tc.saying)
+			s.closed()
+		})
+	}
+}
+
+// TestSessionUpgradeRefused: the upgrade obeys the route's rules — the
+// worker's own token — and says what it needs.
+func TestSessionUpgradeRefused(t *testing.T) {
+	f := newFixture(t, server.Options{Auth: testAuth()})
+	up := map[string]string{"Connection": "Upgrade", "Upgrade": api.SessionProtocol}
+	for _, tc := range []struct {
+		name, path, token string
+		header            map[string]string
+		status            int
+		code, saying      string
+	}{
+		{"no token", "/v1/workers/w1/session", "", up, http.StatusUnauthorized, api.CodeUnauthorized, "missing bearer token"},
+		{"another worker's token", "/v1/workers/w1/session", w2Tok, up, http.StatusForbidden, api.CodeForbidden, `worker "w1"'s token`},
+		{"an admin's token", "/v1/workers/w1/session", adminTok, up, http.StatusForbidden, api.CodeForbidden, `worker "w1"'s token`},
+		{"no upgrade", "/v1/workers/w1/session", w1Tok, nil, http.StatusBadRequest, api.CodeBadRequest, "Upgrade: leaselog-session/1"},
+		{"another protocol", "/v1/workers/w1/session", w1Tok, map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, http.StatusBadRequest, api.CodeBadRequest, "Upgrade: leaselog-session/1"},
+		{"a query", "/v1/workers/w1/session?x=1", w1Tok, up, http.StatusBadRequest, api.CodeBadRequest, `"x"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.send(request{method: "GET", path: tc.path, token: tc.token, header: tc.header})
+			wantError(t, r, tc.status, tc.code, tc.saying)
+		})
+	}
+	// The Go client hears the refusal as the API error it is.
+	c, err := api.NewClient(f.ts.URL, w2Tok, api.Session())
+	f.must(err)
+	if _, err := c.Heartbeat(context.Background(), "w1", nil); !api.IsCode(err, api.CodeForbidden) {
+		t.Fatalf("heartbeat over a session refused at its upgrade: %v, want forbidden", err)
+	}
+}
+
+// TestSessionFallsBackToPlainCalls: against a daemon that answers the
+// upgrade with 404 (one from before sessions), the client makes its calls
+// over HTTP.
+func TestSessionFallsBackToPlainCalls(t *testing.T) {
+	f := newFixture(t, server.Options{})
+	var upgrades int
+	var mu sync.Mutex
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/session") {
+			mu.Lock()
+			upgrades++
+			mu.Unlock()
+			r.URL.Path = "/v1/no-such-path" // as the daemon answers a path it lacks
+		}
+		f.srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(old.Close)
+	c, err := api.NewClient(old.URL, "", api.Session())
+	f.must(err)
+	ctx := context.Background()
+	f.submit("j1", event.KindRun)
+	gs, err := c.AcquireStart(ctx, "w1", 1, 0)
+	if err != nil || len(gs) != 1 {
+		t.Fatalf("acquire: %v %v", gs, err)
+	}
+	if _, err := c.Heartbeat(ctx, "w1", []uint64{gs[0].Lease}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Report(ctx, gs[0].Lease, api.Report{Worker: "w1", Outcome: "succeeded"}); err != nil {
+		t.Fatal(err)
+	}
+	if upgrades != 1 {
+		t.Fatalf("%d upgrades asked, want 1 (then plain calls)", upgrades)
+	}
+}
+
+// sessionsOpen is the daemon's leaselog_sessions gauge.
+func sessionsOpen(t *testing.T, f *fixture) float64 {
+	t.Helper()
+	mfs, err := f.reg.Gather()
+	f.must(err)
+	for _, mf := range mfs {
+		if mf.GetName() == "leaselog_sessions" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no leaselog_sessions")
+	return 0
+}
+
+// TestSessionCut: a session cut under a call in flight — by the daemon's
+// side or the client's, the socket closed for real — fails that call with
+// ErrSessionBroken, which is retryable; the next call opens a new session.
+// A long poll in flight does not hold the calls behind it.
+func TestSessionCut(t *testing.T) {
+	for _, side := range []string{"daemon", "client"} {
+		t.Run(side, func(t *testing.T) {
+			waiting := make(chan struct{}, 1)
+			conns := make(chan net.Conn, 4)
+			f := newFixtureHooked(t, server.Options{}, func(s *server.Server) {
+				server.SetWaitHook(s, func(ctx context.Context) context.Context {
+					waiting <- struct{}{}
+					return ctx
+				})
+				server.SetSessionHook(s, func(c net.Conn) { conns <- c })
+			})
+			c, err := api.NewClient(f.ts.URL, "", api.Session())
+			f.must(err)
+			ctx := context.Background()
+			polled := make(chan error, 1)
+			go func() {
+				_, err := c.Acquire(ctx, "w1", 1, time.Minute)
+				polled <- err
+			}()
+			<-waiting
+			conn := <-conns
+			// The long poll waits; a heartbeat on the same session does not.
+			hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if _, err := c.Heartbeat(hctx, "w1", nil); err != nil {
+				t.Fatalf("heartbeat beside a long poll: %v", err)
+			}
+			if side == "daemon" {
+				conn.Close()
+			} else {
+				c.CloseSessions()
+			}
+			err = <-polled
+			if !errors.Is(err, api.ErrSessionBroken) || !api.Retryable(err) {
+				t.Fatalf("the long poll of a cut session: %v, want ErrSessionBroken, retryable", err)
+			}
+			// The daemon ends its side: the wait is cancelled, the gauge
+			// falls, nothing was granted.
+			eventually(t, "the session closed on the daemon's side", func() bool { return sessionsOpen(t, f) == 0 })
+			f.submit("j1", event.KindRun)
+			gs, err := c.Acquire(ctx, "w1", 1, 0)
+			if err != nil || len(gs) != 1 || gs[0].Job.ID != "j1" {
+				t.Fatalf("acquire on a new session: %v %v", gs, err)
+			}
+			<-waiting // the new acquire's (the hook sees every wait)
+			if sessionsOpen(t, f) != 1 {
+				t.Fatalf("%v sessions open, want 1", sessionsOpen(t, f))
+			}
+		})
+	}
+}
+
+// TestSessionMetrics: the session is a call of its route (101, counted when
+// it ends), each frame one of its op's.
+func TestSessionMetrics(t *testing.T) {
+	f := newFixture(t, server.Options{})
+	s := dialSession(t, f, "w1", "")
+	for i := range 3 {
+		s.call(uint64(i+1), api.OpHeartbeat, "-", `{"leases":[]}`)
+	}
+	s.call(4, api.OpHeartbeat, "-", `{"leases":7}`)
+	s.conn.Close()
+	eventually(t, "the session ended", func() bool { return sessionsOpen(t, f) == 0 })
+	mfs, err := f.reg.Gather()
+	f.must(err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "leaselog_http_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var route, status string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "route":
+					route = l.GetValue()
+				case "status":
+					status = l.GetValue()
+				}
+			}
+			got[route+" "+status] = m.GetCounter().GetValue()
+		}
+	}
+	for k, want := range map[string]float64{
+		"GET /v1/workers/{worker}/session 101": 1,
+		"SESSION heartbeat 200":                3,
+		"SESSION heartbeat 400":                1,
+	} {
+		if got[k] != want {
+			t.Errorf("%s: %v, want %v (all: %v)", k, got[k], want, got)
+		}
+	}
+}
