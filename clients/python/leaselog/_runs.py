@@ -7,8 +7,8 @@ restarted worker needs to find the job again:
   callable;
 - for a command: ``pid`` (the runner's: its session and process group),
   ``stdout``, ``stderr``, ``result.json`` ($LEASELOG_RESULT: JSON the job may
-  leave as the report's result), ``stop`` (``cancel`` or ``kill`` once the
-  worker stopped it), ``fence``, ``fenced`` and ``exit`` (see _runner.py);
+  leave as the report's result), ``stop`` (``cancel`` or ``kill`` and why,
+  once the worker stopped it; the runner's grace holds a cancel's SIGKILL), ``fence``, ``fenced`` and ``exit`` (see _runner.py);
 - ``reported`` once the outcome was reported.
 
 Run directories are kept (for whoever wants the job's output); the worker
@@ -144,14 +144,12 @@ class CallableRun:
 class CommandRun:
     """A command under its runner (_runner.py), in a session of its own."""
 
-    def __init__(self, state: str, pid: int, proc: Optional[subprocess.Popen], clock: Clock,
-                 grace: float) -> None:
+    def __init__(self, state: str, pid: int, proc: Optional[subprocess.Popen], clock: Clock) -> None:
         self.state = state
         self.pid = pid
         self.done = threading.Event()
         self._proc = proc
         self._clock = clock
-        self._grace = grace
         self._lock = threading.Lock()
         self._gone = False
         # What the worker asked: the stop file's mode and why ("kill fence").
@@ -176,10 +174,10 @@ class CommandRun:
                                     cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True)
         _write_atomic(os.path.join(state, "pid"), f"{proc.pid}\n")
-        return cls(state, proc.pid, proc, clock, grace)
+        return cls(state, proc.pid, proc, clock)
 
     @classmethod
-    def reattach(cls, state: str, clock: Clock, grace: float) -> Tuple[Optional["CommandRun"], str]:
+    def reattach(cls, state: str, clock: Clock) -> Tuple[Optional["CommandRun"], str]:
         """The run of a worker before this one: alive (re-attached), ended while
         no worker watched (its exit status is there), or nothing (a reason)."""
         pid_text = _read(os.path.join(state, "pid"))
@@ -189,7 +187,7 @@ class CommandRun:
             pid = int(pid_text.strip())
         except ValueError:
             return None, f"unreadable pid {pid_text!r}"
-        return cls(state, pid, None, clock, grace), ""
+        return cls(state, pid, None, clock), ""
 
     def _alive(self) -> bool:
         """Whether our runner still runs (not a zombie, not a recycled pid)."""
@@ -340,7 +338,7 @@ class Executor:
             kind = None
         if kind == "callable":
             return None, "the worker restarted: a callable's job cannot outlive its process"
-        return CommandRun.reattach(state, self.clock, self.grace)
+        return CommandRun.reattach(state, self.clock)
 
     def mark_reported(self, g: Grant, outcome: str) -> None:
         try:
