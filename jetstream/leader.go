@@ -59,7 +59,13 @@ func (s *Store) Campaign(ctx context.Context) error {
 		if err == nil {
 			return s.lead(ctx, kv, rev)
 		}
-		if !errors.Is(err, natsjs.ErrKeyExists) {
+		if errors.Is(err, natsjs.ErrKeyExists) {
+			if !s.tookOver {
+				active, _ := s.Active(ctx)
+				s.logger.Info().Str("active", active).Msg("jetstream: standby: another daemon leads the stream")
+			}
+			s.tookOver = true
+		} else {
 			s.logger.Warn().Err(err).Msg("jetstream: campaign for the leadership")
 		}
 		if err := s.tail(ctx, table, poll); err != nil {
@@ -203,6 +209,11 @@ func (s *Store) depose(err error) {
 		close(s.lost)
 	}
 }
+
+// TookOver says whether Campaign found another daemon leading and waited
+// for its leadership to lapse: the daemon.started it records then has
+// TakeoverReason.
+func (s *Store) TookOver() bool { return s.tookOver }
 
 // Lost is closed when this daemon loses the leadership it won (Campaign).
 func (s *Store) Lost() <-chan struct{} { return s.lost }

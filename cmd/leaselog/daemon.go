@@ -61,14 +61,18 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		slog = *storeLogger
 	}
 	logger.Info().Str("data", cfg.Store.Dir).Msg("opening the store")
-	log, closer, err := openStore(ctx, cfg.Store, eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit})
+	st, err := openStore(ctx, cfg.Store, cfg.Lease(), cfg.Server.Listen, eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit})
 	if err != nil {
+		if stop := stopped(ctx, "opening the store"); stop != nil { // jetstream's open waits on the network
+			return nil, errors.Join(stop, err)
+		}
 		if errors.Is(err, eventlog.ErrLocked) {
 			return nil, fmt.Errorf("serve: %s is in use by another leaselog serve (one daemon per data directory): %w", cfg.Store.Dir, err)
 		}
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	d := &daemon{logger: logger, log: log, closer: closer, errs: make(chan error, 3)}
+	log := st.log
+	d := &daemon{logger: logger, log: log, closer: st.close, errs: make(chan error, 4)}
 	fail := func(err error) (*daemon, error) { return nil, errors.Join(err, d.closeStore()) }
 	if err := stopped(ctx, "the store is open"); err != nil {
 		return fail(err)
@@ -81,9 +85,13 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		}
 		auth = &server.Auth{Admin: []string{d.token}}
 	}
+	reason, err := st.campaign(ctx, logger)
+	if err != nil {
+		return fail(errors.Join(stopped(ctx, "campaigning"), fmt.Errorf("serve: %w", err)))
+	}
 	logger.Info().Msg("rebuilding the lease table")
 	d.svc, err = lease.Open(log, lease.Options{Config: cfg.Lease(), Logger: logger, SnapshotEvery: cfg.Store.SnapshotEvery,
-		SnapshotInterval: time.Duration(cfg.Store.SnapshotSeconds * float64(time.Second))})
+		SnapshotInterval: time.Duration(cfg.Store.SnapshotSeconds * float64(time.Second)), StartReason: reason})
 	if err != nil {
 		return fail(fmt.Errorf("serve: %w", err))
 	}
@@ -117,6 +125,16 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 	runCtx, d.stopRun = context.WithCancel(context.Background())
 	svc := d.svc
 	d.goRun("sweeper", func() error { return svc.Run(runCtx) })
+	if lost := st.lost(); lost != nil {
+		d.goRun("leadership", func() error {
+			select {
+			case <-lost:
+				return errDeposed
+			case <-runCtx.Done():
+				return nil
+			}
+		})
+	}
 	d.goRun("http", func() error {
 		if err := d.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err

@@ -7,8 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rs/zerolog"
+
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/jetstream"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // The store engines of [store] engine: "pebble" (the default: the log in
@@ -57,15 +60,24 @@ func (c StoreConfig) checkEngine() error {
 	return nil
 }
 
-// openStore opens the log of the configured engine, with opts, and returns
-// it with what closes it (for jetstream, the cache and the connection).
-func openStore(ctx context.Context, c StoreConfig, opts eventlog.Options) (*eventlog.Log, func() error, error) {
+// store is the log the daemon opened, with what its engine adds: for
+// jetstream, the leadership among the daemons on one stream.
+type store struct {
+	log   *eventlog.Log
+	close func() error // closes the log (and the engine's connection)
+	js    *jetstream.Store
+}
+
+// openStore opens the log of the configured engine, with opts. A jetstream
+// daemon campaigns for the leadership (campaign) with a TTL of half the
+// grace: a standby takes over well within grace of the active daemon's death.
+func openStore(ctx context.Context, c StoreConfig, t timing.Config, id string, opts eventlog.Options) (*store, error) {
 	if c.Engine != engineJetStream {
 		log, err := eventlog.Open(c.Dir, opts)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		return log, log.Close, nil
+		return &store{log: log, close: log.Close}, nil
 	}
 	stream, replicas := c.Stream, c.Replicas
 	if stream == "" {
@@ -77,9 +89,40 @@ func openStore(ctx context.Context, c StoreConfig, opts eventlog.Options) (*even
 	s, err := jetstream.Open(ctx, jetstream.Options{
 		Servers: c.Servers, Stream: stream, Replicas: replicas,
 		Dir: filepath.Join(c.Dir, "cache"), Log: opts, Logger: opts.Logger,
+		Leader: &jetstream.Leader{ID: id, TTL: t.Grace / 2},
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return s.Log(), s.Close, nil
+	return &store{log: s.Log(), close: s.Close, js: s}, nil
 }
+
+// campaign waits, as a standby that keeps its cache current, until this
+// daemon leads the stream, and returns the reason of the daemon.started it
+// is to record: TakeoverReason if it took over from another. The Pebble
+// engine returns at once.
+func (s *store) campaign(ctx context.Context, logger zerolog.Logger) (string, error) {
+	if s.js == nil {
+		return "", nil
+	}
+	logger.Info().Msg("campaigning for the leadership of the stream; a standby until then")
+	if err := s.js.Campaign(ctx); err != nil {
+		return "", err
+	}
+	if s.js.TookOver() {
+		return jetstream.TakeoverReason, nil
+	}
+	return "", nil
+}
+
+// lost returns a channel closed when the daemon loses the leadership (nil,
+// never closed, for the Pebble engine).
+func (s *store) lost() <-chan struct{} {
+	if s.js == nil {
+		return nil
+	}
+	return s.js.Lost()
+}
+
+// errDeposed stops a daemon that lost the leadership of its stream.
+var errDeposed = fmt.Errorf("leadership of the stream lost (another daemon leads it): %w", jetstream.ErrDeposed)

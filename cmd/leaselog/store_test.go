@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,15 +58,7 @@ func TestDaemonOnJetStream(t *testing.T) {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats server not ready")
 	}
-	cfg := DefaultConfig()
-	cfg.Store.Dir = t.TempDir()
-	cfg.Store.Engine, cfg.Store.Servers, cfg.Store.Replicas = engineJetStream, []string{ns.ClientURL()}, 1
-	cfg.Server.Listen = "127.0.0.1:0"
-	zero := 0
-	cfg.Plugins.Executor.LocalCapacity = &zero
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := jetStreamConfig(t, ns)
 	ctx := context.Background()
 	d, err := startDaemon(ctx, cfg, zerolog.Nop(), nil)
 	if err != nil {
@@ -92,4 +87,116 @@ func TestDaemonOnJetStream(t *testing.T) {
 	if j.State != fsm.Cancelled || j.Reason != "daemon stopped" {
 		t.Fatalf("job after the restart: %+v, want cancelled by the stop", j)
 	}
+}
+
+// jetStreamConfig is a daemon's configuration on engine = "jetstream" on
+// ns, with no local worker, on a free port, with a short lease timing (the
+// leadership's TTL is half the grace).
+func jetStreamConfig(t *testing.T, ns *server.Server) Config {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Store.Dir = t.TempDir()
+	cfg.Store.Engine, cfg.Store.Servers, cfg.Store.Replicas = engineJetStream, []string{ns.ClientURL()}, 1
+	cfg.Server.Listen = "127.0.0.1:0"
+	zero := 0
+	cfg.Plugins.Executor.LocalCapacity = &zero
+	cfg.Plugins.Executor.RenewSeconds, cfg.Plugins.Executor.GraceSeconds, cfg.Plugins.Executor.TolerationSeconds = 0.2, 1, 3
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestStandbyDaemonTakesOver: a second daemon on the stream waits as a
+// standby, without serving, and takes over when the active one stops,
+// recording the takeover; a standby stopped while it waits stops.
+func TestStandbyDaemonTakesOver(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	ctx := context.Background()
+	a, err := startDaemon(ctx, jetStreamConfig(t, ns), zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.svc.Submit(ctx, "j1", event.KindRun, nil); err != nil {
+		t.Fatal(err)
+	}
+	type started struct {
+		d   *daemon
+		err error
+	}
+	standby := make(chan started, 1)
+	var logs syncBuffer
+	go func() {
+		d, err := startDaemon(ctx, jetStreamConfig(t, ns), zerolog.New(&logs), nil)
+		standby <- started{d, err}
+	}()
+	cancelled, cancel := context.WithCancel(ctx)
+	third := make(chan error, 1)
+	go func() {
+		_, err := startDaemon(cancelled, jetStreamConfig(t, ns), zerolog.Nop(), nil)
+		third <- err
+	}()
+	cancel()
+	if err := <-third; !errors.Is(err, errStartStopped) {
+		t.Fatalf("a standby stopped while it waits: %v, want errStartStopped", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "standby: another daemon leads"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second daemon is no standby: %s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case r := <-standby:
+		t.Fatalf("a standby started while the active daemon runs: %v", r.err)
+	default:
+	}
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var b started
+	select {
+	case b = <-standby:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the standby did not take over when the active daemon stopped")
+	}
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	defer b.d.stop()
+	if _, err := b.d.svc.Job(ctx, "j1"); err != nil {
+		t.Fatalf("the job of the daemon taken over from: %v", err)
+	}
+	e, err := b.d.log.Get(b.d.log.LastSeq())
+	if err != nil || e.Type != event.TypeDaemonStarted || e.Reason != "takeover" {
+		t.Fatalf("the standby recorded %v (%v), want daemon.started reason=takeover", e.String(), err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer a daemon's logger writes to while a test
+// reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
