@@ -17,9 +17,10 @@ import (
 func (t *Table) JobsAfter(f JobFilter, after string, n int) []Job {
 	var b smallest[Job]
 	b.n, b.cmp = n, func(x, y Job) int { return cmp.Compare(x.ID, y.ID) }
-	for id, j := range t.jobs {
+	// jobList holds what jobs holds, in a slice: a faster walk than the map's.
+	for _, j := range t.jobList.items {
 		// id and filter first: the view is built only for a candidate.
-		if id > after && (f.State == 0 || j.state == f.State) && (f.Kind == 0 || j.kind == f.Kind) {
+		if j != nil && j.id > after && (f.State == 0 || j.state == f.State) && (f.Kind == 0 || j.kind == f.Kind) {
 			b.add(j.view())
 		}
 	}
