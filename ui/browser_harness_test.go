@@ -56,20 +56,33 @@ func browser(t *testing.T) context.Context {
 		}
 		t.Skipf("no Chromium found (looked for %s): the dashboard's browser test needs one (apt-get install chromium)", strings.Join(browserPaths, ", "))
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.WindowSize(1280, 860))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
+	// Chromium refuses to run as root with its sandbox; elsewhere the
+	// sandbox may be unusable (a container, or a host that forbids
+	// unprivileged user namespaces): the pages are the test's own, so it
+	// then runs without.
+	bctx, err := startBrowser(ctx, t, path, os.Geteuid() == 0)
+	if err != nil && os.Geteuid() != 0 {
+		t.Logf("start %s with its sandbox: %v; again without", path, err)
+		bctx, err = startBrowser(ctx, t, path, true)
+	}
+	if err != nil {
+		t.Fatalf("start %s: %v", path, err)
+	}
+	return bctx
+}
+
+func startBrowser(ctx context.Context, t *testing.T, path string, noSandbox bool) (context.Context, error) {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.WindowSize(1280, 860))
+	if noSandbox {
+		opts = append(opts, chromedp.NoSandbox)
+	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	t.Cleanup(cancelAlloc)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	t.Cleanup(cancelBrowser)
-	if err := chromedp.Do(bctx); err != nil { // starts the browser
-		t.Fatalf("start %s: %v", path, err)
-	}
-	return bctx
+	return bctx, chromedp.Do(bctx) // starts the browser
 }
 
 // daemon is a real API server (package server) on a real store, on a manual
