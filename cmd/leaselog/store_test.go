@@ -48,16 +48,7 @@ func TestStoreEngineConfig(t *testing.T) {
 // TestDaemonOnJetStream: a daemon on engine = "jetstream" serves, and a
 // restart with its cache deleted finds every job it acknowledged.
 func TestDaemonOnJetStream(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
+	ns := runNATS(t)
 	cfg := jetStreamConfig(t, ns)
 	ctx := context.Background()
 	d, err := startDaemon(ctx, cfg, zerolog.Nop(), nil)
@@ -111,16 +102,7 @@ func jetStreamConfig(t *testing.T, ns *server.Server) Config {
 // standby, without serving, and takes over when the active one stops,
 // recording the takeover; a standby stopped while it waits stops.
 func TestStandbyDaemonTakesOver(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	defer ns.Shutdown()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
+	ns := runNATS(t)
 	ctx := context.Background()
 	a, err := startDaemon(ctx, jetStreamConfig(t, ns), zerolog.Nop(), nil)
 	if err != nil {
@@ -199,4 +181,20 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// runNATS runs an in-process NATS server with JetStream for the test.
+func runNATS(t *testing.T) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	return ns
 }

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leaselog/leaselog/api"
+)
+
+// jetStreamText is the configuration of a daemon of the e2e tests on
+// engine = "jetstream": renew 0.4 s, grace 2 s (the leadership's TTL 1 s),
+// no local worker, open.
+func jetStreamText(natsURL string) string {
+	return fmt.Sprintf(`
+[server]
+listen = "127.0.0.1:0"
+[store]
+engine = "jetstream"
+servers = [%q]
+replicas = 1
+[plugins.executor]
+renew_seconds = 0.4
+grace_seconds = 2
+toleration_seconds = 6
+local_capacity = 0
+[log]
+level = "debug"
+`, natsURL)
+}
+
+// startStandby starts `leaselog serve` with text in dir and returns once it
+// says it waits as a standby.
+func startStandby(t *testing.T, name, dir, text string) *proc {
+	t.Helper()
+	cfg := filepath.Join(dir, "leaselog.toml")
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startProc(t, name, "serve", "--config", cfg, "--data", filepath.Join(dir, "data"))
+	waitLine(t, p, "jetstream: standby: another daemon leads the stream")
+	return p
+}
+
+// waitListening waits until p logs that it listens, and returns the address.
+func waitListening(t *testing.T, p *proc) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, line := range strings.Split(p.output(), "\n") {
+			var l struct{ Message, Addr string }
+			if json.Unmarshal([]byte(line), &l) == nil && l.Message == "listening" {
+				return l.Addr
+			}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited: %v", p.name, p.err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not listen", p.name)
+		}
+	}
+}
+
+// TestJetStreamTakeoverAfterSIGKILL: the active daemon is killed with
+// SIGKILL; the standby takes over within grace, the running lease still
+// heartbeats (no lease expired because of the takeover), and the killed
+// daemon, started again, waits as a standby instead of appending.
+func TestJetStreamTakeoverAfterSIGKILL(t *testing.T) {
+	ns := runNATS(t)
+	text := jetStreamText(ns.ClientURL())
+	ctx := context.Background()
+	dirA := t.TempDir()
+	a := startServeConfig(t, dirA, text)
+	submit(t, a.c, "j1", "run", "true")
+	grants, err := a.c.Acquire(ctx, "w1", 1, 0)
+	if err != nil || len(grants) != 1 {
+		t.Fatalf("acquire: %v %v", grants, err)
+	}
+	lease := grants[0].Lease
+	if _, err := a.c.Start(ctx, "w1", lease); err != nil {
+		t.Fatal(err)
+	}
+
+	b := startStandby(t, "standby", t.TempDir(), text)
+	a.signal(syscall.SIGKILL)
+	killed := time.Now()
+	a.wait()
+	addr := waitListening(t, b)
+	took := time.Since(killed)
+	const grace = 2 * time.Second
+	t.Logf("the standby listens %v after the SIGKILL of the active daemon (grace %v)", took.Round(time.Millisecond), grace)
+	if took > grace {
+		t.Errorf("takeover took %v, more than grace (%v)", took, grace)
+	}
+
+	c, err := api.NewClient("http://"+addr, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Heartbeat(ctx, "w1", []uint64{lease})
+	if err != nil || len(r.Leases) != 1 || r.Leases[0].Directive != api.DirectiveContinue {
+		t.Fatalf("heartbeat of lease %d after the takeover: %+v, %v", lease, r, err)
+	}
+	evs, err := c.Events(ctx, api.EventQuery{Type: "daemon.started"})
+	if err != nil || len(evs.Events) != 2 || evs.Events[1].Reason != "takeover" {
+		t.Fatalf("daemon.started events: %+v, %v; want the start, then the takeover", evs, err)
+	}
+	expired, err := c.Events(ctx, api.EventQuery{Type: "lease.expired"})
+	if err != nil || len(expired.Events) != 0 {
+		t.Fatalf("expired leases after the takeover: %+v, %v", expired, err)
+	}
+
+	// The killed daemon comes back on its own data: it waits as a standby.
+	startStandby(t, "restarted", dirA, text)
+}
