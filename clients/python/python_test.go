@@ -30,6 +30,24 @@ local_capacity = 0
 format = "json"
 `
 
+// The tokens of a second daemon, with an [auth] section: the tests of
+// tokens (tests/test_auth.py) call it as an admin, an auditor, a worker and
+// nobody.
+const (
+	adminToken   = "py-admin-token-000001"
+	auditorToken = "py-auditor-token-0001"
+	workerID     = "py-auth-worker"
+	workerToken  = "py-worker-token-00001"
+)
+
+var authConfig = config + fmt.Sprintf(`
+[auth]
+admin = [%q]
+auditor = [%q]
+[auth.workers]
+%s = %q
+`, adminToken, auditorToken, workerID, workerToken)
+
 func python(t *testing.T) string {
 	t.Helper()
 	py, err := exec.LookPath("python3")
@@ -63,12 +81,19 @@ func TestPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := serve(t, bin, "--config", cfg, "--data", filepath.Join(dir, "data"))
+	authCfg := filepath.Join(dir, "auth.toml")
+	if err := os.WriteFile(authCfg, []byte(authConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	authAddr := serve(t, bin, "--config", authCfg, "--data", filepath.Join(dir, "auth-data"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
 	cmd.Env = append(environ("LEASELOG_SERVER", "LEASELOG_TOKEN", "PYTHONPATH"),
-		"LEASELOG_SERVER=http://"+addr, "PYTHONDONTWRITEBYTECODE=1")
+		"LEASELOG_SERVER=http://"+addr, "PYTHONDONTWRITEBYTECODE=1",
+		"LEASELOG_AUTH_SERVER=http://"+authAddr, "LEASELOG_AUTH_ADMIN="+adminToken,
+		"LEASELOG_AUTH_AUDITOR="+auditorToken, "LEASELOG_AUTH_WORKER="+workerID+":"+workerToken)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python3 -m unittest: %v\n%s", err, out)
@@ -76,7 +101,7 @@ func TestPython(t *testing.T) {
 	if testing.Verbose() {
 		t.Logf("%s", out)
 	}
-	if strings.Contains(string(out), "skipped 'LEASELOG_SERVER") {
+	if strings.Contains(string(out), "skipped 'LEASELOG_") {
 		t.Fatalf("the tests did not see the daemon:\n%s", out)
 	}
 
