@@ -1,0 +1,138 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/lease"
+)
+
+// partition is a TCP proxy to a NATS server that a test can cut (every
+// connection closed, new ones refused) and heal.
+type partition struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func newPartition(t *testing.T, target string) *partition {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &partition{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			cut := p.cut
+			p.mu.Unlock()
+			if cut {
+				in.Close()
+				continue
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(out, in); out.Close() }()
+			go func() { _, _ = io.Copy(in, out); in.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *partition) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *partition) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// TestPartitionedActiveIsDeposed: the active daemon loses NATS; its
+// leadership lapses (it deposes itself after the TTL), a standby takes
+// over, and when the partition heals the old daemon cannot append.
+func TestPartitionedActiveIsDeposed(t *testing.T) {
+	ns := runServer(t)
+	ctx := context.Background()
+	clock := clocktest.New(start)
+	p := newPartition(t, ns.Addr().String())
+	a, err := Open(ctx, Options{
+		Servers: []string{p.url()}, Stream: "T", Replicas: 1, Dir: t.TempDir(),
+		Log: eventlog.Options{Logger: zerolog.Nop()}, Logger: zerolog.Nop(),
+		Timeout: 2 * time.Second, Leader: &Leader{ID: "a:7420", TTL: ttl},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	campaign(t, a)
+	svcA := service(t, a, clock)
+	running := life(t, svcA, "j")
+
+	b := openMember(t, "b:7420", ns)
+	defer b.Close()
+	won := make(chan error, 1)
+	go func() { won <- b.Campaign(ctx) }()
+
+	p.setCut(true)
+	select {
+	case <-a.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the partitioned daemon did not depose itself")
+	}
+	select {
+	case err := <-won:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no takeover of the partitioned daemon")
+	}
+	svcB, err := lease.Open(b.Log(), lease.Options{Config: svcA.Config(), Clock: clock, Logger: zerolog.Nop(), StartReason: TakeoverReason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svcB.Close()
+	if _, err := svcB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
+		t.Fatalf("the running lease after the takeover: %v", err)
+	}
+
+	p.setCut(false)
+	if _, _, err := svcA.Submit(ctx, "late", event.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
+		t.Fatalf("the deposed daemon's submit after the partition healed: %v, want lease.ErrFailed", err)
+	}
+	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("the deposed daemon's log: %v, want ErrDeposed", err)
+	}
+	if _, err := svcB.Job(ctx, "late"); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("the deposed daemon's job in the log: %v, want lease.ErrNotFound", err)
+	}
+}
