@@ -14,7 +14,7 @@ import os
 import socket
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 from . import errors
 
@@ -163,6 +163,55 @@ class Transport:
             raise errors.LeaselogError(f"{method} {path}: the answer is not JSON: {text[:200]!r}",
                                        code="bad_answer", status=status)
         return status, doc
+
+
+    def stream(self, path: str, *, query: Optional[Mapping[str, Any]] = None,
+               last_event_id: Optional[str] = None, timeout: Optional[float] = None
+               ) -> Iterator[Dict[str, str]]:
+        """Read a server-sent event stream: one dict per event (``id``,
+        ``event``, ``data``), comments (keepalives) skipped. ``timeout``
+        bounds the silence between two lines. Ends when the daemon closes
+        the stream; raises Unreachable when the connection fails, and the
+        error of a non-2xx answer."""
+        url = self._prefix() + path
+        q = {k: _query_value(v) for k, v in (query or {}).items() if v is not None}
+        if q:
+            url += "?" + urllib.parse.urlencode(q)
+        headers = {"Accept": "text/event-stream"}
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = str(last_event_id)
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        conn = self._connect(self.timeout if timeout is None else timeout)
+        try:
+            try:
+                conn.request("GET", url, headers=headers)
+                resp = conn.getresponse()
+                if resp.status // 100 != 2:
+                    text = resp.read().decode("utf-8", "replace")
+                    try:
+                        doc = json.loads(text)
+                    except ValueError:
+                        doc = None
+                    raise errors.from_answer(resp.status, doc, text)
+                event: Dict[str, str] = {}
+                while True:
+                    raw = resp.readline()
+                    if not raw:
+                        return
+                    line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                    if not line:
+                        if "data" in event:
+                            yield event
+                        event = {}
+                    elif not line.startswith(":"):
+                        name, _, value = line.partition(":")
+                        value = value[1:] if value.startswith(" ") else value
+                        event[name] = event[name] + "\n" + value if name == "data" and name in event else value
+            except (OSError, http.client.HTTPException) as e:
+                raise errors.Unreachable(f"GET {self.server}{path}: {e or type(e).__name__}") from e
+        finally:
+            conn.close()
 
 
 def _query_value(v: Any) -> str:

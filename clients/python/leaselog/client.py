@@ -12,6 +12,7 @@ page).
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
@@ -165,6 +166,36 @@ class Client:
         """The reports that came on leases that had expired (``lease.stale_report``
         events): what ``leaselog audit stale-reports`` lists."""
         return self.events(STALE_REPORT, job=job, worker=worker, since=since, until=until, limit=limit)
+
+    def follow(self, type: Optional[str] = None, job: Optional[str] = None, worker: Optional[str] = None,
+               after: Any = None, *, reconnect: bool = True, idle_timeout: float = 90.0) -> Iterator[Event]:
+        """The events after ``after`` (a seq; None: from the first), then each
+        new one as it becomes durable, over ``/v1/events/stream``, forever.
+
+        A connection that fails or stays silent for ``idle_timeout`` seconds
+        (the daemon writes a keepalive well within that) is made again, from
+        the last event seen (``Last-Event-ID``), so no event is lost or
+        repeated across a daemon's restart; with ``reconnect=False`` it
+        raises :class:`errors.Unreachable` instead. Stop by breaking out of
+        the loop.
+        """
+        q = {"type": type, "job": job, "worker": worker}
+        cursor = after
+        wait = 0.05
+        while True:
+            try:
+                for e in self._t.stream("/v1/events/stream", query=q, timeout=idle_timeout,
+                                        last_event_id=None if cursor is None else str(cursor)):
+                    ev = Event.from_json(json.loads(e["data"]))
+                    cursor, wait = ev.seq, 0.05
+                    yield ev
+            except errors.LeaselogError as err:
+                if not (reconnect and err.retryable):
+                    raise
+            if not reconnect:
+                return
+            time.sleep(wait)
+            wait = min(2 * wait, 5.0)
 
     def health(self) -> Dict[str, Any]:
         """``/healthz``: status, the last durable seq, the host's boot id."""

@@ -103,6 +103,7 @@ class Proxy:
         self._cut = threading.Event()
         self._lose: Optional[str] = None
         self.lost = threading.Event()  # set once an answer was lost
+        self.connections = 0  # connections passed to the daemon
         self._closed = False
         self._open: List[socket.socket] = []
         self._lock = threading.Lock()
@@ -148,6 +149,7 @@ class Proxy:
                 continue
             with self._lock:
                 self._open += [c, u]
+                self.connections += 1
             threading.Thread(target=self._start, args=(c, u), daemon=True).start()
 
     def _start(self, c: socket.socket, u: socket.socket) -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 import unittest
+from typing import List
 
 import leaselog
 from leaselog import _http, errors
 from leaselog.types import parse_time
 
-from .support import ServerTest, uid
+from .support import SERVER, Proxy, ServerTest, poll, uid
 
 
 class AddressTest(unittest.TestCase):
@@ -164,6 +166,31 @@ class ClientTest(ServerTest):
         since = list(self.client.events(job=j.id, since=evs[0].time - dt.timedelta(seconds=1)))
         self.assertEqual(len(since), 2)
         self.assertEqual([e.type for e in self.client.history(j.id, limit=1)], ["lease.queued", "lease.cancelled"])
+
+    def test_follow_resumes_after_a_cut(self) -> None:
+        """follow() waits for new events, and a stream cut in the middle is
+        made again from the last event seen: nothing lost, nothing twice."""
+        proxy = Proxy(SERVER)
+        self.addCleanup(proxy.close)
+        j = self.submit("follow", run="true")
+        seen: List[leaselog.Event] = []
+
+        def follow() -> None:
+            for e in leaselog.Client(proxy.address).follow(job=j.id, idle_timeout=5):
+                seen.append(e)
+                if e.type == "lease.cancelled":
+                    return
+
+        t = threading.Thread(target=follow, daemon=True)
+        t.start()
+        poll(lambda: seen, 10, "the queued event")
+        proxy.cut()
+        self.client.cancel(j.id)
+        proxy.restore()
+        t.join(20)
+        self.assertFalse(t.is_alive(), "follow() did not resume")
+        self.assertEqual([e.type for e in seen], ["lease.queued", "lease.cancelled"])
+        self.assertEqual(proxy.connections, 2, "one stream, cut, then one more")
 
     def test_submit_many(self) -> None:
         a, b = uid("batch-a"), uid("batch-b")
