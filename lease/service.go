@@ -230,7 +230,7 @@ func (s *Service) logEvent(e *event.Event) {
 		ev = ev.Str("reason", e.Reason)
 	}
 	if e.Gap != 0 {
-		ev = ev.Dur("gap", time.Duration(e.Gap))
+		ev = ev.Float64("gap_seconds", time.Duration(e.Gap).Seconds())
 	}
 	ev.Msg("event")
 }

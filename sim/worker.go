@@ -98,7 +98,7 @@ func (w *simWorker) boot() {
 	w.core = worker.NewCore(w.capacity, leaseConfig(), w.local())
 	w.waitToken, w.beatToken, w.freed = 0, 0, false
 	w.listing, w.toAdopt = false, nil
-	w.acqBackoff = worker.NewBackoff(w.core.Renew())
+	w.acqBackoff = worker.NewBackoff(w.core.Renew(), nil)
 	w.client = w.s.hist.newClient(fmt.Sprintf("%s#%d", w.id, w.inc))
 	w.s.tracef("%s boots (incarnation %d, capacity %d, clock rate %.4f)", w.id, w.inc, w.capacity, w.rate)
 	w.reattach()
@@ -308,7 +308,7 @@ func (w *simWorker) await(h *worker.Held) {
 // forget (stale, not ours, or a lost report refused: left to expire).
 func (w *simWorker) report(h *worker.Held, o worker.Outcome) {
 	g := h.Grant()
-	later := worker.NewBackoff(w.core.Renew())
+	later := worker.NewBackoff(w.core.Renew(), nil)
 	var send func(o worker.Outcome)
 	send = func(o worker.Outcome) {
 		o = w.s.brk.outcome(o)
@@ -405,7 +405,7 @@ func (w *simWorker) apply(stops []worker.Stop, forget []*worker.Held) {
 
 // retry is Worker.retry: send until answered, or refused for good.
 func (w *simWorker) retry(send func(done func(any, error)), final func(any, error)) {
-	b := worker.NewBackoff(w.core.Renew())
+	b := worker.NewBackoff(w.core.Renew(), nil)
 	var try func()
 	try = func() {
 		send(func(reply any, err error) {

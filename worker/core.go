@@ -540,25 +540,6 @@ func (c *Core) Forget(h *Held) bool {
 	return false
 }
 
-// Backoff is how long a worker waits after each failed call: from 50ms,
-// doubling, up to max.
-type Backoff struct {
-	next, max time.Duration
-}
-
-// NewBackoff returns a backoff that waits at most max.
-func NewBackoff(max time.Duration) *Backoff { return &Backoff{next: 50 * time.Millisecond, max: max} }
-
-// Next returns the wait after one more failure.
-func (b *Backoff) Next() time.Duration {
-	d := b.next
-	b.next = min(2*b.next, b.max)
-	return d
-}
-
-// Reset starts over after a success.
-func (b *Backoff) Reset() { b.next = 50 * time.Millisecond }
-
 func isDone(r Run) bool {
 	select {
 	case <-r.Done():

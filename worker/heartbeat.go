@@ -102,7 +102,7 @@ func (w *Worker) checkFence() {
 	if !fell {
 		return
 	}
-	w.log().Error().Dur("silent", silent).Dur("fence", fence).Int("jobs", len(stops)).
+	w.log().Error().Float64("silent_seconds", silent.Seconds()).Float64("fence_seconds", fence.Seconds()).Int("jobs", len(stops)).
 		Msg("self-fencing: no heartbeat acknowledged in time; stopping every job before the daemon may expire its lease")
 	w.apply(stops, nil)
 }

@@ -85,6 +85,9 @@ type Options struct {
 	// hostclock.For). nil means hostclock.Boottime.Now, which can only make
 	// the fence fall sooner.
 	Now func() time.Time
+	// Rand draws the jitter of every retry delay (Backoff), in [0, 1); nil
+	// is math/rand/v2's.
+	Rand func() float64
 }
 
 // Worker runs leases. Create with New, then Run. It drives a Core (the
@@ -132,6 +135,9 @@ func New(opts Options) (*Worker, error) {
 	if opts.Now == nil {
 		opts.Now = hostclock.Boottime.Now
 	}
+	if opts.Rand == nil {
+		opts.Rand = defaultRand
+	}
 	w := &Worker{opts: opts, now: opts.Now, freed: make(chan struct{}, 1)}
 	if !opts.NoNextInReport {
 		w.rounds, _ = opts.Daemon.(Rounder)
@@ -141,6 +147,9 @@ func New(opts Options) (*Worker, error) {
 }
 
 func (w *Worker) log() *zerolog.Logger { return &w.opts.Logger }
+
+// backoff returns the delays of one series of retries: up to renew apart.
+func (w *Worker) backoff() *Backoff { return NewBackoff(w.renew(), w.opts.Rand) }
 
 // Run re-attaches to the leases the daemon still holds for this worker, then
 // takes, runs and reports jobs until ctx is done. It returns once every
@@ -220,7 +229,7 @@ func (w *Worker) reattach(ctx context.Context) error {
 
 // acquireLoop takes jobs while there is room, long-polling for them.
 func (w *Worker) acquireLoop(ctx context.Context) {
-	backoff := NewBackoff(w.renew())
+	backoff := w.backoff()
 	for ctx.Err() == nil {
 		w.mu.Lock()
 		room := w.mu.core.Room()
@@ -239,12 +248,13 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
+				wait := backoff.Next()
 				if api.IsCode(err, api.CodeStopping) {
 					w.log().Debug().Msg("the daemon is stopping; asking again later")
 				} else {
-					w.log().Warn().Err(err).Msg("acquire failed; retrying")
+					w.log().Warn().Err(err).Float64("retry_in_seconds", wait.Seconds()).Msg("acquire failed; retrying")
 				}
-				sleep(ctx, backoff.Next())
+				sleep(ctx, wait)
 				if Retry(err) {
 					w.adoptOrphans(ctx)
 				}
@@ -377,7 +387,7 @@ func (w *Worker) await(ctx context.Context, h *Held) {
 // lost report refused even without its details end it.
 func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 	g := h.Grant()
-	later := NewBackoff(w.renew())
+	later := w.backoff()
 	// probe is set for the one call sent without next after a call with it
 	// was refused as bad input: if that one is taken, the daemon predates
 	// next and refused the field, not the report.
@@ -522,16 +532,18 @@ func (w *Worker) apply(stops []Stop, forget []*Held) {
 // retry calls f, each time with a deadline, until it succeeds, fails for
 // good (a 4xx), or ctx ends.
 func (w *Worker) retry(ctx context.Context, what string, f func(context.Context) error) error {
-	b := NewBackoff(w.renew())
-	for {
+	b := w.backoff()
+	for attempt := 1; ; attempt++ {
 		callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(0))
 		err := f(callCtx)
 		cancel()
 		if err == nil || !Retry(err) || ctx.Err() != nil {
 			return err
 		}
-		w.log().Debug().Err(err).Str("call", what).Msg("retrying")
-		sleep(ctx, b.Next())
+		wait := b.Next()
+		w.log().Warn().Err(err).Str("call", what).Int("attempt", attempt).Float64("retry_in_seconds", wait.Seconds()).
+			Msg("call failed; retrying")
+		sleep(ctx, wait)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 )
 
@@ -90,25 +89,6 @@ they stop it too, within seconds even in the middle of a long replay.`,
 	return cmd
 }
 
-func newLogger(c LogConfig, w io.Writer) zerolog.Logger {
-	if c.Format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
-	}
-	lvl, _ := parseLevel(c.Level)
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
-}
-
-func parseLevel(s string) (zerolog.Level, error) {
-	if s == "" {
-		return zerolog.InfoLevel, nil
-	}
-	lvl, err := zerolog.ParseLevel(s)
-	if err != nil || lvl == zerolog.NoLevel {
-		return 0, fmt.Errorf("unknown level %q (want debug, info, warn or error)", s)
-	}
-	return lvl, nil
-}
-
 // startStopWait is how long a signal during start-up waits for the stage
 // under way to end before the process exits under it. Replaying a long log
 // cannot be interrupted; the store is crash-safe, so exiting then leaves it
@@ -152,7 +132,7 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		select {
 		case r = <-started:
 		case <-time.After(startStopWait):
-			logger.Warn().Dur("waited", startStopWait).
+			logger.Warn().Float64("waited_seconds", startStopWait.Seconds()).
 				Msg("start-up did not reach a stage where it can stop; exiting now: the store recovers at the next start as after a kill")
 			return nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 )
 
 func (m *Main) workerCommand() *cobra.Command {
-	var server, id, workdir, logFormat, tokenFile string
+	var server, id, workdir, logFormat, logLevel, tokenFile string
+	var retention time.Duration
 	var capacity int
 	cmd := &cobra.Command{
 		Use:   "worker --server URL --id ID [--capacity N] [--workdir DIR]",
@@ -60,13 +62,22 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 			if err != nil {
 				return err
 			}
-			logger := newLogger(LogConfig{Format: logFormat, Level: "info"}, m.Stderr).With().Str("worker", id).Logger()
+			if logFormat != "json" && logFormat != "console" {
+				return fmt.Errorf("worker: --log-format %q: want json or console", logFormat)
+			}
+			if _, err := parseLevel(logLevel); err != nil {
+				return fmt.Errorf("worker: --log-level: %w", err)
+			}
+			if retention < 0 {
+				return fmt.Errorf("worker: --retention %v: want 0 (keep every run directory) or more", retention)
+			}
+			logger := newLogger(LogConfig{Format: logFormat, Level: logLevel}, m.Stderr).With().Str("worker", id).Logger()
 			bootID, err := daemonBootID(cmd.Context(), c, logger)
 			if err != nil || cmd.Context().Err() != nil {
 				return err // stopped before the daemon answered: nothing to do
 			}
 			clock := hostclock.For(bootID)
-			exec, err := local.New(local.Options{Dir: workdir, Logger: logger, Clock: clock})
+			exec, err := local.New(local.Options{Dir: workdir, Logger: logger, Clock: clock, Retention: retention})
 			if err != nil {
 				return err
 			}
@@ -78,7 +89,8 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 				return err
 			}
 			logger.Info().Str("server", server).Int("capacity", capacity).Str("workdir", workdir).
-				Str("fence_clock", clock.String()).Msg("worker running")
+				Str("fence_clock", clock.String()).Float64("retention_seconds", retention.Seconds()).Msg("worker running")
+			go exec.RunRetention(cmd.Context())
 			return w.Run(cmd.Context())
 		},
 	}
@@ -86,7 +98,9 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 	cmd.Flags().StringVar(&id, "id", "", "this worker's id (required; with auth, its token is $LEASELOG_TOKEN)")
 	cmd.Flags().IntVar(&capacity, "capacity", runtime.NumCPU(), "jobs at once")
 	cmd.Flags().StringVar(&workdir, "workdir", "./leaselog-work", "where jobs run")
-	cmd.Flags().StringVar(&logFormat, "log-format", "console", "json or console")
+	cmd.Flags().StringVar(&logFormat, "log-format", "console", "json or console (coloured on a terminal only)")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().DurationVar(&retention, "retention", local.DefaultRetention, "remove the run directories (and worktrees; refs stay) of jobs ended longer ago than this; 0 keeps them")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "read this worker's token from FILE (mode 0600) instead of $LEASELOG_TOKEN")
 	return cmd
 }
@@ -95,7 +109,7 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 // clock depends on it. A daemon that announces none gets "" (and the worker
 // CLOCK_BOOTTIME). A refusal (a 4xx: a bad token) ends the worker.
 func daemonBootID(ctx context.Context, c *api.Client, logger zerolog.Logger) (string, error) {
-	backoff := 100 * time.Millisecond
+	backoff := worker.NewBackoff(2*time.Second, rand.Float64)
 	for attempt := 1; ; attempt++ {
 		h, err := c.Health(ctx)
 		if err == nil {
@@ -105,14 +119,15 @@ func daemonBootID(ctx context.Context, c *api.Client, logger zerolog.Logger) (st
 		if errors.As(err, &apiErr) && apiErr.Status < 500 {
 			return "", fmt.Errorf("worker: the daemon's /healthz: %w", err)
 		}
+		wait := backoff.Next()
 		if attempt == 1 || attempt%10 == 0 {
-			logger.Warn().Err(err).Int("attempt", attempt).Msg("daemon not reachable yet; retrying")
+			logger.Warn().Err(explainUnreachable(err)).Int("attempt", attempt).Float64("retry_in_seconds", wait.Seconds()).
+				Msg("daemon not reachable yet; retrying")
 		}
 		select {
 		case <-ctx.Done():
 			return "", nil
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }

@@ -123,7 +123,7 @@ func (e *Executor) stopOrphan(ctx context.Context, r *run) {
 		case <-ctx.Done():
 			return
 		case <-bound:
-			r.log.Error().Int("pid", pid).Dur("after", orphanBound).Msg("local: re-attach: the job of the gone directory is still alive")
+			r.log.Error().Int("pid", pid).Float64("after_seconds", orphanBound.Seconds()).Msg("local: re-attach: the job of the gone directory is still alive")
 			return
 		}
 	}
