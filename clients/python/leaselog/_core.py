@@ -276,6 +276,11 @@ class Core:
             return h, False
         return h, True
 
+    def next_after(self, h: Held) -> int:
+        """How many leases h's report may ask for in the same call (``next``):
+        the slot its end frees, if the worker holds h and may take work."""
+        return 0 if self.fenced or self.held.get(h.lease) is not h else 1
+
     def started(self, h: Held, run: Run, now: float) -> bool:
         """Record h's run; whether it must be stopped at once (gone or fenced
         while it started)."""

@@ -276,11 +276,17 @@ class WorkerClient:
         return Lease.from_json(doc)
 
     def report(self, lease: int, outcome: str, *, reason: Optional[str] = None, ref: Optional[str] = None,
-               result: Any = None, timeout: Optional[float] = None) -> Dict[str, Any]:
+               result: Any = None, next_max: int = 0, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Report what the lease's job came to: succeeded, failed, cancelled,
         killed or lost. A report on an expired lease raises
         :class:`errors.StaleLease`, whose ``stale_report_seq`` names the
-        ``lease.stale_report`` event that keeps it."""
+        ``lease.stale_report`` event that keeps it.
+
+        With ``next_max``, the report carries the worker's next acquire (up
+        to that many leases, without waiting), made only by the call that
+        accepts the report: its grants are the answer's ``next``
+        (:func:`leaselog.types.grants` reads them), absent when the answer
+        repeats an earlier one."""
         body: Dict[str, Any] = {"worker": self.worker_id, "outcome": outcome}
         if reason:
             body["reason"] = reason
@@ -288,6 +294,8 @@ class WorkerClient:
             body["ref"] = ref
         if result is not None:
             body["result"] = result
+        if next_max:
+            body["next"] = {"max": next_max}
         _, doc = self._t.request("POST", f"/v1/leases/{int(lease)}/report", body=body, timeout=timeout)
         return doc
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from . import _clock
 from ._core import Core, Held, Outcome, Stop, lost, not_started, refused, too_late
@@ -21,7 +21,7 @@ from ._http import Call
 from ._runs import Executor, Handler, Task
 from .client import WorkerClient
 from .errors import LeaselogError, Stopping
-from .types import Grant, Timing
+from .types import Grant, Timing, grants
 
 __all__ = ["Worker", "Task"]
 
@@ -72,6 +72,10 @@ class Worker:
     ``LEASELOG_WORKDIR``, ``LEASELOG_SPEC`` (JSON) and ``LEASELOG_RESULT``
     (write JSON there and it becomes the report's result); never the token.
 
+    Each report carries the next acquire for the slot it frees
+    (``next_in_report``, on by default as in the Go worker): a busy worker
+    takes its next job in the report of the last.
+
     The worker heartbeats every ``renew_seconds`` the daemon gives, acts on
     the directives (``cancel``: SIGTERM to the command's group, SIGKILL after
     ``stop_grace``; ``kill``: SIGKILL; ``gone``: SIGKILL, no report; a
@@ -89,7 +93,7 @@ class Worker:
     def __init__(self, server: Optional[str], worker_id: str, token: Optional[str] = None, *,
                  handler: Handler = None, capacity: int = 1, state_dir: Optional[str] = None,
                  workdir: Optional[str] = None, wait_seconds: float = 10.0, stop_grace: float = 10.0,
-                 timing: Optional[Timing] = None) -> None:
+                 next_in_report: bool = True, timing: Optional[Timing] = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, is {capacity}")
         self.id = worker_id
@@ -100,6 +104,9 @@ class Worker:
         self.workdir = workdir
         self.wait_seconds = wait_seconds
         self.stop_grace = stop_grace
+        # Take the next job in the report of the last (as the Go worker
+        # does by default); off once a daemon that predates it refused it.
+        self.next_in_report = next_in_report
         self._timing = timing or DEFAULT_TIMING
         self._stopped = threading.Event()
         self._ready = threading.Event()
@@ -318,10 +325,16 @@ class Worker:
     def _begin(self, g: Grant, sent: float) -> None:
         with self._lock:
             h, ok = self.core.take(g, sent, self.clock.now())
+        self._begin_taken(h, ok)
+
+    def _begin_taken(self, h: Optional[Held], ok: bool) -> None:
+        """Run the job of a lease just taken, or report it too late (not ok).
+        None is a grant of a lease held or let go of already: nothing to do."""
         if h is None:
             return
         if not ok:
-            log.warning("worker %s: lease %d: the grant arrived past its fence; not starting", self.id, g.lease)
+            log.warning("worker %s: lease %d: the grant arrived past its fence (or while fenced); not starting",
+                        self.id, h.lease)
             self._go(self._report, h, too_late())
             return
         self._run(h)
@@ -371,18 +384,38 @@ class Worker:
 
     def _report(self, h: Held, o: Outcome) -> None:
         """Send the outcome until the daemon answers for good (reports are
-        idempotent); a refusal sends less, as the Go worker does."""
+        idempotent); a refusal sends less, as the Go worker does. The report
+        carries the next acquire for the slot it frees (next_in_report)."""
         later = _Backoff(self.core.renew)
+        probe = False  # the one call sent without next after one with it was refused as bad input
         while True:
+            ask = 0
+            if self.next_in_report and not probe:
+                with self._lock:
+                    ask = self.core.next_after(h)
+            sent = self.clock.now()
             try:
                 reply = self.api.report(h.lease, o.outcome, reason=o.reason or None, ref=o.ref or None,
-                                        result=o.result, timeout=self.core.call_timeout)
+                                        result=o.result, next_max=ask, timeout=self.core.call_timeout)
                 log.info("worker %s: job %s lease %d reported %s (seq %s)", self.id, h.grant.job.id, h.lease,
                          o.outcome, reply.get("seq"))
+                if probe:
+                    log.warning("worker %s: the daemon takes no next acquire in a report; "
+                                "taking jobs with the acquire loop only", self.id)
+                    self.next_in_report = False
+                if ask:
+                    self._reported_next(h, o, reply, sent)
+                    return
                 break
             except LeaselogError as e:
                 if self._stopped.is_set():
                     return  # not reported: the lease stays, and a restarted worker reports it
+                probe = False
+                if ask and e.code == "bad_request":
+                    # Bad input wrote nothing: either the report is bad, or the
+                    # daemon predates next. The same report without it tells.
+                    probe = True
+                    continue
                 nxt, what = refused(o, e)
                 if what == "later":
                     self._stopped.wait(later())
@@ -397,6 +430,25 @@ class Worker:
         if self.executor is not None:
             self.executor.mark_reported(h.grant, o.outcome)
         self._forget(h)
+
+    def _reported_next(self, h: Held, o: Outcome, reply: Dict[str, Any], sent: float) -> None:
+        """Let go of h, reported by a call sent at sent that carried the next
+        acquire, and run what that acquire granted in the slot h freed. An
+        answer without next repeats an earlier one, whose grants (if any)
+        are looked for in the lease list, as after a lost acquire."""
+        if self.executor is not None:
+            self.executor.mark_reported(h.grant, o.outcome)
+        nxt = reply.get("next")
+        got = grants(nxt) if isinstance(nxt, dict) else []
+        now = self.clock.now()
+        with self._lock:
+            self.core.forget(h)
+            taken = [self.core.take(g, sent, now) for g in got]
+        if nxt is None:
+            self._adopt_orphans(self.core.call_timeout)
+        self._freed.set()
+        for held, ok in taken:
+            self._begin_taken(held, ok)
 
     def _forget(self, h: Held) -> None:
         with self._lock:

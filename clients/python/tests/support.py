@@ -104,6 +104,7 @@ class Proxy:
         self._lose: Optional[str] = None
         self.lost = threading.Event()  # set once an answer was lost
         self.connections = 0  # connections passed to the daemon
+        self.requests: List[str] = []  # their request lines ("POST /v1/… HTTP/1.1")
         self._closed = False
         self._open: List[socket.socket] = []
         self._lock = threading.Lock()
@@ -158,6 +159,8 @@ class Proxy:
             u.sendall(first)
         except OSError:
             first = b""
+        with self._lock:
+            self.requests.append(first.split(b"\r\n", 1)[0].decode("latin-1"))
         lose = self._lose
         if lose is not None and lose.encode() in first.split(b"\r\n", 1)[0]:
             self._lose = None

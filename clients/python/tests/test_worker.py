@@ -81,6 +81,26 @@ class WorkerTest(ServerTest):
         with open(os.path.join(w.state_dir, f"{cmd.id}-{lease}", "reported")) as f:
             self.assertEqual(f.read(), "succeeded\n")
 
+    def test_next_job_in_the_report(self) -> None:
+        """A busy worker takes its next job in the report of the last: one
+        call, whose acquire is written in the report's batch."""
+        gate = tempfile.mkdtemp()
+        proxy = Proxy(SERVER)
+        self.addCleanup(proxy.close)
+        w = self.worker("next", capacity=1, server=proxy.address)
+        a = self.submit("a", run=f"while [ ! -e {gate}/a ]; do sleep 0.05; done")
+        self.wait_state(a.id, ("running",))
+        acquires = sum("/acquire" in r for r in proxy.requests)  # the worker is full: its acquire loop waits
+        b = self.submit("b", run=f"while [ ! -e {gate}/b ]; do sleep 0.05; done")
+        open(os.path.join(gate, "a"), "w").close()
+        self.wait_state(b.id, ("running",))
+        self.assertEqual(sum("/acquire" in r for r in proxy.requests), acquires, "b came from an acquire call")
+        reported = self.events_of(a.id, "lease.reported")[0]
+        acquired = self.events_of(b.id, "lease.acquired")[0]
+        self.assertEqual((acquired.seq, acquired.worker), (reported.seq + 1, w.id), "not in the report's batch")
+        open(os.path.join(gate, "b"), "w").close()
+        self.assertEqual(self.client.wait(b.id, timeout=20).outcome, "succeeded")
+
     def test_failing_callable(self) -> None:
         def handler(task: leaselog.Task) -> Any:
             raise RuntimeError("the model refused")
