@@ -76,17 +76,26 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
+	// The daemon is away for 10 s (stopped, say), then back: it records
+	// daemon.resumed and takes the gap out of every deadline.
+	d.clock.Advance(10 * time.Second)
+	if err := d.svc.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+
 	// The live leases, with the time left to grace and to toleration.
 	p.open("#/leases")
 	p.waitFor("w2's two leases", `document.querySelectorAll('#leases tr[data-lease]').length === 2`)
 	p.waitFor("the countdowns", `[...document.querySelectorAll('#leases td.left')].every(td => /\d/.test(td.textContent))`)
-	// Counted on the daemon's clock: the leases were heard just now, so
-	// their toleration (15 s) is still ahead, though the browser's clock
-	// is an hour past it.
+	// Counted on the daemon's clock, the gap taken out: the leases were
+	// heard 10 s ago, all of it the daemon's absence, so their toleration
+	// (15 s) is still ahead; and the browser's clock is an hour past it.
 	left := eval[[]string](p, `[...document.querySelectorAll('#leases tr[data-lease] td.left:last-child')].map(td => td.textContent)`)
 	for _, l := range left {
-		if s, err := time.ParseDuration(l); err != nil || s <= 5*time.Second || s > leasetest.Timing().Toleration {
-			t.Errorf("time left to toleration %q: want 5 s to 15 s, on the daemon's clock", l)
+		// The daemon's clock is known to a second: 15 s ± 1, and well
+		// above the 5 s left if the absence counted.
+		if s, err := time.ParseDuration(l); err != nil || s <= 8*time.Second || s > leasetest.Timing().Toleration+time.Second {
+			t.Errorf("time left to toleration %q: want 8 s to 16 s, on the daemon's clock, the absence taken out", l)
 		}
 	}
 	p.screenshot("leases")
@@ -96,6 +105,11 @@ func TestDashboard(t *testing.T) {
 	p.waitFor("both workers", `document.querySelectorAll('#workers tr[data-worker]').length === 2`)
 	if got := eval[string](p, `document.querySelector('#workers tr[data-worker="w2"]').innerText`); !strings.Contains(got, "yes") {
 		t.Errorf("w2's row %q: want reachable", got)
+	}
+	// Its grace (5 s) counts from its last word, the absence taken out.
+	got := eval[string](p, `document.querySelector('#workers tr[data-worker="w2"] td:last-child').textContent`)
+	if left, err := time.ParseDuration(got); err != nil || left < 2*time.Second || left > leasetest.Timing().Grace+time.Second {
+		t.Errorf("w2's time left to grace %q: want 2 s to 6 s", got)
 	}
 	p.screenshot("workers")
 

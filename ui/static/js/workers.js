@@ -1,6 +1,8 @@
 // The workers the daemon knows (GET /v1/workers): reachable or not, their
 // live leases, when they last spoke and, for a reachable worker holding
-// leases, the time left before grace makes it unreachable.
+// leases, the time left before grace makes it unreachable (later by any
+// absence of the daemon's since: absence.js).
+import { absenceAfter } from './absence.js';
 import { all, daemonNow } from './api.js';
 import { ago, badge, coalesce, duration, h, table, time } from './dom.js';
 
@@ -17,10 +19,15 @@ export function render(main) {
       return;
     }
     const grace = res.doc.grace_seconds;
+    const held = res.items.filter((w) => w.reachable && w.live_leases > 0);
+    let absence = () => 0;
+    try {
+      if (held.length) absence = await absenceAfter(Math.min(...held.map((w) => new Date(w.seen).getTime())));
+    } catch { /* the time left then errs early */ }
     const now = daemonNow();
     const rows = res.items.map((w) => {
       const seen = new Date(w.seen).getTime();
-      const left = (seen + grace * 1000 - now) / 1000;
+      const left = (seen + absence(seen) + grace * 1000 - now) / 1000;
       return h('tr', { 'data-worker': w.id },
         h('td', {}, h('a', { href: `#/stale?worker=${encodeURIComponent(w.id)}`, title: 'its stale reports' }, w.id)),
         h('td', {}, badge(w.reachable ? 'yes' : 'no')),
@@ -35,7 +42,7 @@ export function render(main) {
   const ticker = setInterval(load, 5000); // "ago" and "to grace" move with the time
   load();
   return {
-    onEvent: (e) => { if (e.worker) reload(); },
+    onEvent: (e) => { if (e.worker || e.type.startsWith('daemon.')) reload(); },
     stop: () => { clearInterval(ticker); reload.cancel(); },
   };
 }
