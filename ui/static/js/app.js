@@ -40,7 +40,7 @@ function askToken(why) {
   current?.stop?.();
   current = null;
   main.dataset.page = 'token';
-  const input = h('input', { type: 'password', name: 'token', autocomplete: 'off', required: true, id: 'token-input' });
+  const input = h('input', { type: 'password', name: 'token', autocomplete: 'off', required: true, id: 'token-input', 'aria-label': 'token' });
   main.replaceChildren(h('form', {
     class: 'token',
     onsubmit: (ev) => {
@@ -50,8 +50,8 @@ function askToken(why) {
     },
   },
   h('h1', {}, 'This daemon takes a token'),
-  h('p', {}, 'Open the link `leaselog serve` prints (it carries the token), or paste an admin or auditor token. ',
-    'It is kept in this tab only.'),
+  h('p', {}, 'Open the link ', h('code', {}, 'leaselog serve'), ' logs (it carries the token), or paste an admin or ',
+    'auditor token. It is kept in this tab only.'),
   input,
   why ? h('p', { class: 'error', id: 'token-error' }, why) : null,
   h('button', { type: 'submit' }, 'Use token')));
