@@ -452,6 +452,9 @@ func TestOpenAPI(t *testing.T) {
 	}
 	c.stream(request{method: "GET", path: "/v1/events/stream?type=lease.reported", token: adminTok, header: map[string]string{"Last-Event-ID": "1"}}, 1)
 	c.call(rq("GET", "/v1/events/stream?after=x", auditorTok, nil), http.StatusBadRequest)
+	// A browser's EventSource sends its token in the query (streamauth.go).
+	c.stream(rq("GET", "/v1/events/stream?after=0&token="+auditorTok, "", nil), int(f.log.DurableSeq()))
+	c.call(rq("GET", "/v1/events/stream?token=nope", "", nil), http.StatusUnauthorized)
 	c.call(rq("GET", "/metrics", auditorTok, nil), http.StatusOK)
 
 	// Bodies that never finish: 408, on every operation that reads one.
