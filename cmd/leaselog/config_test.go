@@ -35,7 +35,7 @@ w1 = "worker-token-0123456789"
 	if c.Capacity() != 0 || c.Workdir() != "/var/lib/leaselog/work" || c.Auth.Workers["w1"] == "" {
 		t.Errorf("config %+v", c)
 	}
-	if d := DefaultConfig(); d.Validate() != nil || d.Lease().Toleration != 300*time.Second {
+	if d := DefaultConfig(); d.Validate() != nil || d.Lease().Toleration != 300*time.Second || d.Retention() != 7*24*time.Hour {
 		t.Errorf("default config %+v: %v", d, d.Validate())
 	}
 }
@@ -61,6 +61,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"[plugins.executor]\ntoleration_seconds = inf", "plugins.executor.toleration_seconds: must be a number of seconds up to"},
 		{"[plugins.executor]\ngrace_seconds = nan", "plugins.executor.grace_seconds: must be a number of seconds up to"},
 		{"[store]\nsnapshot_seconds = 1e20", "store.snapshot_seconds: must be a number of seconds up to"},
+		{"[plugins.executor]\nretention_seconds = -1", "plugins.executor.retention_seconds: must be 0"},
+		{"[plugins.executor]\nretention_seconds = 1e20", "plugins.executor.retention_seconds: must be a number of seconds up to"},
 	} {
 		c, err := ParseConfig(tc.text)
 		if err == nil {
