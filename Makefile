@@ -5,7 +5,7 @@ BENCH   ?= .
 COUNT   ?= 6
 BENCHTIME ?= 1s
 
-.PHONY: build test vet fmt-check sim kill fuzz bench bench-large bench-clean run replay demo clean
+.PHONY: build test vet fmt-check sim kill fuzz bench bench-large bench-clean run replay demo cluster clean
 
 # Reliability knobs (docs/reliability.md): simulation seeds, SIGKILL runs,
 # time per fuzz target.
@@ -67,6 +67,11 @@ replay: build
 
 demo: build
 	./bin/leaselog demo
+
+# Three NATS servers (one JetStream cluster) and two daemons on the stream,
+# one active and one standby, on this machine (docs/cluster.md).
+cluster:
+	GO=$(GO) scripts/cluster.sh
 
 clean:
 	rm -rf bin bench.out

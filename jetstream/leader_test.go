@@ -16,7 +16,9 @@ import (
 	"github.com/leaselog/leaselog/lease"
 )
 
-const ttl = 400 * time.Millisecond
+// ttl is the leadership TTL of the tests: long enough that a refresh (every
+// TTL/3) is not missed on a loaded machine under the race detector.
+const ttl = time.Second
 
 // openMember opens a store that campaigns for the leadership as id.
 func openMember(t testing.TB, id string, ns *server.Server) *Store {

@@ -62,9 +62,11 @@ func runCluster(t testing.TB, n int) []*server.Server {
 			t.Fatal("nats server not ready")
 		}
 	}
-	waitFor(t, 20*time.Second, "a JetStream meta leader", func() bool {
+	// A stream of n replicas is placed once the meta leader has all n
+	// peers online, with their stats.
+	waitFor(t, 20*time.Second, "a JetStream meta leader with every peer", func() bool {
 		for _, s := range servers {
-			if s.JetStreamIsLeader() {
+			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == n {
 				return true
 			}
 		}

@@ -177,7 +177,24 @@ func (s *Store) open(ctx context.Context) error {
 func (s *Store) ensureStream(ctx context.Context) (natsjs.Stream, error) {
 	st, err := s.js.Stream(ctx, s.opts.Stream)
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
-		st, err = s.js.CreateStream(ctx, natsjs.StreamConfig{
+		st, err = s.createStream(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: stream %s: %w", s.opts.Stream, err)
+	}
+	if subj := st.CachedInfo().Config.Subjects; len(subj) != 1 || subj[0] != s.subject {
+		return nil, fmt.Errorf("jetstream: stream %s has subjects %v, not leaselog's %q", s.opts.Stream, subj, s.subject)
+	}
+	return st, nil
+}
+
+// createStream creates the stream. A cluster that is still forming refuses
+// it for a while (no JetStream leader yet, a peer not yet known): that is
+// retried, until Timeout.
+func (s *Store) createStream(ctx context.Context) (natsjs.Stream, error) {
+	deadline := time.Now().Add(s.opts.Timeout)
+	for {
+		st, err := s.js.CreateStream(ctx, natsjs.StreamConfig{
 			Name:        s.opts.Stream,
 			Description: "leaselog event log: one message per batch of events",
 			Subjects:    []string{s.subject},
@@ -192,16 +209,17 @@ func (s *Store) ensureStream(ctx context.Context) (natsjs.Stream, error) {
 			Duplicates:  2 * time.Minute, // a batch republished after a lost ack is stored once
 		})
 		if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) { // another daemon created it first
-			st, err = s.js.Stream(ctx, s.opts.Stream)
+			return s.js.Stream(ctx, s.opts.Stream)
+		}
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return st, err
+		}
+		s.logger.Warn().Err(err).Msg("jetstream: the stream cannot be created yet; retrying")
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: stream %s: %w", s.opts.Stream, err)
-	}
-	if subj := st.CachedInfo().Config.Subjects; len(subj) != 1 || subj[0] != s.subject {
-		return nil, fmt.Errorf("jetstream: stream %s has subjects %v, not leaselog's %q", s.opts.Stream, subj, s.subject)
-	}
-	return st, nil
 }
 
 // attempt is how long one publish, or one question to the stream, may take
