@@ -56,7 +56,9 @@ func browser(t *testing.T) context.Context {
 		}
 		t.Skipf("no Chromium found (looked for %s): the dashboard's browser test needs one (apt-get install chromium)", strings.Join(browserPaths, ", "))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Bounds a browser that hangs; a passing run takes seconds, but make
+	// test runs every package at once on a busy machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	// Chromium refuses to run as root with its sandbox; elsewhere the
 	// sandbox may be unusable (a container, or a host that forbids
@@ -256,12 +258,13 @@ func (p *page) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
-// waitFor polls the JavaScript condition cond until it holds, for up to 10 s:
+// waitFor polls the JavaScript condition cond until it holds, for up to 20 s
+// (it returns as soon as it does; the bound is for a loaded machine):
 // the pages load and update asynchronously, and a condition polled is the
 // only honest wait for that.
 func (p *page) waitFor(what, cond string) {
 	p.t.Helper()
-	_, err := chromedp.Run(p.ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(10*time.Second)))
+	_, err := chromedp.Run(p.ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(20*time.Second)))
 	if err != nil {
 		text, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.getElementById('main').innerText`))
 		p.t.Fatalf("%s: %v; the page shows:\n%s", what, err, text)
