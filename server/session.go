@@ -16,6 +16,12 @@ package server
 // frame over Options.MaxBody, a body that does not arrive within
 // Options.BodyTimeout, or a header that cannot be read is answered and ends
 // the session: the stream of frames can no longer be trusted.
+//
+// A session has no idle timeout, unlike an HTTP connection kept alive: it is
+// a worker, whose heartbeats or long polls keep it busy, and the daemon's
+// TCP keep-alive (Go's default on accepted connections) ends one whose peer
+// is gone without a word. It holds its place under LimitListener for as
+// long as it lasts, as any connection does.
 
 import (
 	"bufio"
