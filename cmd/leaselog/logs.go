@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/server"
+	"github.com/leaselog/leaselog/worker"
 	"github.com/leaselog/leaselog/worker/local"
 )
 
@@ -112,59 +115,106 @@ func (d dirOutput) read(_ context.Context, job string, lease uint64, stream stri
 
 // tailOutput copies a job's streams to out: once, or with follow until the
 // job ends (every stream's last read was final). A new lease (a retry)
-// starts its streams from the beginning, announced on note.
+// starts its streams from the beginning, announced on note. A follow that
+// loses the daemon (restarted, say) says so on note and asks again with
+// backoff, from where it was.
 func tailOutput(ctx context.Context, src outputSource, job string, lease uint64, streams []string, out map[string]io.Writer, follow bool, note io.Writer) error {
-	type state struct {
-		lease  uint64
-		offset int64
-		final  bool
-	}
-	st := make([]state, len(streams))
-	var announced uint64 // the lease whose output is shown
+	t := &tail{src: src, job: job, lease: lease, streams: streams, out: out, note: note, st: make([]streamState, len(streams))}
+	backoff := worker.NewBackoff(5*time.Second, rand.Float64)
+	lost := false
 	for {
-		for i, stream := range streams {
-			for {
-				c, err := src.read(ctx, job, lease, stream, st[i].offset)
-				if err != nil {
-					return fmt.Errorf("logs %s: %w", job, err)
-				}
-				if c.lease != st[i].lease {
-					prev := st[i].lease
-					st[i].lease, st[i].offset = c.lease, 0
-					if prev != 0 && c.lease != announced {
-						fmt.Fprintf(note, "leaselog: job %s: its output from lease %d on\n", job, c.lease)
-					}
-					announced = c.lease
-					if prev != 0 {
-						continue // what was read is the new run's, from the old offset
-					}
-				}
-				st[i].final = c.final
-				if len(c.data) == 0 {
-					break
-				}
-				if _, err := out[stream].Write(c.data); err != nil {
-					return err
-				}
-				st[i].offset += int64(len(c.data))
+		err := t.pass(ctx)
+		wait := logsPoll
+		switch {
+		case err != nil && follow && transient(err) && ctx.Err() == nil:
+			if !lost {
+				fmt.Fprintf(note, "leaselog: logs %s: %v; trying again\n", job, explainUnreachable(err))
+				lost = true
 			}
-		}
-		done := !follow
-		if follow {
-			done = true
-			for _, s := range st {
-				done = done && s.final
-			}
-		}
-		if done {
+			wait = backoff.Next()
+		case err != nil:
+			return fmt.Errorf("logs %s: %w", job, err)
+		case !follow || t.final():
 			return nil
+		default:
+			lost = false
+			backoff.Reset()
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(logsPoll):
+		case <-time.After(wait):
 		}
 	}
+}
+
+// transient tells a failure a follow outlives: the daemon out of reach, or
+// failing inside (5xx).
+func transient(err error) bool {
+	var op *net.OpError
+	var apiErr *api.Error
+	return errors.As(err, &op) || (errors.As(err, &apiErr) && apiErr.Status >= 500)
+}
+
+// tail is the state of tailOutput.
+type tail struct {
+	src       outputSource
+	job       string
+	lease     uint64
+	streams   []string
+	out       map[string]io.Writer
+	note      io.Writer
+	st        []streamState
+	announced uint64 // the lease whose output is shown
+}
+
+type streamState struct {
+	lease  uint64
+	offset int64
+	final  bool
+}
+
+// final reports whether every stream's last read was final.
+func (t *tail) final() bool {
+	for _, s := range t.st {
+		if !s.final {
+			return false
+		}
+	}
+	return true
+}
+
+// pass reads every stream as far as it goes now.
+func (t *tail) pass(ctx context.Context) error {
+	for i, stream := range t.streams {
+		st := &t.st[i]
+		for {
+			c, err := t.src.read(ctx, t.job, t.lease, stream, st.offset)
+			if err != nil {
+				return err
+			}
+			if c.lease != st.lease {
+				prev := st.lease
+				st.lease, st.offset = c.lease, 0
+				if prev != 0 && c.lease != t.announced {
+					fmt.Fprintf(t.note, "leaselog: job %s: its output from lease %d on\n", t.job, c.lease)
+				}
+				t.announced = c.lease
+				if prev != 0 {
+					continue // what was read is the new run's, from the old offset
+				}
+			}
+			st.final = c.final
+			if len(c.data) == 0 {
+				break
+			}
+			if _, err := t.out[stream].Write(c.data); err != nil {
+				return err
+			}
+			st.offset += int64(len(c.data))
+		}
+	}
+	return nil
 }
 
 // localOutput is the daemon's server.OutputSource: the run directories of

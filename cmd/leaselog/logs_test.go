@@ -5,13 +5,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/internal/testutil"
 )
 
@@ -126,9 +129,15 @@ func TestE2ELogsOfARemoteWorker(t *testing.T) {
 type fakeOutput struct {
 	chunks map[string][]chunk
 	offs   map[string][]int64 // the offsets asked for
+	fail   []error            // the next reads fail with these first
 }
 
 func (f *fakeOutput) read(_ context.Context, _ string, _ uint64, stream string, offset int64) (chunk, error) {
+	if len(f.fail) > 0 {
+		err := f.fail[0]
+		f.fail = f.fail[1:]
+		return chunk{}, err
+	}
 	f.offs[stream] = append(f.offs[stream], offset)
 	cs := f.chunks[stream]
 	if len(cs) == 0 {
@@ -163,5 +172,41 @@ func TestTailOutputFollowsARetry(t *testing.T) {
 	}
 	if got := fmt.Sprint(src.offs["stdout"]); got != "[0 6 6 0 7]" {
 		t.Fatalf("stdout offsets asked %s", got)
+	}
+}
+
+// A follow outlives a daemon out of reach (restarted): it says so once and
+// resumes where it was. An error that is an answer ends it, as it ends a
+// read without --follow.
+func TestTailOutputOutlivesALostDaemon(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	script := func(fail ...error) *fakeOutput {
+		return &fakeOutput{offs: map[string][]int64{}, fail: fail, chunks: map[string][]chunk{
+			"stdout": {{data: []byte("a\n"), lease: 2}, {lease: 2}, {data: []byte("b\n"), lease: 2, final: true}},
+		}}
+	}
+	for _, tc := range []struct {
+		name      string
+		src       *fakeOutput
+		follow    bool
+		out, note string
+		errSays   string
+	}{
+		{"follow, the daemon away twice", script(refused, refused), true, "a\nb\n", "trying again", ""},
+		{"follow, a 503", script(&api.Error{Status: 503, Code: api.CodeUnavailable, Message: "busy"}), true, "a\nb\n", "busy; trying again", ""},
+		{"follow, a 404", script(&api.Error{Status: 404, Code: api.CodeNotFound, Message: "job j"}), true, "", "", "not_found: job j"},
+		{"no follow, the daemon away", script(refused), false, "", "", "connection refused"},
+	} {
+		var stdout, note bytes.Buffer
+		err := tailOutput(context.Background(), tc.src, "j", 0, []string{"stdout"}, map[string]io.Writer{"stdout": &stdout}, tc.follow, &note)
+		if tc.errSays != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.errSays) {
+				t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.errSays)
+			}
+			continue
+		}
+		if err != nil || stdout.String() != tc.out || strings.Count(note.String(), "\n") != 1 || !strings.Contains(note.String(), tc.note) {
+			t.Errorf("%s: %v, stdout %q, note %q", tc.name, err, stdout.String(), note.String())
+		}
 	}
 }
