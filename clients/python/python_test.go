@@ -91,7 +91,7 @@ func TestPython(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
 	cmd.Env = append(environ("LEASELOG_SERVER", "LEASELOG_TOKEN", "PYTHONPATH"),
-		"LEASELOG_SERVER=http://"+addr, "PYTHONDONTWRITEBYTECODE=1",
+		"LEASELOG_SERVER=http://"+addr, "PYTHONDONTWRITEBYTECODE=1", "TMPDIR="+t.TempDir(), // the tests' state directories go with the test
 		"LEASELOG_AUTH_SERVER=http://"+authAddr, "LEASELOG_AUTH_ADMIN="+adminToken,
 		"LEASELOG_AUTH_AUDITOR="+auditorToken, "LEASELOG_AUTH_WORKER="+workerID+":"+workerToken)
 	out, err := cmd.CombinedOutput()
