@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -123,8 +124,16 @@ type session struct {
 // dialSession upgrades a connection to f's daemon for worker with token.
 func dialSession(t *testing.T, f *fixture, worker, token string) *session {
 	t.Helper()
-	conn, err := net.Dial("tcp", f.ts.Listener.Addr().String())
-	f.must(err)
+	return dialSessionAt(t, f.ts.Listener.Addr().String(), worker, token)
+}
+
+// dialSessionAt upgrades a connection to the daemon at addr.
+func dialSessionAt(t *testing.T, addr, worker, token string) *session {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { conn.Close() })
 	fmt.Fprintf(conn, "GET /v1/workers/%s/session HTTP/1.1\r\nHost: leaselog\r\nConnection: Upgrade\r\nUpgrade: %s\r\n", worker, api.SessionProtocol)
 	if token != "" {
@@ -133,7 +142,9 @@ func dialSession(t *testing.T, f *fixture, worker, token string) *session {
 	fmt.Fprintf(conn, "\r\n")
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
-	f.must(err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != api.SessionProtocol {
 		t.Fatalf("upgrade: %d %v", resp.StatusCode, resp.Header)
 	}
@@ -505,5 +516,39 @@ func TestSessionMetrics(t *testing.T) {
 		if got[k] != want {
 			t.Errorf("%s: %v, want %v (all: %v)", k, got[k], want, got)
 		}
+	}
+}
+
+// TestSessionHoldsAConnection: a session is a connection under the cap —
+// with a cap of 1 and a session open, another connection waits, unserved,
+// until the session ends.
+func TestSessionHoldsAConnection(t *testing.T) {
+	f := newFixture(t, server.Options{})
+	ts := httptest.NewUnstartedServer(f.srv)
+	ts.Listener = server.LimitListener(ts.Listener, 1)
+	ts.Start()
+	t.Cleanup(ts.Close)
+	addr := ts.Listener.Addr().String()
+	s := dialSessionAt(t, addr, "w1", "")
+	s.call(1, api.OpHeartbeat, "-", `{"leases":[]}`)
+
+	other := dial(t, addr) // the kernel queues it
+	br := bufio.NewReader(other)
+	if _, err := io.WriteString(other, "GET /healthz HTTP/1.1\r\nHost: leaselog\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Not served while the session is open: absence can only be observed
+	// over a span, as in TestConnectionCap.
+	if err := other.SetReadDeadline(time.Now().Add(250 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := br.Peek(1); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a connection over the cap was served beside a session: %v", err)
+	}
+	s.call(2, api.OpHeartbeat, "-", `{"leases":[]}`) // the session is served as before
+	s.conn.Close()
+	_ = other.SetReadDeadline(time.Time{})
+	if r := readAnswer(t, other, br, "GET"); r.status != http.StatusOK {
+		t.Fatalf("the connection once the session ended: %s", r)
 	}
 }

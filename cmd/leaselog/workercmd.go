@@ -24,6 +24,7 @@ func (m *Main) workerCommand() *cobra.Command {
 	var server, id, workdir, logFormat, logLevel, tokenFile string
 	var retention time.Duration
 	var capacity int
+	var session bool
 	cmd := &cobra.Command{
 		Use:   "worker --server URL --id ID [--capacity N] [--workdir DIR]",
 		Short: "Run a worker on this machine against a remote daemon",
@@ -58,7 +59,11 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 			if server, err = resolveServer(server); err != nil {
 				return fmt.Errorf("worker: --server: %w", err)
 			}
-			c, err := api.NewClient(server, token)
+			var copts []api.ClientOption
+			if session {
+				copts = append(copts, api.Session())
+			}
+			c, err := api.NewClient(server, token, copts...)
 			if err != nil {
 				return err
 			}
@@ -101,6 +106,7 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 	cmd.Flags().StringVar(&logFormat, "log-format", "console", "json or console (coloured on a terminal only)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().DurationVar(&retention, "retention", local.DefaultRetention, "remove the run directories (and worktrees; refs stay) of jobs ended longer ago than this; 0 keeps them")
+	cmd.Flags().BoolVar(&session, "session", false, "make the worker calls over a worker session (one connection, no HTTP per call; plain calls against a daemon without sessions)")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "read this worker's token from FILE (mode 0600) instead of $LEASELOG_TOKEN")
 	return cmd
 }
