@@ -47,7 +47,9 @@ func waitPid(t *testing.T, path string) int {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if b, err := os.ReadFile(path); err == nil {
+		// The shell creates the file before it writes the pid: empty is
+		// not yet.
+		if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) != "" {
 			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 			if err != nil {
 				t.Fatal(err)
