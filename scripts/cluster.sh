@@ -11,6 +11,7 @@
 # Ctrl-C stops them all. Kill the active daemon (its pid is printed) and the
 # standby takes over within grace; kill a NATS server and appends go on.
 set -eu
+cd "$(dirname "$0")/.." # the module: go install and go build run in it
 GO=${GO:-go}
 dir=${CLUSTER_DIR:-$(mktemp -d -t leaselog-cluster.XXXXXX)}
 port=${PORT:-14222}
