@@ -216,6 +216,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: plugins.executor.local_capacity: must be 0 or more, is %d", c.Capacity())
 	case e.RetentionSeconds < 0:
 		return fmt.Errorf("config: plugins.executor.retention_seconds: must be 0 (keep every run directory) or more, is %v", e.RetentionSeconds)
+	case e.RetentionSeconds != 0 && e.RetentionSeconds <= e.TolerationSeconds:
+		// A lease outlives its job's end by toleration at most: a shorter
+		// retention could remove a run a restarted worker re-attaches to.
+		return fmt.Errorf("config: plugins.executor.retention_seconds: must be 0 (keep every run directory) or more than toleration_seconds (%v), is %v", e.TolerationSeconds, e.RetentionSeconds)
 	case c.Server.MaxConnections < 0:
 		return fmt.Errorf("config: server.max_connections: must be 0 (from the file-descriptor limit) or more, is %d", c.Server.MaxConnections)
 	case c.Store.Dir == "":

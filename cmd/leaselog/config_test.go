@@ -62,6 +62,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"[plugins.executor]\ngrace_seconds = nan", "plugins.executor.grace_seconds: must be a number of seconds up to"},
 		{"[store]\nsnapshot_seconds = 1e20", "store.snapshot_seconds: must be a number of seconds up to"},
 		{"[plugins.executor]\nretention_seconds = -1", "plugins.executor.retention_seconds: must be 0"},
+		{"[plugins.executor]\nretention_seconds = 300", "plugins.executor.retention_seconds: must be 0 (keep every run directory) or more than toleration_seconds (300)"},
 		{"[plugins.executor]\nretention_seconds = 1e20", "plugins.executor.retention_seconds: must be a number of seconds up to"},
 	} {
 		c, err := ParseConfig(tc.text)

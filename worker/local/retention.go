@@ -2,8 +2,6 @@ package local
 
 import (
 	"context"
-	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,6 +63,12 @@ func (e *Executor) Prune(ctx context.Context, now time.Time, keep time.Duration)
 			break
 		}
 		dir := filepath.Join(e.dir, ent.Name())
+		if name := ent.Name(); strings.HasPrefix(name, ".") && strings.HasSuffix(name, tombSuffix) {
+			if err := os.RemoveAll(dir); err != nil { // a removal cut short
+				e.log.Warn().Err(err).Str("dir", dir).Msg("local: retention: cannot remove a run directory")
+			}
+			continue
+		}
 		if _, ok := leaseOfDir(ent.Name(), ""); !ok || !ent.IsDir() || e.isHeld(dir) {
 			continue
 		}
@@ -107,7 +111,10 @@ func endedAt(dir string) (time.Time, bool) {
 }
 
 // removeRun removes a run directory, and, for a worktree, its entry in its
-// repository (the refs stay).
+// repository (the refs stay). The directory is first renamed to a
+// tombstone (.<name>.removing), which is removed whole: a removal cut short
+// (the worker stopped) leaves no half run directory that no longer reads as
+// ended, only a tombstone the next round finishes.
 func removeRun(ctx context.Context, dir string) error {
 	common := ""
 	if fi, err := os.Lstat(filepath.Join(dir, ".git")); err == nil && fi.Mode().IsRegular() {
@@ -115,7 +122,8 @@ func removeRun(ctx context.Context, dir string) error {
 			common = strings.TrimSpace(out)
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	tomb := filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+tombSuffix)
+	if err := os.Rename(dir, tomb); err != nil {
 		return err
 	}
 	if common != "" {
@@ -125,8 +133,11 @@ func removeRun(ctx context.Context, dir string) error {
 			return err
 		}
 	}
-	return nil
+	return os.RemoveAll(tomb)
 }
+
+// tombSuffix ends the name of a run directory being removed.
+const tombSuffix = ".removing"
 
 // RunRetention removes old run directories (Prune with Options.Retention,
 // at Options.Now) every PruneInterval until ctx is done, the first round at

@@ -54,7 +54,16 @@ func TestPruneRemovesOldEndedRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A removal cut short (the worker stopped): its tombstone goes.
+	tomb := filepath.Join(e.Dir(), ".cut-9.removing")
+	if err := os.MkdirAll(filepath.Join(tomb, stateDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
 	removed := e.Prune(context.Background(), time.Now(), 24*time.Hour)
+	if fileExists(tomb) {
+		t.Error("the tombstone of a removal cut short is still there")
+	}
 	want := []string{runDirOf(e, plain), runDirOf(e, wt)}
 	if strings.Join(removed, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("removed:\n%s\nwant:\n%s", strings.Join(removed, "\n"), strings.Join(want, "\n"))
