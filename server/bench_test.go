@@ -33,11 +33,12 @@ import (
 //
 // It reports heartbeats/s, and the p50 and p99 latency of a heartbeat;
 // impl=http is HTTP/1.1, api.Client's default, impl=h2c HTTP/2 without TLS
-// (api.H2C).
+// (api.H2C), impl=session a worker session per worker (api.Session).
 func BenchmarkHeartbeatHTTP(b *testing.B) {
 	for _, w := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchHeartbeatHTTP(b, w) })
 		b.Run(fmt.Sprintf("workers=%d/impl=h2c", w), func(b *testing.B) { benchHeartbeatHTTP(b, w, api.H2C()) })
+		b.Run(fmt.Sprintf("workers=%d/impl=session", w), func(b *testing.B) { benchHeartbeatHTTP(b, w, api.Session()) })
 		b.Run(fmt.Sprintf("workers=%d/impl=append", w), func(b *testing.B) { benchAppendBaseline(b, w) })
 	}
 }

@@ -149,7 +149,7 @@ func (ss *serverSession) read() {
 		line, err := ss.br.ReadSlice('\n')
 		if err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
-				ss.refuse(0, badRequest("frame header %q...: no line feed in its first %d bytes", line[:min(len(line), 40)], api.MaxFrameHeader))
+				ss.refuse(0, badRequest("frame header %q...: no line feed in its first %d bytes", line[:min(len(line), 40)], len(line)))
 			}
 			return // the client hung up, or the server closes
 		}

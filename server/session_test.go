@@ -323,6 +323,7 @@ func TestSessionBadFrames(t *testing.T) {
 		{"two spaces", "1  heartbeat - 2\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, "separated by one space"},
 		{"CRLF", "1 heartbeat - 2\r\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, "byte 15 is 0x0d: want printable ASCII"},
 		{"header too long", strings.Repeat("1", 300) + "\n", 0, http.StatusBadRequest, api.CodeBadRequest, "longer than 128 bytes"},
+		{"no line feed", strings.Repeat("1", 5000), 0, http.StatusBadRequest, api.CodeBadRequest, "no line feed in its first 4096 bytes"},
 		{"body over the limit", "5 heartbeat - 1025\n", 5, http.StatusBadRequest, api.CodeTooLarge, "body exceeds 1024 bytes"},
 		{"body never comes", "6 heartbeat - 20\n{\"leases\":", 6, http.StatusRequestTimeout, api.CodeBodyTimeout, "did not arrive in time"},
 	} {
