@@ -142,3 +142,13 @@ func TestWorkerLogFlags(t *testing.T) {
 		t.Fatalf("first line at --log-level warn: %s", first)
 	}
 }
+
+// serve takes --log-level over log.level, and refuses an unknown one.
+func TestServeLogLevelFlag(t *testing.T) {
+	var out bytes.Buffer
+	err := (&Main{Stdout: &out, Stderr: &out}).Run(context.Background(), []string{"serve", "--open", "--local-capacity", "0",
+		"--data", t.TempDir(), "--listen", "127.0.0.1:0", "--log-level", "loud"})
+	if err == nil || !strings.Contains(err.Error(), `log.level: unknown level "loud"`) {
+		t.Fatalf("serve --log-level loud: %v", err)
+	}
+}

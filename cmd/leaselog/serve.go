@@ -13,7 +13,7 @@ import (
 
 func (m *Main) serveCommand() *cobra.Command {
 	var (
-		configPath, dir, listen, logFormat string
+		configPath, dir, listen, logFormat, logLevel string
 		capacity                           int
 		open                               bool
 		retention                          time.Duration
@@ -64,6 +64,9 @@ they stop it too, within seconds even in the middle of a long replay.`,
 			if f.Changed("log-format") {
 				cfg.Log.Format = logFormat
 			}
+			if f.Changed("log-level") {
+				cfg.Log.Level = logLevel
+			}
 			if f.Changed("local-capacity") {
 				cfg.Plugins.Executor.LocalCapacity = &capacity
 			}
@@ -82,7 +85,8 @@ they stop it too, within seconds even in the middle of a long replay.`,
 	cmd.Flags().StringVar(&configPath, "config", "", "TOML configuration file")
 	cmd.Flags().StringVar(&dir, "data", "", "data directory (store.dir; default ./leaselog-data)")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address, host:port or unix:///path (server.listen; default 127.0.0.1:7420)")
-	cmd.Flags().StringVar(&logFormat, "log-format", "", "json or console (log.format)")
+	cmd.Flags().StringVar(&logFormat, "log-format", "", "json or console, coloured on a terminal only (log.format)")
+	cmd.Flags().StringVar(&logLevel, "log-level", "", "debug, info, warn or error (log.level)")
 	cmd.Flags().IntVar(&capacity, "local-capacity", 0, "jobs the local worker runs at once; 0: no local worker")
 	cmd.Flags().DurationVar(&retention, "retention", 0, "keep the local worker's run directories this long after their job ended, then remove them; 0 keeps them (plugins.executor.retention_seconds; default 168h)")
 	cmd.Flags().BoolVar(&open, "open", false, "with a local worker and no [auth], serve with no token: every local user may then run commands as this user (server.open)")
