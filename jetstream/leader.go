@@ -33,6 +33,10 @@ type Leader struct {
 
 const leaderKey = "leader"
 
+// errCache marks a standby's failure to import what it tailed: its cache is
+// no longer a prefix of the stream it can extend, and it stops.
+var errCache = errors.New("jetstream: import into the cache")
+
 // Campaign returns once this daemon holds the leadership, its cache caught
 // up with the stream's end: the log then appends. Until then it is a
 // standby: it tails the stream into its cache (so that its table is current
@@ -44,16 +48,32 @@ func (s *Store) Campaign(ctx context.Context) error {
 	if l == nil {
 		return nil
 	}
-	kv, err := s.leaderBucket(ctx)
-	if err != nil {
-		return err
-	}
 	table, _, err := replay.Rebuild(s.log, s.logger)
 	if err != nil {
 		return fmt.Errorf("jetstream: cache: %w", err)
 	}
 	table.SetRetire(projection.RetireRecord)
 	poll := l.TTL / 4
+	// A standby waits out what NATS cannot do yet (a cluster restarting, a
+	// bucket or stream without a leader): it warns and tries again, until
+	// ctx ends; only its own cache failing stops it.
+	retry := func(what string, err error) error {
+		s.logger.Warn().Err(err).Msg("jetstream: " + what + "; trying again")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(poll):
+			return nil
+		}
+	}
+	var kv natsjs.KeyValue
+	for kv == nil {
+		if kv, err = s.leaderBucket(ctx); err != nil {
+			if err := retry("the leadership bucket", err); err != nil {
+				return err
+			}
+		}
+	}
 	for {
 		rev, err := kv.Create(ctx, leaderKey, []byte(l.ID))
 		if err == nil {
@@ -65,11 +85,16 @@ func (s *Store) Campaign(ctx context.Context) error {
 				s.logger.Info().Str("active", active).Msg("jetstream: standby: another daemon leads the stream")
 			}
 			s.tookOver = true
-		} else {
-			s.logger.Warn().Err(err).Msg("jetstream: campaign for the leadership")
+		} else if err := retry("campaign for the leadership", err); err != nil {
+			return err
 		}
 		if err := s.tail(ctx, table, poll); err != nil {
-			return err
+			if ctx.Err() != nil || errors.Is(err, errCache) {
+				return err
+			}
+			if err := retry("tail the stream", err); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -129,7 +154,7 @@ func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Durati
 			return fmt.Errorf("jetstream: tail the stream: %w", err)
 		}
 		if err := s.importBatch(table, md.Sequence.Stream, m.Data()); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", errCache, err)
 		}
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) && ctx.Err() == nil {

@@ -23,10 +23,21 @@ const ttl = time.Second
 // openMember opens a store that campaigns for the leadership as id.
 func openMember(t testing.TB, id string, ns *server.Server) *Store {
 	t.Helper()
+	return openMemberIn(t, id, t.TempDir(), 1, ns)
+}
+
+// openMemberIn is openMember with its cache in dir, on a stream of replicas
+// on servers.
+func openMemberIn(t testing.TB, id, dir string, replicas int, servers ...*server.Server) *Store {
+	t.Helper()
+	var urls []string
+	for _, ns := range servers {
+		urls = append(urls, ns.ClientURL())
+	}
 	s, err := Open(context.Background(), Options{
-		Servers: []string{ns.ClientURL()}, Stream: "T", Replicas: 1, Dir: t.TempDir(),
+		Servers: urls, Stream: "T", Replicas: replicas, Dir: dir,
 		Log: eventlog.Options{Logger: zerolog.Nop()}, Logger: zerolog.Nop(),
-		Timeout: 5 * time.Second, Leader: &Leader{ID: id, TTL: ttl},
+		Timeout: 10 * time.Second, Leader: &Leader{ID: id, TTL: ttl},
 	})
 	if err != nil {
 		t.Fatal(err)

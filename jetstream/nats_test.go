@@ -30,8 +30,17 @@ func runServer(t testing.TB) *server.Server {
 }
 
 // runCluster starts n in-process NATS servers forming one JetStream cluster,
-// and waits until it has a meta leader.
+// and waits until its meta leader has every peer.
 func runCluster(t testing.TB, n int) []*server.Server {
+	t.Helper()
+	return clusterOf(t, n).start(t)
+}
+
+// cluster is the options of n NATS servers forming one JetStream cluster,
+// fixed (ports, store directories) so that it can be started again.
+type cluster []*server.Options
+
+func clusterOf(t testing.TB, n int) cluster {
 	t.Helper()
 	ports := make([]int, n)
 	for i := range ports {
@@ -41,15 +50,25 @@ func runCluster(t testing.TB, n int) []*server.Server {
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
 	}
-	servers := make([]*server.Server, n)
-	for i := range servers {
-		o := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
+	c := make(cluster, n)
+	for i := range c {
+		c[i] = &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: freePort(t),
 			JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 			Cluster: server.ClusterOpts{Name: "leaselog", Host: "127.0.0.1", Port: ports[i]},
 			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 		}
-		s, err := server.NewServer(o)
+	}
+	return c
+}
+
+// start starts the servers (again) and waits until the meta leader has
+// every peer: a stream of n replicas can be placed only then.
+func (c cluster) start(t testing.TB) []*server.Server {
+	t.Helper()
+	servers := make([]*server.Server, len(c))
+	for i, o := range c {
+		s, err := server.NewServer(o.Clone())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,11 +81,9 @@ func runCluster(t testing.TB, n int) []*server.Server {
 			t.Fatal("nats server not ready")
 		}
 	}
-	// A stream of n replicas is placed once the meta leader has all n
-	// peers online, with their stats.
 	waitFor(t, 20*time.Second, "a JetStream meta leader with every peer", func() bool {
 		for _, s := range servers {
-			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == n {
+			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == len(c) {
 				return true
 			}
 		}
