@@ -88,6 +88,7 @@ var fuzzRoutes = []fuzzRoute{
 	{"GET", "/v1/events", doc[api.Events]()},
 	{"GET", "/v1/events/stream", nil},
 	{"POST", "/v1/jobs/batch", doc[api.SubmitBatchReply]()},
+	{"GET", "/v1/jobs/{id}/output", nil}, // raw bytes, not JSON
 }
 
 func (rt *fuzzRoute) String() string { return rt.method + " " + rt.pattern }
