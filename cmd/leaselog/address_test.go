@@ -117,3 +117,19 @@ func TestTokenFlag(t *testing.T) {
 		}
 	}
 }
+
+// A daemon on a unix socket is reached by the socket's path as by its
+// unix:// address.
+func TestE2EServerBySocketPath(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "s.sock")
+	_, c := startServeUnix(t, dir, sock)
+	submit(t, c, "by-path", "run", "true")
+	for _, server := range []string{sock, "unix://" + sock} {
+		var out, errOut bytes.Buffer
+		err := (&Main{Stdout: &out, Stderr: &errOut}).Run(context.Background(), []string{"jobs", "--server", server, "--data", filepath.Join(dir, "data")})
+		if err != nil || !strings.Contains(out.String(), "by-path") {
+			t.Errorf("jobs --server %s: %v\n%s%s", server, err, out.String(), errOut.String())
+		}
+	}
+}
