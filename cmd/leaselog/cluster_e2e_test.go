@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,11 +52,17 @@ func startStandby(t *testing.T, name, dir, text string) *proc {
 // waitListening waits until p logs that it listens, and returns the address.
 func waitListening(t *testing.T, p *proc) string {
 	t.Helper()
+	return waitAddr(t, p, "listening")
+}
+
+// waitAddr waits until p logs msg, and returns the line's address.
+func waitAddr(t *testing.T, p *proc, msg string) string {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		for _, line := range strings.Split(p.output(), "\n") {
 			var l struct{ Message, Addr string }
-			if json.Unmarshal([]byte(line), &l) == nil && l.Message == "listening" {
+			if json.Unmarshal([]byte(line), &l) == nil && l.Message == msg {
 				return l.Addr
 			}
 		}
@@ -65,7 +72,7 @@ func waitListening(t *testing.T, p *proc) string {
 		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s does not listen", p.name)
+			t.Fatalf("%s did not log %q", p.name, msg)
 		}
 	}
 }
@@ -91,6 +98,19 @@ func TestJetStreamTakeoverAfterSIGKILL(t *testing.T) {
 	}
 
 	b := startStandby(t, "standby", t.TempDir(), text)
+	// The standby tells a health check, and any client, it is not the one.
+	standbyAddr := waitAddr(t, b, "standby: answering 503 until this daemon leads")
+	res, err := http.Get("http://" + standbyAddr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body api.ErrorBody
+	_ = json.NewDecoder(res.Body).Decode(&body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable || body.Error == nil || body.Error.Code != api.CodeUnavailable ||
+		!strings.Contains(body.Error.Message, "the active daemon is at 127.0.0.1:0") {
+		t.Fatalf("the standby's /healthz: %d %+v, want 503 unavailable naming the active daemon", res.StatusCode, body.Error)
+	}
 	a.signal(syscall.SIGKILL)
 	killed := time.Now()
 	a.wait()

@@ -85,7 +85,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		}
 		auth = &server.Auth{Admin: []string{d.token}}
 	}
-	reason, err := st.campaign(ctx, logger)
+	reason, err := st.campaign(ctx, logger, cfg.Server.Listen)
 	if err != nil {
 		return fail(errors.Join(stopped(ctx, "campaigning"), fmt.Errorf("serve: %w", err)))
 	}

@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/jetstream"
 	"github.com/leaselog/leaselog/timing"
@@ -101,11 +105,23 @@ func openStore(ctx context.Context, c StoreConfig, t timing.Config, id string, o
 // daemon leads the stream, and returns the reason of the daemon.started it
 // is to record: TakeoverReason if it took over from another. The Pebble
 // engine returns at once.
-func (s *store) campaign(ctx context.Context, logger zerolog.Logger) (string, error) {
+//
+// While it waits, a daemon listening on TCP answers every request on its
+// address with 503 unavailable naming the active daemon (the address in the
+// leadership key), so that a load balancer's health check (/healthz) tells
+// the active daemon from its standbys, and a client is told where to go.
+func (s *store) campaign(ctx context.Context, logger zerolog.Logger, listen string) (string, error) {
 	if s.js == nil {
 		return "", nil
 	}
 	logger.Info().Msg("campaigning for the leadership of the stream; a standby until then")
+	if network, _, _ := splitListen(listen); network == "tcp" {
+		stop, err := s.answerAsStandby(listen, logger)
+		if err != nil {
+			return "", err
+		}
+		defer stop()
+	}
 	if err := s.js.Campaign(ctx); err != nil {
 		return "", err
 	}
@@ -126,3 +142,27 @@ func (s *store) lost() <-chan struct{} {
 
 // errDeposed stops a daemon that lost the leadership of its stream.
 var errDeposed = fmt.Errorf("leadership of the stream lost (another daemon leads it): %w", jetstream.ErrDeposed)
+
+// answerAsStandby listens on listen and answers every request with 503
+// unavailable, naming the active daemon, until stop (which closes the
+// listener, for the daemon to listen there itself).
+func (s *store) answerAsStandby(listen string, logger zerolog.Logger) (stop func(), err error) {
+	ln, err := listenOn(listen)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		active, err := s.js.Active(r.Context())
+		msg := "standby: this daemon waits to take over the stream; the active daemon is at " + active
+		if err != nil || active == "" {
+			msg = "standby: this daemon waits to take over the stream; no daemon leads it now"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.Error{Code: api.CodeUnavailable, Message: msg}})
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Info().Str("addr", ln.Addr().String()).Msg("standby: answering 503 until this daemon leads")
+	return func() { _ = srv.Close() }, nil
+}
