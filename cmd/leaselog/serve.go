@@ -14,9 +14,9 @@ import (
 func (m *Main) serveCommand() *cobra.Command {
 	var (
 		configPath, dir, listen, logFormat, logLevel string
-		capacity                           int
-		open                               bool
-		retention                          time.Duration
+		capacity                                     int
+		open                                         bool
+		retention                                    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--config FILE] [--data DIR] [--listen ADDR]",
