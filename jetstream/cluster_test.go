@@ -8,9 +8,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/lease"
 )
 
 // TestStreamLeaderLost: on a three-node cluster with three replicas, the
@@ -140,5 +143,68 @@ func TestRestartEverything(t *testing.T) {
 	}
 	if _, err := svc.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after restarting everything: %v", err)
+	}
+}
+
+// TestTakeoverWhileTheStreamLeaderIsLost: on a three-node cluster, the
+// active daemon dies (its key left to expire) and the node leading the
+// stream goes down with it. The standby takes over within grace on the two
+// nodes left; the running lease heartbeats on; the old daemon cannot append.
+func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
+	nodes := runCluster(t, 3)
+	ctx := context.Background()
+	clock := clocktest.New(start)
+	a := openMemberIn(t, "a:7420", t.TempDir(), 3, nodes...)
+	defer a.Close()
+	campaign(t, a)
+	svcA := service(t, a, clock)
+	running := life(t, svcA, "j")
+	b := openMemberIn(t, "b:7420", t.TempDir(), 3, nodes...)
+	defer b.Close()
+	won := make(chan error, 1)
+	go func() { won <- b.Campaign(ctx) }()
+	waitFor(t, 10*time.Second, "the standby's cache to reach the active daemon's", func() bool {
+		return b.Log().DurableSeq() == a.Log().LastSeq()
+	})
+
+	var leader *server.Server
+	waitFor(t, 10*time.Second, "a stream leader", func() bool {
+		for _, n := range nodes {
+			if n.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, "T") {
+				leader = n
+				return true
+			}
+		}
+		return false
+	})
+	a.crash()
+	leader.Shutdown()
+	grace := leasetest.Timing().Grace
+	select {
+	case err := <-won:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(grace):
+		t.Fatalf("no takeover within grace (%v)", grace)
+	}
+	clock.Advance(2 * grace)
+	svcB, err := lease.Open(b.Log(), lease.Options{Config: leasetest.Timing(), Clock: clock, Logger: zerolog.Nop(),
+		StartReason: TakeoverReason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svcB.Close()
+	if err := svcB.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svcB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
+		t.Fatalf("the running lease after the takeover: %v", err)
+	}
+	if _, _, err := svcA.Submit(ctx, "zombie", event.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
+		t.Fatalf("the deposed daemon's submit: %v, want lease.ErrFailed", err)
+	}
+	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("the deposed daemon's log: %v, want ErrDeposed", err)
 	}
 }
