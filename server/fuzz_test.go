@@ -89,6 +89,7 @@ var fuzzRoutes = []fuzzRoute{
 	{"GET", "/v1/events/stream", nil},
 	{"POST", "/v1/jobs/batch", doc[api.SubmitBatchReply]()},
 	{"GET", "/v1/jobs/{id}/output", nil}, // raw bytes, not JSON
+	{"GET", "/v1/workers", doc[api.Workers]()},
 }
 
 func (rt *fuzzRoute) String() string { return rt.method + " " + rt.pattern }
