@@ -111,7 +111,9 @@ func (s *Store) matches(ctx context.Context, log *eventlog.Log) (uint64, bool, e
 // of the jobs it ends are written with it, as the service writes them; then
 // a snapshot, so that the service's own rebuild folds no more than this one.
 func (s *Store) catchUp(ctx context.Context) error {
-	info, err := s.stream.Info(ctx)
+	ictx, cancel := context.WithTimeout(ctx, s.attempt())
+	info, err := s.stream.Info(ictx)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("jetstream: stream %s: %w", s.opts.Stream, err)
 	}
@@ -121,17 +123,22 @@ func (s *Store) catchUp(ctx context.Context) error {
 	}
 	table, _, err := replay.Rebuild(s.log, s.logger)
 	if err != nil {
-		return fmt.Errorf("jetstream: cache: %w", err)
+		return fmt.Errorf("%w: %w", errCache, err)
 	}
 	table.SetRetire(projection.RetireRecord)
 	s.logger.Info().Uint64("from", from).Uint64("to", to).Uint64("seq", s.log.LastSeq()).
 		Msg("jetstream: catching the cache up with the stream")
-	err = s.pull(ctx, from, to, func(sseq uint64, data []byte) error { return s.importBatch(table, sseq, data) })
+	err = s.pull(ctx, from, to, func(sseq uint64, data []byte) error {
+		if err := s.importBatch(table, sseq, data); err != nil {
+			return fmt.Errorf("%w: %w", errCache, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	if err := s.log.PutSnapshot(table.Seq(), table.Snapshot()); err != nil {
-		return fmt.Errorf("jetstream: cache snapshot: %w", err)
+		return fmt.Errorf("%w: snapshot: %w", errCache, err)
 	}
 	return nil
 }
@@ -163,17 +170,19 @@ func (s *Store) importBatch(table *projection.Table, sseq uint64, data []byte) e
 // pull hands fn every message of the stream from from to to, in order, read
 // with an ordered consumer.
 func (s *Store) pull(ctx context.Context, from, to uint64, fn func(sseq uint64, data []byte) error) error {
-	cons, err := s.stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
+	cctx, cancel := context.WithTimeout(ctx, s.attempt())
+	cons, err := s.stream.OrderedConsumer(cctx, natsjs.OrderedConsumerConfig{
 		FilterSubjects: []string{s.subject},
 		DeliverPolicy:  natsjs.DeliverByStartSequencePolicy,
 		OptStartSeq:    from,
 	})
+	cancel()
 	if err != nil {
 		return fmt.Errorf("jetstream: read the stream from seq %d: %w", from, err)
 	}
 	next := from
 	for next <= to {
-		batch, err := cons.Fetch(int(min(to-next+1, 256)), natsjs.FetchMaxWait(s.opts.Timeout))
+		batch, err := cons.Fetch(int(min(to-next+1, 256)), natsjs.FetchMaxWait(s.attempt()))
 		if err != nil {
 			return fmt.Errorf("jetstream: read the stream at seq %d: %w", next, err)
 		}
@@ -195,7 +204,7 @@ func (s *Store) pull(ctx context.Context, from, to uint64, fn func(sseq uint64, 
 			return fmt.Errorf("jetstream: read the stream at seq %d: %w", next, err)
 		}
 		if !got {
-			return fmt.Errorf("jetstream: read the stream at seq %d: nothing within %v", next, s.opts.Timeout)
+			return fmt.Errorf("jetstream: read the stream at seq %d: nothing within %v", next, s.attempt())
 		}
 	}
 	return nil

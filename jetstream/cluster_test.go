@@ -166,6 +166,7 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	waitFor(t, 10*time.Second, "the standby's cache to reach the active daemon's", func() bool {
 		return b.Log().DurableSeq() == a.Log().LastSeq()
 	})
+	waitFor(t, 10*time.Second, "the second daemon to wait as a standby", b.TookOver)
 
 	var leader *server.Server
 	waitFor(t, 10*time.Second, "a stream leader", func() bool {
@@ -179,6 +180,7 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	})
 	a.crash()
 	leader.Shutdown()
+	killed := time.Now()
 	grace := leasetest.Timing().Grace
 	select {
 	case err := <-won:
@@ -188,6 +190,7 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	case <-time.After(grace):
 		t.Fatalf("no takeover within grace (%v)", grace)
 	}
+	t.Logf("takeover %v after the kill of the daemon and of the stream's leader (TTL %v)", time.Since(killed).Round(time.Millisecond), ttl)
 	clock.Advance(2 * grace)
 	svcB, err := lease.Open(b.Log(), lease.Options{Config: leasetest.Timing(), Clock: clock, Logger: zerolog.Nop(),
 		StartReason: TakeoverReason})

@@ -33,9 +33,10 @@ type Leader struct {
 
 const leaderKey = "leader"
 
-// errCache marks a standby's failure to import what it tailed: its cache is
-// no longer a prefix of the stream it can extend, and it stops.
-var errCache = errors.New("jetstream: import into the cache")
+// errCache marks a failure of the cache itself (a fold, an import, a
+// snapshot), as opposed to NATS not answering yet: a standby or a new
+// leader stops on it rather than trying again.
+var errCache = errors.New("jetstream: the cache")
 
 // Campaign returns once this daemon holds the leadership, its cache caught
 // up with the stream's end: the log then appends. Until then it is a
@@ -68,23 +69,28 @@ func (s *Store) Campaign(ctx context.Context) error {
 	}
 	var kv natsjs.KeyValue
 	for kv == nil {
-		if kv, err = s.leaderBucket(ctx); err != nil {
+		bctx, cancel := context.WithTimeout(ctx, s.attempt())
+		kv, err = s.leaderBucket(bctx)
+		cancel()
+		if err != nil {
 			if err := retry("the leadership bucket", err); err != nil {
 				return err
 			}
 		}
 	}
 	for {
-		rev, err := kv.Create(ctx, leaderKey, []byte(l.ID))
+		actx, cancel := context.WithTimeout(ctx, s.attempt())
+		rev, err := kv.Create(actx, leaderKey, []byte(l.ID))
+		cancel()
 		if err == nil {
 			return s.lead(ctx, kv, rev)
 		}
 		if errors.Is(err, natsjs.ErrKeyExists) {
-			if !s.tookOver {
+			if !s.tookOver.Load() {
 				active, _ := s.Active(ctx)
 				s.logger.Info().Str("active", active).Msg("jetstream: standby: another daemon leads the stream")
 			}
-			s.tookOver = true
+			s.tookOver.Store(true)
 		} else if err := retry("campaign for the leadership", err); err != nil {
 			return err
 		}
@@ -102,6 +108,8 @@ func (s *Store) Campaign(ctx context.Context) error {
 // Active returns the ID in the leadership key: the active daemon, for a
 // standby to redirect to; "" when there is none.
 func (s *Store) Active(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.attempt())
+	defer cancel()
 	kv, err := s.leaderBucket(ctx)
 	if err != nil {
 		return "", err
@@ -136,11 +144,15 @@ func (s *Store) leaderBucket(ctx context.Context) (natsjs.KeyValue, error) {
 
 // tail imports what the stream holds past the cache, for up to d.
 func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Duration) error {
-	cons, err := s.stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
+	// Bounded by d too: a stream electing a leader must not keep the
+	// standby from campaigning.
+	cctx, cancel := context.WithTimeout(ctx, d)
+	cons, err := s.stream.OrderedConsumer(cctx, natsjs.OrderedConsumerConfig{
 		FilterSubjects: []string{s.subject},
 		DeliverPolicy:  natsjs.DeliverByStartSequencePolicy,
 		OptStartSeq:    s.StreamSeq() + 1,
 	})
+	cancel()
 	if err != nil {
 		return fmt.Errorf("jetstream: tail the stream: %w", err)
 	}
@@ -163,18 +175,14 @@ func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Durati
 	return ctx.Err()
 }
 
-// lead makes this daemon the active one: the cache caught up to the
-// stream's end, the log appends, and the key is refreshed until Close or
-// until it cannot be.
+// lead makes this daemon the active one: the key refreshed from now on
+// (until Close, or until it cannot be), the cache caught up to the stream's
+// end — retried while NATS cannot answer yet (a stream electing a leader),
+// so long as the key is held — and then the log appends.
 func (s *Store) lead(ctx context.Context, kv natsjs.KeyValue, rev uint64) error {
-	if err := s.catchUp(ctx); err != nil {
-		return err
-	}
-	s.logger.Info().Str("id", s.opts.Leader.ID).Uint64("stream_seq", s.StreamSeq()).Msg("jetstream: leading")
+	s.leaderRev = rev
 	refresh, cancel := context.WithCancel(context.Background())
-	s.mu.Lock()
-	s.mu.publishing = true
-	s.mu.stopLeading = func(release bool) {
+	stop := func(release bool) {
 		cancel()
 		<-s.leading
 		if release { // a graceful stop: a standby need not wait for the TTL
@@ -183,10 +191,56 @@ func (s *Store) lead(ctx context.Context, kv natsjs.KeyValue, rev uint64) error 
 			_ = kv.Delete(dctx, leaderKey, natsjs.LastRevision(s.leaderRev))
 		}
 	}
+	s.mu.Lock()
+	s.mu.stopLeading = stop
 	s.mu.Unlock()
-	s.leaderRev = rev
 	go s.refresh(refresh, kv)
+	for {
+		err := s.catchUp(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || errors.Is(err, errCache) {
+			s.abdicate()
+			return err
+		}
+		s.logger.Warn().Err(err).Msg("jetstream: catch up to lead; trying again")
+		select {
+		case <-s.lost:
+			s.abdicate()
+			return s.deposed()
+		case <-ctx.Done():
+			s.abdicate()
+			return ctx.Err()
+		case <-time.After(s.opts.Leader.TTL / 4):
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.deposed != nil {
+		return s.mu.deposed
+	}
+	s.mu.publishing = true
+	s.logger.Info().Str("id", s.opts.Leader.ID).Uint64("stream_seq", s.mu.last).Msg("jetstream: leading")
 	return nil
+}
+
+// abdicate gives the leadership up, the key deleted, after a lead that
+// could not catch up.
+func (s *Store) abdicate() {
+	s.mu.Lock()
+	stop := s.mu.stopLeading
+	s.mu.stopLeading = nil
+	s.mu.Unlock()
+	if stop != nil {
+		stop(true)
+	}
+}
+
+func (s *Store) deposed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.deposed
 }
 
 // refresh keeps the key until ctx ends; the first refresh refused (the key
@@ -238,7 +292,7 @@ func (s *Store) depose(err error) {
 // TookOver says whether Campaign found another daemon leading and waited
 // for its leadership to lapse: the daemon.started it records then has
 // TakeoverReason.
-func (s *Store) TookOver() bool { return s.tookOver }
+func (s *Store) TookOver() bool { return s.tookOver.Load() }
 
 // Lost is closed when this daemon loses the leadership it won (Campaign).
 func (s *Store) Lost() <-chan struct{} { return s.lost }

@@ -88,6 +88,7 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 	waitFor(t, 5*time.Second, "the standby's cache to reach the active daemon's", func() bool {
 		return b.Log().DurableSeq() == a.Log().LastSeq()
 	})
+	waitFor(t, 5*time.Second, "the second daemon to wait as a standby", b.TookOver)
 	select {
 	case err := <-won:
 		t.Fatalf("the standby took over from a live daemon: %v", err)

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -113,7 +114,7 @@ type Store struct {
 	leading   chan struct{} // closed when the leadership's refresh stops
 	lost      chan struct{} // closed when the leadership is lost (Lost)
 	leaderRev uint64        // the key's revision: lead, then refresh alone
-	tookOver  bool          // Campaign waited for another's leadership to lapse
+	tookOver  atomic.Bool   // Campaign waited for another's leadership to lapse
 
 	mu struct {
 		sync.Mutex
