@@ -167,45 +167,40 @@ func (s *Store) importBatch(table *projection.Table, sseq uint64, data []byte) e
 	return nil
 }
 
-// pull hands fn every message of the stream from from to to, in order, read
-// with an ordered consumer.
+// pull hands fn every message of the stream from from to to, in order.
+//
+// It reads them one by one with a bounded request each: an ordered
+// consumer's Fetch retries the creation of its consumer without end while
+// the stream has no leader, which would hang a catch-up (and a takeover)
+// where a failed read is retried by the caller. One round trip a batch:
+// a cache rebuilt from a long stream pays it (see docs/cluster.md).
 func (s *Store) pull(ctx context.Context, from, to uint64, fn func(sseq uint64, data []byte) error) error {
-	cctx, cancel := context.WithTimeout(ctx, s.attempt())
-	cons, err := s.stream.OrderedConsumer(cctx, natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{s.subject},
-		DeliverPolicy:  natsjs.DeliverByStartSequencePolicy,
-		OptStartSeq:    from,
-	})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("jetstream: read the stream from seq %d: %w", from, err)
-	}
-	next := from
-	for next <= to {
-		batch, err := cons.Fetch(int(min(to-next+1, 256)), natsjs.FetchMaxWait(s.attempt()))
+	for seq := from; seq <= to; seq++ {
+		data, ok, err := s.read(ctx, seq)
 		if err != nil {
-			return fmt.Errorf("jetstream: read the stream at seq %d: %w", next, err)
+			return fmt.Errorf("jetstream: read the stream at seq %d: %w", seq, err)
 		}
-		got := false
-		for m := range batch.Messages() {
-			md, err := m.Metadata()
-			if err != nil {
-				return fmt.Errorf("jetstream: read the stream at seq %d: %w", next, err)
-			}
-			if md.Sequence.Stream != next {
-				return fmt.Errorf("jetstream: stream seq %d where %d was expected: the stream has a hole", md.Sequence.Stream, next)
-			}
-			if err := fn(next, m.Data()); err != nil {
-				return err
-			}
-			next, got = next+1, true
+		if !ok {
+			return fmt.Errorf("jetstream: no stream seq %d where the stream ends at %d: the stream has a hole", seq, to)
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) {
-			return fmt.Errorf("jetstream: read the stream at seq %d: %w", next, err)
-		}
-		if !got {
-			return fmt.Errorf("jetstream: read the stream at seq %d: nothing within %v", next, s.attempt())
+		if err := fn(seq, data); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// read returns the message at stream seq seq, or false if the stream holds
+// none there (yet); the request is bounded by an attempt.
+func (s *Store) read(ctx context.Context, seq uint64) ([]byte, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.attempt())
+	defer cancel()
+	raw, err := s.stream.GetMsg(ctx, seq)
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return raw.Data, true, nil
 }

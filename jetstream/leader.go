@@ -142,35 +142,29 @@ func (s *Store) leaderBucket(ctx context.Context) (natsjs.KeyValue, error) {
 	return kv, nil
 }
 
-// tail imports what the stream holds past the cache, for up to d.
+// tail imports what the stream holds past the cache, for up to d: each
+// message as soon as it is there, read one by one (read), every read
+// bounded, so that a stream electing a leader never keeps the standby from
+// campaigning.
 func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Duration) error {
-	// Bounded by d too: a stream electing a leader must not keep the
-	// standby from campaigning.
-	cctx, cancel := context.WithTimeout(ctx, d)
-	cons, err := s.stream.OrderedConsumer(cctx, natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{s.subject},
-		DeliverPolicy:  natsjs.DeliverByStartSequencePolicy,
-		OptStartSeq:    s.StreamSeq() + 1,
-	})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("jetstream: tail the stream: %w", err)
-	}
-	batch, err := cons.Fetch(256, natsjs.FetchMaxWait(d))
-	if err != nil {
-		return fmt.Errorf("jetstream: tail the stream: %w", err)
-	}
-	for m := range batch.Messages() {
-		md, err := m.Metadata()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		seq := s.StreamSeq() + 1
+		data, ok, err := s.read(ctx, seq)
 		if err != nil {
-			return fmt.Errorf("jetstream: tail the stream: %w", err)
+			return fmt.Errorf("jetstream: tail the stream at seq %d: %w", seq, err)
 		}
-		if err := s.importBatch(table, md.Sequence.Stream, m.Data()); err != nil {
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(min(time.Until(deadline), d/4)):
+			}
+			continue
+		}
+		if err := s.importBatch(table, seq, data); err != nil {
 			return fmt.Errorf("%w: %w", errCache, err)
 		}
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) && ctx.Err() == nil {
-		s.logger.Warn().Err(err).Msg("jetstream: tail the stream")
 	}
 	return ctx.Err()
 }
