@@ -29,7 +29,8 @@ type Client struct {
 }
 
 // NewClient returns a client for the daemon at server: an http:// URL, or
-// unix:///path/to.sock. token, if set, is sent as a bearer token. It speaks
+// unix:///path/to.sock; or a comma-separated list of them, an active daemon
+// and its standbys, which the client moves between as servers.go says. token, if set, is sent as a bearer token. It speaks
 // HTTP/1.1 (HTTP/2 too over https://); with the H2C option, HTTP/2 without
 // TLS over http:// and unix://, all its calls on one connection, falling
 // back to HTTP/1.1 for a server that speaks only that.
@@ -49,6 +50,14 @@ func NewClient(server, token string, opts ...ClientOption) (*Client, error) {
 		return nil, errors.New("api: the token has a line break in it")
 	}
 	c := &Client{token: token, http: &http.Client{}}
+	if strings.Contains(server, ",") {
+		// An active daemon and its standbys: servers.go.
+		c.withSessions(o, nil)
+		if err := c.withServers(server, o); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
 	if path, ok := strings.CutPrefix(server, "unix://"); ok {
 		dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
