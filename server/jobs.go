@@ -88,11 +88,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, c *call) error {
 // listJobs answers GET /v1/jobs?state=&kind=&limit=&after=: a page of the
 // jobs, by id (paging.go).
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error {
-	q, err := params(r, "state", "kind", "limit", "after")
-	if err != nil {
-		return err
-	}
-	limit, err := pageLimit(q)
+	q, limit, err := pageParams(r, "state", "kind")
 	if err != nil {
 		return err
 	}
@@ -162,11 +158,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, c *call, do func
 // history answers GET /v1/jobs/{id}/history?limit=&after=: a page of the
 // job's events, by seq, from the log's job index.
 func (s *Server) history(w http.ResponseWriter, r *http.Request, c *call) error {
-	p, err := params(r, "limit", "after")
-	if err != nil {
-		return err
-	}
-	limit, err := pageLimit(p)
+	p, limit, err := pageParams(r)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/base64"
+	"net/http"
 	"strconv"
 
 	"github.com/leaselog/leaselog/lease"
@@ -22,6 +23,17 @@ const (
 	DefaultLimit = 100
 	MaxLimit     = 1000
 )
+
+// pageParams parses the query of a list: its filters (the names given),
+// limit and after, and the limit, checked. The list parses its own cursor.
+func pageParams(r *http.Request, filters ...string) (map[string]string, int, error) {
+	p, err := params(r, append(filters, "limit", "after")...)
+	if err != nil {
+		return nil, 0, err
+	}
+	limit, err := pageLimit(p)
+	return p, limit, err
+}
 
 // pageLimit parses the limit parameter; "" is DefaultLimit.
 func pageLimit(p map[string]string) (int, error) {

@@ -11,11 +11,7 @@ import (
 // reader tells how long a worker, or a lease, has before grace and
 // toleration (the dashboard's workers and leases pages).
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request, c *call) error {
-	p, err := params(r, "limit", "after")
-	if err != nil {
-		return err
-	}
-	limit, err := pageLimit(p)
+	p, limit, err := pageParams(r)
 	if err != nil {
 		return err
 	}

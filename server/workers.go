@@ -13,11 +13,7 @@ import (
 // of the live leases the daemon holds for the worker, by token, with their
 // jobs, to re-attach after a restart.
 func (s *Server) workerLeases(w http.ResponseWriter, r *http.Request, c *call) error {
-	p, err := params(r, "limit", "after")
-	if err != nil {
-		return err
-	}
-	limit, err := pageLimit(p)
+	p, limit, err := pageParams(r)
 	if err != nil {
 		return err
 	}
@@ -47,11 +43,7 @@ func (s *Server) workerLeases(w http.ResponseWriter, r *http.Request, c *call) e
 // listLeases answers GET /v1/leases?state=&worker=&kind=&limit=&after=: a
 // page of the live leases, or of those in the given state, by token.
 func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, c *call) error {
-	q, err := params(r, "state", "worker", "kind", "limit", "after")
-	if err != nil {
-		return err
-	}
-	limit, err := pageLimit(q)
+	q, limit, err := pageParams(r, "state", "worker", "kind")
 	if err != nil {
 		return err
 	}
