@@ -217,18 +217,14 @@ func (s *Service) Leases(ctx context.Context, f projection.LeaseFilter) ([]proje
 		at[l.ID] = i
 	}
 	err := s.log.ScanArchive(projection.ArchiveLeases, func(key, value []byte) error {
-		_, id, ok := projection.ParseArchiveKey(key)
-		if !ok {
-			return fmt.Errorf("lease: archive key %q: %w", key, projection.ErrArchive)
-		}
-		l, err := projection.DecodeLease(id, value)
+		l, err := archivedLease(key, value)
 		if err != nil {
-			return fmt.Errorf("lease: archive key %x: %w", key, err)
+			return err
 		}
 		if !f.Selects(l) {
 			return nil
 		}
-		if i, ok := at[id]; ok {
+		if i, ok := at[l.ID]; ok {
 			ls[i] = l
 		} else {
 			ls = append(ls, l)
@@ -240,4 +236,18 @@ func (s *Service) Leases(ctx context.Context, f projection.LeaseFilter) ([]proje
 	}
 	slices.SortFunc(ls, func(a, b projection.Lease) int { return cmp.Compare(a.ID, b.ID) })
 	return ls, s.log.WaitDurable(ctx, s.log.LastSeq())
+}
+
+// archivedLease decodes a lease's archive record, naming its key if it is
+// not one.
+func archivedLease(key, value []byte) (projection.Lease, error) {
+	_, id, ok := projection.ParseArchiveKey(key)
+	if !ok {
+		return projection.Lease{}, fmt.Errorf("lease: archive key %q: %w", key, projection.ErrArchive)
+	}
+	l, err := projection.DecodeLease(id, value)
+	if err != nil {
+		return projection.Lease{}, fmt.Errorf("lease: archive key %x: %w", key, err)
+	}
+	return l, nil
 }

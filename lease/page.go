@@ -86,13 +86,9 @@ func (s *Service) LeasePage(ctx context.Context, f projection.LeaseFilter, after
 	var ended []projection.Lease
 	from := projection.ArchiveLeaseKey(after + 1)
 	err := s.log.ScanArchiveFrom(projection.ArchiveLeases, from, func(key, value []byte) error {
-		_, id, ok := projection.ParseArchiveKey(key)
-		if !ok {
-			return fmt.Errorf("lease: archive key %q: %w", key, projection.ErrArchive)
-		}
-		l, err := projection.DecodeLease(id, value)
+		l, err := archivedLease(key, value)
 		if err != nil {
-			return fmt.Errorf("lease: archive key %x: %w", key, err)
+			return err
 		}
 		if !f.Selects(l) {
 			return nil
