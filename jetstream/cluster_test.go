@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -28,16 +26,7 @@ func TestStreamLeaderLost(t *testing.T) {
 	svc := service(t, s, clock)
 	running := life(t, svc, "j")
 
-	var leader *server.Server
-	waitFor(t, 10*time.Second, "a stream leader", func() bool {
-		for _, n := range nodes {
-			if n.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, "T") {
-				leader = n
-				return true
-			}
-		}
-		return false
-	})
+	leader := streamLeader(t, nodes)
 	leader.Shutdown()
 	rest := slices.DeleteFunc(slices.Clone(nodes), func(n *server.Server) bool { return n == leader })
 
@@ -168,35 +157,10 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	})
 	waitFor(t, 10*time.Second, "the second daemon to wait as a standby", b.TookOver)
 
-	var leader *server.Server
-	waitFor(t, 10*time.Second, "a stream leader", func() bool {
-		for _, n := range nodes {
-			if n.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, "T") {
-				leader = n
-				return true
-			}
-		}
-		return false
-	})
+	leader := streamLeader(t, nodes)
 	a.crash()
 	leader.Shutdown()
-	killed := time.Now()
-	grace := leasetest.Timing().Grace
-	select {
-	case err := <-won:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(grace):
-		t.Fatalf("no takeover within grace (%v)", grace)
-	}
-	t.Logf("takeover %v after the kill of the daemon and of the stream's leader (TTL %v)", time.Since(killed).Round(time.Millisecond), ttl)
-	clock.Advance(2 * grace)
-	svcB, err := lease.Open(b.Log(), lease.Options{Config: leasetest.Timing(), Clock: clock, Logger: zerolog.Nop(),
-		StartReason: TakeoverReason})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svcB := takeOver(t, won, b, clock, "the kill of the daemon and of the stream's leader")
 	defer svcB.Close()
 	if err := svcB.Sweep(); err != nil {
 		t.Fatal(err)
@@ -210,4 +174,20 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
 		t.Fatalf("the deposed daemon's log: %v, want ErrDeposed", err)
 	}
+}
+
+// streamLeader waits for the node that leads stream T, and returns it.
+func streamLeader(t *testing.T, nodes []*server.Server) *server.Server {
+	t.Helper()
+	var leader *server.Server
+	waitFor(t, 10*time.Second, "a stream leader", func() bool {
+		for _, n := range nodes {
+			if n.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, "T") {
+				leader = n
+				return true
+			}
+		}
+		return false
+	})
+	return leader
 }

@@ -99,26 +99,10 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 	}
 
 	a.crash()
-	killed := time.Now()
-	grace := leasetest.Timing().Grace
-	select {
-	case err := <-won:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(grace):
-		t.Fatalf("no takeover within grace (%v) of the active daemon's death", grace)
-	}
-	t.Logf("takeover %v after the kill (TTL %v)", time.Since(killed).Round(time.Millisecond), ttl)
-
 	// The takeover comes long after the last event: the gap is absence
 	// counted against nobody.
-	clock.Advance(2 * grace)
-	svcB, err := lease.Open(b.Log(), lease.Options{Config: leasetest.Timing(), Clock: clock, Logger: zerolog.Nop(),
-		StartReason: TakeoverReason})
-	if err != nil {
-		t.Fatal(err)
-	}
+	grace := leasetest.Timing().Grace
+	svcB := takeOver(t, won, b, clock, "the active daemon's death")
 	defer svcB.Close()
 	took, err := b.Log().Get(b.Log().LastSeq())
 	if err != nil || took.Type != event.TypeDaemonStarted || took.Reason != TakeoverReason || took.Gap < int64(2*grace) {
@@ -178,4 +162,29 @@ func TestActiveThatLosesTheKeyStopsAppending(t *testing.T) {
 	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
 		t.Fatalf("the log after the leadership was lost: %v, want ErrDeposed", err)
 	}
+}
+
+// takeOver waits, for at most grace, for the campaign of standby b (won) to
+// win after what (just done), then opens its service two graces later on
+// clock, as the daemon that took over does. The caller closes it, before b.
+func takeOver(t *testing.T, won <-chan error, b *Store, clock *clocktest.Clock, what string) *lease.Service {
+	t.Helper()
+	killed := time.Now()
+	grace := leasetest.Timing().Grace
+	select {
+	case err := <-won:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(grace):
+		t.Fatalf("no takeover within grace (%v) of %s", grace, what)
+	}
+	t.Logf("takeover %v after %s (TTL %v)", time.Since(killed).Round(time.Millisecond), what, ttl)
+	clock.Advance(2 * grace)
+	svc, err := lease.Open(b.Log(), lease.Options{Config: leasetest.Timing(), Clock: clock, Logger: zerolog.Nop(),
+		StartReason: TakeoverReason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }
