@@ -36,11 +36,29 @@ func serverURL(s string) (string, error) {
 
 // resolveServer is the daemon's address: flag, else $LEASELOG_SERVER, else
 // the default, as serverURL reads it.
+//
+// A comma-separated list (an active daemon and its standbys, tried as
+// api/servers.go says) is read element by element.
 func resolveServer(flag string) (string, error) {
 	if flag == "" {
 		flag = os.Getenv("LEASELOG_SERVER")
 	}
-	return serverURL(flag)
+	if !strings.Contains(flag, ",") {
+		return serverURL(flag)
+	}
+	list := strings.Split(flag, ",")
+	for i, s := range list {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			return "", fmt.Errorf("server list %q: an empty element", flag)
+		}
+		u, err := serverURL(s)
+		if err != nil {
+			return "", fmt.Errorf("server list %q: %w", flag, err)
+		}
+		list[i] = u
+	}
+	return strings.Join(list, ","), nil
 }
 
 // unreachableError is a call that never reached the daemon: nothing
@@ -66,7 +84,10 @@ func explainUnreachable(err error) error {
 		return err
 	}
 	e := &unreachableError{err: err}
+	var listed *api.ServerError // of a list of servers: the last one dialled
 	switch {
+	case errors.As(err, &listed):
+		e.server = listed.Server
 	case op.Net == "unix" && op.Addr != nil:
 		e.server = "unix://" + op.Addr.String()
 	default:
@@ -96,4 +117,4 @@ func explainUnreachable(err error) error {
 }
 
 // serverHelp is the help of every --server flag.
-const serverHelp = "daemon address: host:port, http(s)://host:port, unix:///path or a socket's path (default $LEASELOG_SERVER or " + api.DefaultServer + ")"
+const serverHelp = "daemon address: host:port, http(s)://host:port, unix:///path or a socket's path; or a comma-separated list of them, an active daemon and its standbys (default $LEASELOG_SERVER or " + api.DefaultServer + ")"

@@ -43,6 +43,32 @@ func TestServerURL(t *testing.T) {
 	}
 }
 
+// TestResolveServerList: a list of servers is read element by element, and
+// its token file is read only if every daemon listed is on this host.
+func TestResolveServerList(t *testing.T) {
+	for _, tc := range []struct {
+		in, want, err string
+		local         bool
+	}{
+		{"127.0.0.1:7420,127.0.0.1:7421", "http://127.0.0.1:7420,http://127.0.0.1:7421", "", true},
+		{"http://a:1, /run/l.sock", "http://a:1,unix:///run/l.sock", "", false},
+		{"unix:///run/l.sock,localhost:2", "unix:///run/l.sock,http://localhost:2", "", true},
+		{"a:1,,b:2", "", "an empty element", false},
+		{"a:1,ftp://b:2", "", "want host:port", false},
+	} {
+		got, err := resolveServer(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("resolveServer(%q) = %q, %v; want an error saying %q", tc.in, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want || localServer(got) != tc.local {
+			t.Errorf("resolveServer(%q) = %q, %v (local %v); want %q (local %v)", tc.in, got, err, localServer(got), tc.want, tc.local)
+		}
+	}
+}
+
 // closedPort is a loopback port nothing listens on.
 func closedPort(t *testing.T) string {
 	t.Helper()
@@ -69,6 +95,8 @@ func TestUnreachableDaemonSaysWhatToCheck(t *testing.T) {
 		{addr, "cannot reach the daemon at http://" + addr + ": connection refused", syscall.ECONNREFUSED},
 		{"http://" + addr, "cannot reach the daemon at http://" + addr + ": connection refused", syscall.ECONNREFUSED},
 		{sock, "cannot reach the daemon at unix://" + sock + ": no such file or directory", syscall.ENOENT},
+		// A list: the last daemon tried is named.
+		{"unix://" + sock + "," + addr, "cannot reach the daemon at http://" + addr + ": connection refused", syscall.ECONNREFUSED},
 	} {
 		var out, errOut bytes.Buffer
 		err := (&Main{Stdout: &out, Stderr: &errOut}).Run(context.Background(), []string{"jobs", "--server", tc.server, "--token", "t"})

@@ -159,6 +159,12 @@ func (s *store) answerAsStandby(listen string, logger zerolog.Logger) (stop func
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Retry-After", "1")
+		// For a client given a list of servers (api/servers.go): this
+		// daemon processed nothing, and where the active one listens.
+		w.Header().Set(api.HeaderRole, api.RoleStandby)
+		if err == nil && active != "" {
+			w.Header().Set(api.HeaderActive, "http://"+active)
+		}
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: &api.Error{Code: api.CodeUnavailable, Message: msg}})
 	})}

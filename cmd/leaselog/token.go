@@ -146,10 +146,19 @@ func clientToken(server, dataDir string) (string, error) {
 	return t, err
 }
 
-// localServer tells whether a server address is on this host.
+// localServer tells whether a server address is on this host; a list of
+// servers is when all of them are.
 func localServer(server string) bool {
 	if server == "" {
 		server = api.DefaultServer
+	}
+	if list := strings.Split(server, ","); len(list) > 1 {
+		for _, s := range list {
+			if s == "" || !localServer(s) {
+				return false
+			}
+		}
+		return true
 	}
 	if strings.HasPrefix(server, "unix://") {
 		return true

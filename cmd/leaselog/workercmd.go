@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -41,7 +42,13 @@ find it neither in their environment nor in the worker's.
 
 Before taking leases it asks the daemon for its boot id (retrying until the
 daemon answers): on the daemon's host the worker fences on CLOCK_MONOTONIC,
-elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
+elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.
+
+--server may list an active daemon and its standbys (engine "jetstream"):
+--server a:7420,b:7420. A call that no daemon took (nothing listens, a
+standby answered 503) goes to the daemon the standby names, else the next;
+the worker stays with the one that answered, and heartbeats its leases there
+after a takeover. With a list it fences on CLOCK_BOOTTIME.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := lease.CheckID("worker", id); err != nil {
@@ -82,6 +89,11 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.`,
 				return err // stopped before the daemon answered: nothing to do
 			}
 			clock := hostclock.For(bootID)
+			if strings.Contains(server, ",") {
+				// An active daemon and standbys: the one that takes over
+				// may be on another host. In doubt, as For says.
+				clock = hostclock.For("")
+			}
 			exec, err := local.New(local.Options{Dir: workdir, Logger: logger, Clock: clock, Retention: retention})
 			if err != nil {
 				return err
