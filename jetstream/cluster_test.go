@@ -25,10 +25,12 @@ func TestStreamLeaderLost(t *testing.T) {
 	s := open(t, t.TempDir(), 3, nodes...)
 	svc := service(t, s, clock)
 	running := life(t, svc, "j")
+	var ack acked
+	ack.record(t, s.Log())
 
 	leader := streamLeader(t, nodes)
 	leader.Shutdown()
-	rest := slices.DeleteFunc(slices.Clone(nodes), func(n *server.Server) bool { return n == leader })
+	rest := without(nodes, leader)
 
 	ctx := context.Background()
 	for _, id := range []string{"after1", "after2"} {
@@ -39,6 +41,7 @@ func TestStreamLeaderLost(t *testing.T) {
 	if _, err := svc.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("heartbeat after the stream leader went: %v", err)
 	}
+	ack.record(t, s.Log())
 	want := dump(t, s.Log())
 	closeAll(t, svc, s)
 
@@ -47,6 +50,7 @@ func TestStreamLeaderLost(t *testing.T) {
 	if got := dump(t, other.Log()); !slices.Equal(got, want) {
 		t.Fatalf("the stream on the nodes left holds\n%v\nwant what was acknowledged\n%v", got, want)
 	}
+	checkFinished(t, &ack, 3, rest, other)
 }
 
 // TestRestartEverything: an active daemon and a standby on a three-node
@@ -64,6 +68,8 @@ func TestRestartEverything(t *testing.T) {
 	campaign(t, a)
 	svcA := service(t, a, clock)
 	running := life(t, svcA, "j")
+	var ack acked
+	ack.record(t, a.Log())
 	b := openMemberIn(t, "b:7420", dirB, 3, nodes...)
 	standby, stopStandby := context.WithCancel(ctx)
 	won := make(chan error, 1)
@@ -133,6 +139,8 @@ func TestRestartEverything(t *testing.T) {
 	if _, err := svc.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after restarting everything: %v", err)
 	}
+	ack.record(t, l.Log())
+	checkFinished(t, &ack, 3, nodes, a, b)
 }
 
 // TestTakeoverWhileTheStreamLeaderIsLost: on a three-node cluster, the
@@ -148,6 +156,8 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	campaign(t, a)
 	svcA := service(t, a, clock)
 	running := life(t, svcA, "j")
+	var ack acked
+	ack.record(t, a.Log())
 	b := openMemberIn(t, "b:7420", t.TempDir(), 3, nodes...)
 	defer b.Close()
 	won := make(chan error, 1)
@@ -168,12 +178,14 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	if _, err := svcB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after the takeover: %v", err)
 	}
+	ack.record(t, b.Log())
 	if _, _, err := svcA.Submit(ctx, "zombie", event.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
 		t.Fatalf("the deposed daemon's submit: %v, want lease.ErrFailed", err)
 	}
 	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
 		t.Fatalf("the deposed daemon's log: %v, want ErrDeposed", err)
 	}
+	checkFinished(t, &ack, 3, without(nodes, leader), b)
 }
 
 // streamLeader waits for the node that leads stream T, and returns it.

@@ -85,6 +85,8 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 	if _, _, err := svcA.Submit(ctx, "x", event.KindRun, nil); err != nil {
 		t.Fatal(err)
 	}
+	var ack acked
+	ack.record(t, a.Log())
 	waitFor(t, 5*time.Second, "the standby's cache to reach the active daemon's", func() bool {
 		return b.Log().DurableSeq() == a.Log().LastSeq()
 	})
@@ -114,6 +116,7 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 	if _, err := svcB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after the takeover: %v", err)
 	}
+	ack.record(t, b.Log())
 	expired := 0
 	if _, err := svcB.Events(lease.EventFilter{Type: event.TypeExpired}, 0, func(*event.Event) error { expired++; return nil }); err != nil {
 		t.Fatal(err)
@@ -130,6 +133,7 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 		t.Fatalf("the deposed daemon's log: %v, want ErrDeposed", err)
 	}
 	_ = a.Close()
+	checkFinished(t, &ack, 1, []*server.Server{ns}, b)
 }
 
 func TestActiveThatLosesTheKeyStopsAppending(t *testing.T) {
@@ -139,6 +143,8 @@ func TestActiveThatLosesTheKeyStopsAppending(t *testing.T) {
 	defer a.Close()
 	campaign(t, a)
 	svcA := service(t, a, clocktest.New(start))
+	var ack acked
+	ack.record(t, a.Log()) // its daemon.started
 	kv, err := a.leaderBucket(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +168,7 @@ func TestActiveThatLosesTheKeyStopsAppending(t *testing.T) {
 	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
 		t.Fatalf("the log after the leadership was lost: %v, want ErrDeposed", err)
 	}
+	checkFinished(t, &ack, 1, []*server.Server{ns}, b)
 }
 
 // takeOver waits, for at most grace, for the campaign of standby b (won) to

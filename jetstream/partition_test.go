@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/event"
@@ -96,6 +97,8 @@ func TestPartitionedActiveIsDeposed(t *testing.T) {
 	campaign(t, a)
 	svcA := service(t, a, clock)
 	running := life(t, svcA, "j")
+	var ack acked
+	ack.record(t, a.Log())
 
 	b := openMember(t, "b:7420", ns)
 	defer b.Close()
@@ -124,6 +127,7 @@ func TestPartitionedActiveIsDeposed(t *testing.T) {
 	if _, err := svcB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after the takeover: %v", err)
 	}
+	ack.record(t, b.Log())
 
 	p.setCut(false)
 	if _, _, err := svcA.Submit(ctx, "late", event.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
@@ -135,4 +139,5 @@ func TestPartitionedActiveIsDeposed(t *testing.T) {
 	if _, err := svcB.Job(ctx, "late"); !errors.Is(err, lease.ErrNotFound) {
 		t.Fatalf("the deposed daemon's job in the log: %v, want lease.ErrNotFound", err)
 	}
+	checkFinished(t, &ack, 1, []*server.Server{ns}, b)
 }

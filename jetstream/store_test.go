@@ -120,6 +120,8 @@ func TestRestartKeepsEveryAppend(t *testing.T) {
 	s := open(t, dir, 1, ns)
 	svc := service(t, s, clock)
 	running := life(t, svc, "j")
+	var ack acked
+	ack.record(t, s.Log())
 	before := dump(t, s.Log())
 	closeAll(t, svc, s)
 
@@ -141,6 +143,7 @@ func TestRestartKeepsEveryAppend(t *testing.T) {
 	if _, _, err := svc.Submit(ctx, "jd", event.KindRun, nil); err != nil {
 		t.Fatal(err)
 	}
+	ack.record(t, s.Log())
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +151,7 @@ func TestRestartKeepsEveryAppend(t *testing.T) {
 	if info.State.LastSeq != s.StreamSeq() {
 		t.Fatalf("stream ends at %d, the cache at %d", info.State.LastSeq, s.StreamSeq())
 	}
+	checkFinished(t, &ack, 1, []*server.Server{ns}, s)
 }
 
 func TestDeletedCacheIsRebuiltIdentically(t *testing.T) {
@@ -157,6 +161,8 @@ func TestDeletedCacheIsRebuiltIdentically(t *testing.T) {
 	s := open(t, dir, 1, ns)
 	svc := service(t, s, clock)
 	life(t, svc, "j")
+	var ack acked
+	ack.record(t, s.Log())
 	before := dump(t, s.Log())
 	closeAll(t, svc, s)
 	if len(before) == 0 || !slices.ContainsFunc(before, func(l string) bool { return l[:7] == "archive" }) {
@@ -177,6 +183,7 @@ func TestDeletedCacheIsRebuiltIdentically(t *testing.T) {
 	if got := dump(t, other.Log()); !slices.Equal(got, before) {
 		t.Fatalf("another daemon's cache holds\n%v\nwant\n%v", got, before)
 	}
+	checkFinished(t, &ack, 1, []*server.Server{ns}, s, other)
 }
 
 func TestStaleWriterIsRefusedAndFailStops(t *testing.T) {
@@ -187,6 +194,8 @@ func TestStaleWriterIsRefusedAndFailStops(t *testing.T) {
 	a := open(t, dirA, 1, ns)
 	svcA := service(t, a, clock)
 	life(t, svcA, "a")
+	var ack acked
+	ack.record(t, a.Log())
 
 	// B opens while A still runs: it catches up and appends (its
 	// daemon.started, then a job): A's view is no longer the stream's end.
@@ -196,6 +205,7 @@ func TestStaleWriterIsRefusedAndFailStops(t *testing.T) {
 	if _, _, err := svcB.Submit(ctx, "b1", event.KindRun, nil); err != nil {
 		t.Fatal(err)
 	}
+	ack.record(t, b.Log())
 
 	_, _, err := svcA.Submit(ctx, "a-late", event.KindRun, nil)
 	if !errors.Is(err, lease.ErrFailed) {
@@ -229,6 +239,7 @@ func TestStaleWriterIsRefusedAndFailStops(t *testing.T) {
 	if slices.ContainsFunc(got, func(l string) bool { return containsField(l, "job=a-late") }) {
 		t.Error("the refused job is in the log")
 	}
+	checkFinished(t, &ack, 1, []*server.Server{ns}, a, b)
 }
 
 func containsField(line, field string) bool {
@@ -262,6 +273,8 @@ func TestConcurrentAppendsAllAcknowledgedInOrder(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	var ack acked
+	ack.record(t, s.Log())
 	if got := s.StreamSeq(); got != writers*each {
 		t.Fatalf("stream seq %d after %d appends", got, writers*each)
 	}
@@ -274,6 +287,7 @@ func TestConcurrentAppendsAllAcknowledgedInOrder(t *testing.T) {
 	if got := dump(t, other.Log()); !slices.Equal(got, want) {
 		t.Fatalf("the stream holds\n%v\nwant what was acknowledged\n%v", got, want)
 	}
+	checkFinished(t, &ack, 1, []*server.Server{ns}, other)
 }
 
 func TestAPebbleStoreIsNotACache(t *testing.T) {
