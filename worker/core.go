@@ -363,12 +363,13 @@ func (c *Core) NextFence() (at time.Time, ok bool) {
 // the lease after its answer arrived. Take reports whether the job may start
 // at now: not if the answer came so late (a late answer, a pause) that the
 // lease is past its fence already — it may have expired and gone to another
-// worker. Nor while the worker is fenced: a call sent before the fence fell
-// (a long-polled acquire, a report's next retried through the silence) may
-// still be answered with a grant, and a job begun then would be stopped by
-// Started at once, a kill racing the next pause of the host with no
-// supervisor deadline to back it. A fenced worker takes no work (Fence). A
-// lease not started is to be reported TooLate.
+// worker. A lease not started is to be reported TooLate.
+//
+// A grant that reaches a fenced worker (a long-polled acquire, or a report's
+// next sent again through the silence, answered once the daemon is heard
+// again) starts like any other: the fence that matters to its job is its
+// own lease's, counted from its base, and its supervisor holds it (Started,
+// Deadline). The worker's fence only stops it from asking for work (Room).
 //
 // A grant of a lease the worker holds or has let go of is no new lease: the
 // answer of a call in flight (an acquire's, a report's next) that a lease
@@ -390,7 +391,7 @@ func (c *Core) Take(g api.Grant, sent, now time.Time) (h *Held, start bool) {
 	}
 	h = &Held{grant: g, base: base, renewed: true}
 	c.held[g.Lease] = h
-	if c.fenced || now.Sub(base) > c.fence() {
+	if now.Sub(base) > c.fence() {
 		h.fenced = true
 		return h, false
 	}
@@ -417,11 +418,15 @@ func Running(g api.Grant) bool {
 }
 
 // Started records the run of h, at now. It reports whether the run must be
-// stopped at once: a heartbeat said gone, or the fence fell, while it
-// started. Otherwise its supervisor is to be given Deadline(h).
+// stopped at once: a heartbeat said gone, or its lease's fence fell, while
+// it started. Otherwise its supervisor is to be given Deadline(h). The
+// worker's own fence is no reason to stop it: a run stopped at once gets no
+// supervisor deadline, and its kill could race a pause of the host past the
+// lease's expiry (sim seed 2934), where a run with its deadline is killed
+// by its supervisor on the wake.
 func (c *Core) Started(h *Held, r Run, now time.Time) (stop bool) {
 	h.run = r
-	if !h.dropped && (c.fenced || now.Sub(h.base) > c.fence()) {
+	if !h.dropped && now.Sub(h.base) > c.fence() {
 		h.fenced = true
 	}
 	return h.dropped || h.fenced

@@ -33,10 +33,10 @@ func Lost(err error) Outcome {
 	return Outcome{Outcome: lost, Reason: reason}
 }
 
-// TooLate is the outcome of a lease whose grant came past its fence, or while
-// the worker was fenced (Take): self-fenced, never started.
+// TooLate is the outcome of a lease whose grant came past its fence (Take):
+// self-fenced, never started.
 func TooLate() Outcome {
-	return Outcome{Outcome: lost, Reason: "self-fenced: the grant arrived past its fence or while the worker was fenced; not started"}
+	return Outcome{Outcome: lost, Reason: "self-fenced: the grant arrived past its fence; not started"}
 }
 
 // NotStarted is the outcome of a lease whose job could not start.
