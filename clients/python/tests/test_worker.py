@@ -235,7 +235,8 @@ class WorkerTest(ServerTest):
         done = self.client.wait(j.id, timeout=20)
         self.assertEqual((done.outcome, done.leases), ("succeeded", 1))
         self.assertFalse(self.events_of(j.id, "lease.expired"))
-        self.assertEqual(w.leases(), [])
+        # The daemon records the report before the worker reads its answer.
+        poll(lambda: w.leases() == [], 10, "the worker to let go of the reported lease")
 
     def test_stale_report_is_recorded(self) -> None:
         """A report on a lease that expired is refused (409 stale_lease) and
