@@ -260,8 +260,10 @@ class Core:
 
     def take(self, g: Grant, sent: float, now: float) -> Tuple[Optional[Held], bool]:
         """Hold the lease of a grant answered to an acquire sent at sent; and
-        whether its job may start: not if the grant came past its fence, nor
-        while the worker is fenced (report it too_late)."""
+        whether its job may start: not if the grant came past its fence
+        (report it too_late). A grant that reaches a fenced worker (a call
+        sent before the fence fell) starts like any other: its own lease's
+        fence is what its runner holds, as the Go worker's Core.Take."""
         if g.lease in self.held or g.lease in self.let_go:
             return None, False  # an answer a lease list overtook: not a new lease
         if g.timing is not None:
@@ -269,9 +271,7 @@ class Core:
         base = min(sent + g.held_seconds, now)
         h = Held(grant=g, base=base)
         self.held[g.lease] = h
-        # Nor while fenced: a call sent before the fence fell may still be
-        # answered with a grant; its job is reported lost, never begun.
-        if self.fenced or now - base > self.span:
+        if now - base > self.span:
             h.fenced = True
             return h, False
         return h, True
@@ -282,10 +282,12 @@ class Core:
         return 0 if self.fenced or self.held.get(h.lease) is not h else 1
 
     def started(self, h: Held, run: Run, now: float) -> bool:
-        """Record h's run; whether it must be stopped at once (gone or fenced
-        while it started)."""
+        """Record h's run; whether it must be stopped at once (gone, or its
+        lease's fence fell, while it started). The worker's own fence is no
+        reason: a run stopped at once gets no deadline for its runner (the Go
+        worker's Core.Started, sim seed 2934)."""
         h.run = run
-        if not h.dropped and (self.fenced or now - h.base > self.span):
+        if not h.dropped and now - h.base > self.span:
             h.fenced = True
         return h.dropped or h.fenced
 

@@ -333,7 +333,7 @@ class Worker:
         if h is None:
             return
         if not ok:
-            log.warning("worker %s: lease %d: the grant arrived past its fence (or while fenced); not starting",
+            log.warning("worker %s: lease %d: the grant arrived past its fence; not starting",
                         self.id, h.lease)
             self._go(self._report, h, too_late())
             return

@@ -64,8 +64,12 @@ class CoreTest(unittest.TestCase):
         self.assertAlmostEqual(silent, 28.01)
         self.assertEqual(c.room(), 0, "a fenced worker takes no work")
         self.assertEqual(c.ended(c.held[7]).outcome, LOST)
+        # A grant answered to a call sent before the fence fell is fresh: it
+        # starts, its runner holding its own lease's deadline.
         h, ok = c.take(grant(8), 38.5, 38.6)
-        self.assertFalse(ok, "a fenced worker starts no job")
+        self.assertTrue(ok, "a fresh grant reaching a fenced worker starts")
+        self.assertFalse(c.started(h, FakeRun(), 38.6))
+        self.assertEqual(c.deadline(h), 38.5 + 28)
         # A late answer (sent before the fence fell) lifts nothing; a fresh one does.
         self.assertFalse(c.acked(9, 38.7, reply()).unfenced)
         self.assertTrue(c.acked(39, 39.1, reply()).unfenced)
