@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/leaselog/leaselog/internal/testutil"
 )
 
 // runServer starts an in-process NATS server with JetStream on a free port
@@ -105,11 +107,5 @@ func freePort(t testing.TB) int {
 // waitFor polls cond until it holds, or fails the test after d.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, d, what, cond)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/internal/testutil"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -189,13 +190,7 @@ func requestsAnswered(t *testing.T, reg *prometheus.Registry, route string) floa
 // eventually polls cond until it holds, failing the test after the bound.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, with a deadline
-	}
+	testutil.Eventually(t, within, what, cond)
 }
 
 // TestLongPollOutlivesTheBodyDeadline: the body deadline is lifted once the

@@ -13,18 +13,13 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/testutil"
 )
 
 // waitFor polls cond until it holds, failing the test after 30 s with what.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising on time
-	}
+	testutil.Eventually(t, 30*time.Second, what, cond)
 }
 
 // startServeUnix starts `leaselog serve` listening on the unix socket sock

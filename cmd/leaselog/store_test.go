@@ -131,12 +131,9 @@ func TestStandbyDaemonTakesOver(t *testing.T) {
 	if err := <-third; !errors.Is(err, errStartStopped) {
 		t.Fatalf("a standby stopped while it waits: %v, want errStartStopped", err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "standby: another daemon leads"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the second daemon is no standby: %s", logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the second daemon to log that it waits as a standby", func() bool {
+		return strings.Contains(logs.String(), "standby: another daemon leads")
+	})
 	select {
 	case r := <-standby:
 		t.Fatalf("a standby started while the active daemon runs: %v", r.err)

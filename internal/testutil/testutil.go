@@ -29,6 +29,20 @@ func (b *SyncBuffer) String() string {
 	return b.buf.String()
 }
 
+// Eventually polls cond until it holds, failing the test when it has not
+// within the bound: a wait on a condition nothing signals (a process's
+// output, a file, another daemon's log), never a sleep standing in for one.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(5 * time.Millisecond) // the poll's interval, under the deadline
+	}
+}
+
 // Parallel runs b.N calls of op spread over n goroutines, timed from its
 // start to the last call's end, and returns each call's latency. op gets the
 // goroutine's index g and the call's index i.
