@@ -6,18 +6,24 @@ import (
 	"strconv"
 )
 
-// A worker session (GET /v1/workers/{worker}/session, upgraded to
-// SessionProtocol) carries the worker calls as frames on one connection.
-// Each frame is a header line, then exactly the bytes its length says:
+// A worker session (GET /v1/session, upgraded to SessionProtocol) carries
+// the worker calls of one client as frames on one connection, whichever
+// worker each speaks for: a process that runs many workers (the bench, an
+// embedder) shares one connection among them, as a gRPC client shares its
+// HTTP/2 connection, so that the calls in flight together are read and
+// written together. Each frame is a header line, then exactly the bytes its
+// length says:
 //
-//	request: ID SP OP SP LEASE SP LENGTH LF BODY
+//	request: ID SP OP SP WORKER SP LEASE SP LENGTH LF BODY
 //	answer:  ID SP STATUS SP LENGTH LF BODY
 //
 // ID is the caller's number for the call (1 to 2^64-1, decimal), echoed by
 // its answer; answers come in the order the calls end, not the order they
-// were sent. OP is one of the Op constants. LEASE is the {lease} of the path
-// of start and report, as the path would carry it; the other ops ignore it
-// (send "-"). BODY is the JSON body the separate call takes, and the
+// were sent. OP is one of the Op constants. WORKER is the worker the call
+// speaks for, the {worker} of the path of acquire and heartbeat; the token
+// of the session must be that worker's, and a start's or report's body must
+// name it. LEASE is the {lease} of the path of start and report, as the path
+// would carry it; the other ops ignore it (send "-"). BODY is the JSON body the separate call takes, and the
 // answer's BODY is byte for byte what that call answers, with its status: a
 // frame is that call without HTTP. An answer of ID 0 is about the session
 // itself (a header it could not read), and the daemon closes the
@@ -38,27 +44,30 @@ const (
 )
 
 // MaxFrameHeader is the longest header line a session reads, its LF
-// included.
-const MaxFrameHeader = 128
+// included: room for a 128-byte worker id and every number at its longest.
+const MaxFrameHeader = 256
 
-// FrameHeader is a frame's header line, parsed: a request's (Op and Lease
-// set) or an answer's (Status set).
+// FrameHeader is a frame's header line, parsed: a request's (Op, Worker
+// and Lease set) or an answer's (Status set).
 type FrameHeader struct {
 	ID     uint64
 	Op     string
+	Worker string
 	Lease  string
 	Status int
 	Len    int
 }
 
 // AppendRequest appends a request frame to dst.
-func AppendRequest(dst []byte, id uint64, op, lease string, body []byte) []byte {
+func AppendRequest(dst []byte, id uint64, op, worker, lease string, body []byte) []byte {
 	if lease == "" {
 		lease = "-"
 	}
 	dst = strconv.AppendUint(dst, id, 10)
 	dst = append(dst, ' ')
 	dst = append(dst, op...)
+	dst = append(dst, ' ')
+	dst = append(dst, worker...)
 	dst = append(dst, ' ')
 	dst = append(dst, lease...)
 	dst = append(dst, ' ')
@@ -81,15 +90,15 @@ func AppendAnswer(dst []byte, id uint64, status int, body []byte) []byte {
 // ParseRequest reads a request's header line (its LF included).
 func ParseRequest(line []byte) (FrameHeader, error) {
 	var h FrameHeader
-	f, err := frameFields(line, 4, "ID OP LEASE LENGTH")
+	f, err := frameFields(line, 5, "ID OP WORKER LEASE LENGTH")
 	if err != nil {
 		return h, err
 	}
 	if h.ID, err = frameID(f[0]); err != nil {
 		return h, err
 	}
-	h.Op, h.Lease = string(f[1]), string(f[2])
-	h.Len, err = frameLen(f[3])
+	h.Op, h.Worker, h.Lease = string(f[1]), string(f[2]), string(f[3])
+	h.Len, err = frameLen(f[4])
 	return h, err
 }
 

@@ -9,12 +9,12 @@ import (
 // TestFrameHeaders: a header line is read as written, and a line that is
 // not one is refused with what is wrong.
 func TestFrameHeaders(t *testing.T) {
-	req := AppendRequest(nil, 42, OpReport, "7", []byte(`{"worker":"w1"}`))
-	if want := "42 report 7 15\n{\"worker\":\"w1\"}"; string(req) != want {
+	req := AppendRequest(nil, 42, OpReport, "w1", "7", []byte(`{"worker":"w1"}`))
+	if want := "42 report w1 7 15\n{\"worker\":\"w1\"}"; string(req) != want {
 		t.Fatalf("request frame %q, want %q", req, want)
 	}
 	h, err := ParseRequest(req[:bytes.IndexByte(req, '\n')+1])
-	if err != nil || h != (FrameHeader{ID: 42, Op: OpReport, Lease: "7", Len: 15}) {
+	if err != nil || h != (FrameHeader{ID: 42, Op: OpReport, Worker: "w1", Lease: "7", Len: 15}) {
 		t.Fatalf("parsed %+v %v", h, err)
 	}
 	ans := AppendAnswer(nil, 42, 409, []byte("{}\n"))
@@ -23,15 +23,15 @@ func TestFrameHeaders(t *testing.T) {
 		t.Fatalf("parsed %+v %v", h, err)
 	}
 	for _, tc := range []struct{ line, saying string }{
-		{"1 heartbeat - 2", "no line feed"},
-		{"1 heartbeat 2\n", "want ID OP LEASE LENGTH"},
-		{"1 heartbeat - 2 3\n", "want ID OP LEASE LENGTH"},
-		{"1 heartbeat  2\n", "separated by one space"},
-		{"0 heartbeat - 2\n", `frame id "0"`},
-		{"-1 heartbeat - 2\n", `frame id "-1"`},
-		{"18446744073709551616 heartbeat - 2\n", "frame id"},
-		{"1 heartbeat - -2\n", `frame length "-2"`},
-		{"1 heartbeat - 4294967296\n", "frame length"},
+		{"1 heartbeat w1 - 2", "no line feed"},
+		{"1 heartbeat - 2\n", "want ID OP WORKER LEASE LENGTH"},
+		{"1 heartbeat w1 - 2 3\n", "want ID OP WORKER LEASE LENGTH"},
+		{"1 heartbeat w1  2\n", "separated by one space"},
+		{"0 heartbeat w1 - 2\n", `frame id "0"`},
+		{"-1 heartbeat w1 - 2\n", `frame id "-1"`},
+		{"18446744073709551616 heartbeat w1 - 2\n", "frame id"},
+		{"1 heartbeat w1 - -2\n", `frame length "-2"`},
+		{"1 heartbeat w1 - 4294967296\n", "frame length"},
 	} {
 		if _, err := ParseRequest([]byte(tc.line)); err == nil || !strings.Contains(err.Error(), tc.saying) {
 			t.Errorf("%q: %v, want an error saying %s", tc.line, err, tc.saying)
@@ -45,7 +45,7 @@ func TestFrameHeaders(t *testing.T) {
 // FuzzParseRequest: any line is parsed or refused, never a panic; a parsed
 // header written again reads the same.
 func FuzzParseRequest(f *testing.F) {
-	for _, s := range []string{"1 heartbeat - 2\n", "18446744073709551615 report 12 1048576\n", "x\n", "1 a b c d\n", ""} {
+	for _, s := range []string{"1 heartbeat w1 - 2\n", "18446744073709551615 report w1 12 1048576\n", "x\n", "1 a b c d e\n", ""} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
@@ -53,7 +53,7 @@ func FuzzParseRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		again := AppendRequest(nil, h.ID, h.Op, h.Lease, make([]byte, h.Len))
+		again := AppendRequest(nil, h.ID, h.Op, h.Worker, h.Lease, make([]byte, h.Len))
 		h2, err := ParseRequest(again[:bytes.IndexByte(again, '\n')+1])
 		if err != nil || h2 != h {
 			t.Fatalf("%q parsed as %+v, written and read again as %+v (%v)", line, h, h2, err)

@@ -10,7 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -26,33 +26,33 @@ var ErrSessionBroken = errors.New("api: worker session broken")
 var errNoSessions = errors.New("api: the daemon has no worker sessions")
 
 // Session makes a client carry the worker calls — Acquire, AcquireStart,
-// Heartbeat, Start, Report, ReportNext — over a worker session, one
-// connection per worker id (GET /v1/workers/{worker}/session, upgraded to
-// SessionProtocol): each call is a frame of that connection, its body and
-// answer those of the HTTP call, without HTTP's headers per call. The other
-// calls stay HTTP. A session is opened by the first call of its worker and
-// again after it broke; against a daemon that answers the upgrade with 404
-// (one from before sessions) the client makes plain calls from then on.
+// Heartbeat, Start, Report, ReportNext — over worker sessions (GET
+// /v1/session, upgraded to SessionProtocol): each call is a frame of a
+// connection the client's workers share, its body and answer those of the
+// HTTP call, without HTTP's headers per call. The other calls stay HTTP. A
+// session is opened by the first call, another when every open one has
+// maxSessionCalls calls in flight, and again after one broke; against a
+// daemon that answers the upgrade with 404 (one from before sessions) the
+// client makes plain calls from then on.
 func Session() ClientOption { return func(o *clientOptions) { o.session = true } }
+
+// SessionPath is the path a worker session is opened on.
+const SessionPath = "/v1/session"
 
 // maxSessionCalls is how many calls a client keeps in flight on one
 // session: the daemon's cap (server.MaxSessionCalls), past which it would
-// stop reading.
+// stop reading. A call that finds every session full opens another, so
+// that long polls never hold the heartbeats behind them.
 const maxSessionCalls = 250
 
-// sessionPool holds a client's sessions, one per worker id.
+// sessionPool holds a client's sessions.
 type sessionPool struct {
 	c       *Client
 	upgrade *http.Client // HTTP/1.1 only: an upgrade is not HTTP/2's
 	plain   atomic.Bool  // the daemon has no sessions: plain calls
+	opening sync.Mutex   // one session opened at a time
 	mu      sync.Mutex
-	workers map[string]*sessionSlot
-}
-
-// sessionSlot is one worker's session, opened by one call at a time.
-type sessionSlot struct {
-	mu sync.Mutex
-	s  *clientSession
+	open    []*clientSession // those not known to be broken
 }
 
 // withSessions sets up the sessions of a client made with the Session
@@ -62,16 +62,16 @@ func (c *Client) withSessions(o clientOptions, dial func(ctx context.Context, ne
 		return
 	}
 	t := &http.Transport{DialContext: dial, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
-	c.sessions = &sessionPool{c: c, upgrade: &http.Client{Transport: t}, workers: map[string]*sessionSlot{}}
+	c.sessions = &sessionPool{c: c, upgrade: &http.Client{Transport: t}}
 }
 
-// workerDo makes a worker call: a frame of worker's session if the client
-// has sessions and the daemon does, else the HTTP call POST path.
+// workerDo makes a worker call: a frame of a session if the client has
+// sessions and the daemon does, else the HTTP call POST path.
 func (c *Client) workerDo(ctx context.Context, worker, op, lease, path string, in, out any) error {
 	if p := c.sessions; p != nil && !p.plain.Load() {
-		s, err := p.get(ctx, worker)
+		s, err := p.take(ctx)
 		if err == nil {
-			return s.call(ctx, op, lease, path, in, out)
+			return s.call(ctx, op, worker, lease, path, in, out)
 		}
 		if !errors.Is(err, errNoSessions) {
 			return err
@@ -89,45 +89,55 @@ func (c *Client) CloseSessions() {
 		return
 	}
 	p.mu.Lock()
-	slots := make([]*sessionSlot, 0, len(p.workers))
-	for _, sl := range p.workers {
-		slots = append(slots, sl)
-	}
+	open := p.open
+	p.open = nil
 	p.mu.Unlock()
-	for _, sl := range slots {
-		sl.mu.Lock()
-		if sl.s != nil {
-			sl.s.fail(errors.New("closed by the client"))
-		}
-		sl.mu.Unlock()
+	for _, s := range open {
+		s.fail(errors.New("closed by the client"))
 	}
 }
 
-// get returns worker's session, opening one if it has none or it broke.
-func (p *sessionPool) get(ctx context.Context, worker string) (*clientSession, error) {
-	p.mu.Lock()
-	sl := p.workers[worker]
-	if sl == nil {
-		sl = &sessionSlot{}
-		p.workers[worker] = sl
+// take returns a session with a call's slot taken on it, opening one if
+// none has room.
+func (p *sessionPool) take(ctx context.Context) (*clientSession, error) {
+	if s := p.free(); s != nil {
+		return s, nil
 	}
-	p.mu.Unlock()
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	if sl.s != nil && !sl.s.isBroken() {
-		return sl.s, nil
+	p.opening.Lock()
+	defer p.opening.Unlock()
+	if s := p.free(); s != nil { // another call opened one meanwhile
+		return s, nil
 	}
-	s, err := p.open(ctx, worker)
+	s, err := p.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	sl.s = s
+	s.slots <- struct{}{} // a new session has every slot free
+	p.mu.Lock()
+	p.open = append(p.open, s)
+	p.mu.Unlock()
 	return s, nil
 }
 
-// open asks the daemon for worker's session.
-func (p *sessionPool) open(ctx context.Context, worker string) (*clientSession, error) {
-	path := "/v1/workers/" + url.PathEscape(worker) + "/session"
+// free takes a slot on an open session that has one, dropping the broken
+// ones from the pool; nil if none has.
+func (p *sessionPool) free() *clientSession {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open = slices.DeleteFunc(p.open, (*clientSession).isBroken)
+	for _, s := range p.open {
+		select {
+		case s.slots <- struct{}{}:
+			return s
+		default:
+		}
+	}
+	return nil
+}
+
+// dial asks the daemon for a session.
+func (p *sessionPool) dial(ctx context.Context) (*clientSession, error) {
+	path := SessionPath
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.c.base+path, nil)
 	if err != nil {
 		return nil, err
@@ -195,19 +205,15 @@ func (s *clientSession) isBroken() bool {
 	return s.err != nil
 }
 
-// call sends a frame and waits for its answer, which it decodes into out as
-// the HTTP call's would be.
-func (s *clientSession) call(ctx context.Context, op, lease, path string, in, out any) error {
+// call sends a frame for worker and waits for its answer, which it decodes
+// into out as the HTTP call's would be. Its caller took a slot (take); call
+// gives it back.
+func (s *clientSession) call(ctx context.Context, op, worker, lease, path string, in, out any) error {
+	defer func() { <-s.slots }()
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	select {
-	case s.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-s.slots }()
 	ch := make(chan frameAnswer, 1)
 	s.mu.Lock()
 	if s.err != nil {
@@ -219,7 +225,7 @@ func (s *clientSession) call(ctx context.Context, op, lease, path string, in, ou
 	id := s.next
 	s.pending[id] = ch
 	s.mu.Unlock()
-	s.write(id, op, lease, body)
+	s.write(id, op, worker, lease, body)
 	select {
 	case a := <-ch:
 		if a.err != nil {
@@ -237,9 +243,9 @@ func (s *clientSession) call(ctx context.Context, op, lease, path string, in, ou
 
 // write sends a request frame; frames sent while another goroutine writes
 // go out with its next write.
-func (s *clientSession) write(id uint64, op, lease string, body []byte) {
+func (s *clientSession) write(id uint64, op, worker, lease string, body []byte) {
 	s.wmu.Lock()
-	s.out = AppendRequest(s.out, id, op, lease, body)
+	s.out = AppendRequest(s.out, id, op, worker, lease, body)
 	if s.writing {
 		s.wmu.Unlock()
 		return

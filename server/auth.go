@@ -223,15 +223,15 @@ func (s *Server) authorize(r *http.Request, rt *route, c *call) error {
 	return forbidden("%s needs %s", rt.pattern, need)
 }
 
-// checkWorker refuses a body that speaks for a worker the token is not.
-// A session's frame must also name the session's worker, open daemon or
-// not: a session speaks for the worker of its path.
+// checkWorker refuses a call that speaks for a worker the token is not. A
+// session's frame speaks for the worker of its header, and a start's or
+// report's body must name that one, open daemon or not.
 func (s *Server) checkWorker(c *call, worker string) error {
 	if c.who != nil && !c.who.isWorker(worker) {
 		return forbidden("this token is not worker %q's", worker)
 	}
 	if c.bound != "" && worker != c.bound {
-		return forbidden("this session is worker %q's, not %q's", c.bound, worker)
+		return forbidden("this frame speaks for worker %q, not %q", c.bound, worker)
 	}
 	return nil
 }

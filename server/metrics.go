@@ -86,7 +86,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.sessions = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "leaselog_sessions",
-		Help: "Worker sessions open (GET /v1/workers/{worker}/session, upgraded); each holds a connection.",
+		Help: "Worker sessions open (GET /v1/session, upgraded); each holds a connection.",
 	})
 	reg.MustRegister(m.requests, m.duration, m.fsync, m.sessions)
 	registerStandard(reg) // buildinfo.go

@@ -275,9 +275,9 @@ func TestOpenAPI(t *testing.T) {
 	// A worker session: its upgrade refused, and made (session_test.go has
 	// its frames).
 	upgrade := map[string]string{"Connection": "Upgrade", "Upgrade": api.SessionProtocol}
-	session := request{method: "GET", path: "/v1/workers/w1/session", header: upgrade}
+	session := request{method: "GET", path: api.SessionPath, header: upgrade}
 	c.call(session, http.StatusUnauthorized)
-	c.call(request{method: "GET", path: session.path, token: w2Tok, header: upgrade}, http.StatusForbidden)
+	c.call(request{method: "GET", path: session.path, token: adminTok, header: upgrade}, http.StatusForbidden)
 	c.call(request{method: "GET", path: session.path, token: w1Tok}, http.StatusBadRequest)
 	session.token = w1Tok
 	c.upgrade(session)

@@ -169,7 +169,7 @@ func New(svc *lease.Service, opts Options) *Server {
 	s.handle("POST /v1/leases/{lease}/start", anyWorker, false, s.start)
 	s.handle("POST /v1/leases/{lease}/report", anyWorker, false, s.report)
 	s.handle("GET /v1/leases", read, false, s.listLeases)
-	s.handle("GET /v1/workers/{worker}/session", ownWorker, true, s.session)
+	s.handle("GET "+api.SessionPath, anyWorker, true, s.session)
 
 	s.handle("GET /v1/events", read, false, s.listEvents)
 	s.handle("GET /v1/events/stream", read, true, s.stream).queryToken = true
@@ -224,7 +224,7 @@ type call struct {
 	who     *principal // nil when the server is open
 	started bool       // the status line is written
 	h2      bool       // the request came over HTTP/2: one stream of many
-	// bound is the worker a session speaks for (its path's): a frame's
+	// bound is the worker a session's frame speaks for (its header's): its
 	// start or report must name it. "" for an HTTP call.
 	bound string
 	// received is when the request's headers were read, on Options.Clock.

@@ -1,15 +1,18 @@
 package server
 
-// A worker session: GET /v1/workers/{worker}/session upgraded to
-// api.SessionProtocol, then the worker calls as frames on that one
-// connection (api/frame.go has the format). Each frame runs the call's
-// workerOp, as its HTTP handler does, and is answered with the same bytes.
-// What a session saves is HTTP: no request line, headers or response headers
-// to parse and write per call, no goroutine handed between per call, and the
-// answers of concurrent calls written together in one system call.
+// A worker session: GET /v1/session upgraded to api.SessionProtocol, then
+// the worker calls of a client's workers as frames on that one connection
+// (api/frame.go has the format). Each frame runs the call's workerOp, as
+// its HTTP handler does, and is answered with the same bytes. What a
+// session saves is HTTP: no request line, headers or response headers to
+// parse and write per call, no goroutine handed between per call, and the
+// frames of concurrent calls — of all the workers sharing the connection —
+// read together and their answers written together, a system call for many.
 //
-// The token is checked once, at the upgrade, by the route's rule (the
-// worker's own token); a frame's start or report must name that worker.
+// The token is looked up once, at the upgrade (a worker's token, or none on
+// an open daemon); each frame is then held to the rules of its HTTP call:
+// its worker must be the token's, and a start's or report's body must name
+// the frame's worker.
 // Each frame is served on its own goroutine, so that a long-poll acquire
 // does not hold the heartbeats behind it; at most MaxSessionCalls are in
 // flight, past which the daemon reads no further frame until one ends. A
@@ -37,7 +40,6 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/lease"
 )
 
 // MaxSessionCalls is how many calls one session may have in flight, as an
@@ -58,13 +60,10 @@ var sessionOps = map[string]*sessionOp{
 	api.OpReport:    {run: (*Server).reportOp, route: "SESSION report"},
 }
 
-// session answers GET /v1/workers/{worker}/session: 101 and the session,
-// for as long as the connection lasts.
+// session answers GET /v1/session: 101 and the session, for as long as the
+// connection lasts.
 func (s *Server) session(w http.ResponseWriter, r *http.Request, c *call) error {
 	if _, err := params(r); err != nil {
-		return err
-	}
-	if err := lease.CheckID("worker", c.worker); err != nil {
 		return err
 	}
 	if r.ProtoMajor != 1 {
@@ -99,14 +98,13 @@ func headerHas(h http.Header, key, token string) bool {
 
 // serverSession is one session's state.
 type serverSession struct {
-	s      *Server
-	conn   net.Conn
-	br     *bufio.Reader
-	worker string
-	who    *principal
-	ctx    context.Context // done when the session ends or the server closes
-	slots  chan struct{}   // one per call in flight
-	wg     sync.WaitGroup  // the calls in flight
+	s     *Server
+	conn  net.Conn
+	br    *bufio.Reader
+	who   *principal
+	ctx   context.Context // done when the session ends or the server closes
+	slots chan struct{}   // one per call in flight
+	wg    sync.WaitGroup  // the calls in flight
 
 	wmu     sync.Mutex
 	out     []byte // answers waiting to be written
@@ -134,7 +132,7 @@ func (s *Server) runSession(conn net.Conn, br *bufio.Reader, c *call) {
 	// Close (or the end of the read loop) stops the reads: the calls in
 	// flight are answered, and the connection closed after them.
 	defer context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })()
-	ss := &serverSession{s: s, conn: conn, br: br, worker: c.worker, who: c.who, ctx: ctx,
+	ss := &serverSession{s: s, conn: conn, br: br, who: c.who, ctx: ctx,
 		slots: make(chan struct{}, MaxSessionCalls)}
 	ss.read()
 	cancel()
@@ -213,9 +211,9 @@ func (ss *serverSession) readBody(buf *[]byte, n int) ([]byte, error) {
 // refuse answers a frame that ends the session (id 0: the session itself),
 // recording it as a refused call.
 func (ss *serverSession) refuse(id uint64, err error) {
-	c := &call{route: "SESSION frame", worker: ss.worker, bound: ss.worker}
+	c := &call{route: "SESSION frame"}
 	c.status, _ = ss.answer(ss.ctx, id, c, func() (int, []byte) { return ss.s.errorJSON(ss.ctx, c, err) })
-	ss.s.record(c, "SESSION", "/v1/workers/"+ss.worker+"/session", 0)
+	ss.s.record(c, "SESSION", api.SessionPath, 0)
 }
 
 // serve runs one frame's call and writes its answer.
@@ -225,7 +223,7 @@ func (ss *serverSession) serve(h api.FrameHeader, body []byte, buf *[]byte) {
 	defer putBodyBuffer(buf)
 	start := time.Now()
 	s := ss.s
-	c := &call{route: "SESSION " + h.Op, received: s.opts.Clock.Now(), worker: ss.worker, bound: ss.worker, who: ss.who}
+	c := &call{route: "SESSION " + h.Op, received: s.opts.Clock.Now(), worker: h.Worker, bound: h.Worker, who: ss.who}
 	op := sessionOps[h.Op]
 	if op != nil {
 		c.route = op.route
@@ -235,6 +233,11 @@ func (ss *serverSession) serve(h api.FrameHeader, body []byte, buf *[]byte) {
 		if op == nil {
 			c.route = "SESSION unknown"
 			return s.errorJSON(ctx, c, badRequest("unknown op %q: want %s, %s, %s or %s", h.Op, api.OpAcquire, api.OpHeartbeat, api.OpStart, api.OpReport))
+		}
+		// The route's rule of the HTTP call, first as there: the
+		// worker's own token.
+		if err := s.checkWorker(c, h.Worker); err != nil {
+			return s.errorJSON(ctx, c, err)
 		}
 		if err := s.svc.Err(); err != nil {
 			return s.errorJSON(ctx, c, err)

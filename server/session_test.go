@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,8 +71,7 @@ func TestFencingOverBothTransports(t *testing.T) {
 
 			// A live lease of w1's: w2 may neither start nor report it, in
 			// its own name (the service refuses) or in w1's (its token
-			// does: over HTTP the call, over a session the upgrade to w1's
-			// session).
+			// does, over HTTP and in a frame alike).
 			f.submit("j2", event.KindRun)
 			gs, err = w1.Acquire(ctx, "w1", 1, 0)
 			if err != nil || len(gs) != 1 {
@@ -114,14 +114,17 @@ func TestFencingOverBothTransports(t *testing.T) {
 	}
 }
 
-// session is a raw worker session, for what the Go client never sends.
+// session is a raw worker session, for what the Go client never sends; its
+// frames speak for worker.
 type session struct {
-	t    *testing.T
-	conn net.Conn
-	br   *bufio.Reader
+	t      *testing.T
+	conn   net.Conn
+	br     *bufio.Reader
+	worker string
 }
 
-// dialSession upgrades a connection to f's daemon for worker with token.
+// dialSession upgrades a connection to f's daemon with token, for frames
+// that speak for worker.
 func dialSession(t *testing.T, f *fixture, worker, token string) *session {
 	t.Helper()
 	return dialSessionAt(t, f.ts.Listener.Addr().String(), worker, token)
@@ -135,7 +138,7 @@ func dialSessionAt(t *testing.T, addr, worker, token string) *session {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "GET /v1/workers/%s/session HTTP/1.1\r\nHost: leaselog\r\nConnection: Upgrade\r\nUpgrade: %s\r\n", worker, api.SessionProtocol)
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: leaselog\r\nConnection: Upgrade\r\nUpgrade: %s\r\n", api.SessionPath, api.SessionProtocol)
 	if token != "" {
 		fmt.Fprintf(conn, "Authorization: Bearer %s\r\n", token)
 	}
@@ -148,7 +151,7 @@ func dialSessionAt(t *testing.T, addr, worker, token string) *session {
 	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != api.SessionProtocol {
 		t.Fatalf("upgrade: %d %v", resp.StatusCode, resp.Header)
 	}
-	return &session{t: t, conn: conn, br: br}
+	return &session{t: t, conn: conn, br: br, worker: worker}
 }
 
 // send writes raw bytes.
@@ -162,7 +165,7 @@ func (s *session) send(raw string) {
 // call sends one frame and reads one answer, which must be the call's.
 func (s *session) call(id uint64, op, lease, body string) reply {
 	s.t.Helper()
-	s.send(string(api.AppendRequest(nil, id, op, lease, []byte(body))))
+	s.send(string(api.AppendRequest(nil, id, op, s.worker, lease, []byte(body))))
 	gotID, r := s.answer()
 	if gotID != id {
 		s.t.Fatalf("answer of frame %d, want %d", gotID, id)
@@ -308,7 +311,19 @@ func TestSessionBadFrames(t *testing.T) {
 	t.Run("another worker's lease", func(t *testing.T) {
 		s := dialSession(t, f, "w2", "")
 		wantError(t, s.call(1, api.OpReport, fmt.Sprint(l), `{"worker":"w1","outcome":"failed"}`),
-			http.StatusForbidden, api.CodeForbidden, `this session is worker "w2"'s, not "w1"'s`)
+			http.StatusForbidden, api.CodeForbidden, `this frame speaks for worker "w2", not "w1"`)
+	})
+	t.Run("frames of two workers on one session", func(t *testing.T) {
+		s := dialSession(t, f, "w1", "")
+		r := s.call(1, api.OpHeartbeat, "-", fmt.Sprintf(`{"leases":[%d]}`, l))
+		if hb := decode[api.HeartbeatReply](t, r, http.StatusOK); hb.Leases[0].Directive != api.DirectiveContinue {
+			t.Fatalf("w1's heartbeat: %+v", hb)
+		}
+		s.worker = "w2"
+		r = s.call(2, api.OpHeartbeat, "-", fmt.Sprintf(`{"leases":[%d]}`, l))
+		if hb := decode[api.HeartbeatReply](t, r, http.StatusOK); hb.Leases[0].Directive != api.DirectiveGone {
+			t.Fatalf("w2's heartbeat of w1's lease on the same session: %+v, want gone", hb)
+		}
 	})
 	for _, tc := range []struct {
 		name, raw string
@@ -317,15 +332,16 @@ func TestSessionBadFrames(t *testing.T) {
 		code      string
 		saying    string
 	}{
-		{"no fields", "hello\n", 0, http.StatusBadRequest, api.CodeBadRequest, "want ID OP LEASE LENGTH"},
-		{"id zero", "0 heartbeat - 2\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, `frame id "0"`},
-		{"length not a number", "1 heartbeat - two\n", 0, http.StatusBadRequest, api.CodeBadRequest, `frame length "two"`},
-		{"two spaces", "1  heartbeat - 2\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, "separated by one space"},
-		{"CRLF", "1 heartbeat - 2\r\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, "byte 15 is 0x0d: want printable ASCII"},
-		{"header too long", strings.Repeat("1", 300) + "\n", 0, http.StatusBadRequest, api.CodeBadRequest, "longer than 128 bytes"},
+		{"no fields", "hello\n", 0, http.StatusBadRequest, api.CodeBadRequest, "want ID OP WORKER LEASE LENGTH"},
+		{"no worker", "1 heartbeat - 2\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, "want ID OP WORKER LEASE LENGTH"},
+		{"id zero", "0 heartbeat w1 - 2\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, `frame id "0"`},
+		{"length not a number", "1 heartbeat w1 - two\n", 0, http.StatusBadRequest, api.CodeBadRequest, `frame length "two"`},
+		{"two spaces", "1  heartbeat w1 - 2\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, "separated by one space"},
+		{"CRLF", "1 heartbeat w1 - 2\r\n{}", 0, http.StatusBadRequest, api.CodeBadRequest, "byte 18 is 0x0d: want printable ASCII"},
+		{"header too long", strings.Repeat("1", 300) + "\n", 0, http.StatusBadRequest, api.CodeBadRequest, "longer than 256 bytes"},
 		{"no line feed", strings.Repeat("1", 5000), 0, http.StatusBadRequest, api.CodeBadRequest, "no line feed in its first 4096 bytes"},
-		{"body over the limit", "5 heartbeat - 1025\n", 5, http.StatusBadRequest, api.CodeTooLarge, "body exceeds 1024 bytes"},
-		{"body never comes", "6 heartbeat - 20\n{\"leases\":", 6, http.StatusRequestTimeout, api.CodeBodyTimeout, "did not arrive in time"},
+		{"body over the limit", "5 heartbeat w1 - 1025\n", 5, http.StatusBadRequest, api.CodeTooLarge, "body exceeds 1024 bytes"},
+		{"body never comes", "6 heartbeat w1 - 20\n{\"leases\":", 6, http.StatusRequestTimeout, api.CodeBodyTimeout, "did not arrive in time"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := dialSession(t, f, "w1", "")
@@ -340,8 +356,9 @@ func TestSessionBadFrames(t *testing.T) {
 	}
 }
 
-// TestSessionUpgradeRefused: the upgrade obeys the route's rules — the
-// worker's own token — and says what it needs.
+// TestSessionUpgradeRefused: the upgrade obeys the route's rule — a
+// worker's token — and says what it needs; each frame then obeys its HTTP
+// call's — the token of the worker it speaks for.
 func TestSessionUpgradeRefused(t *testing.T) {
 	f := newFixture(t, server.Options{Auth: testAuth()})
 	up := map[string]string{"Connection": "Upgrade", "Upgrade": api.SessionProtocol}
@@ -351,23 +368,30 @@ func TestSessionUpgradeRefused(t *testing.T) {
 		status            int
 		code, saying      string
 	}{
-		{"no token", "/v1/workers/w1/session", "", up, http.StatusUnauthorized, api.CodeUnauthorized, "missing bearer token"},
-		{"another worker's token", "/v1/workers/w1/session", w2Tok, up, http.StatusForbidden, api.CodeForbidden, `worker "w1"'s token`},
-		{"an admin's token", "/v1/workers/w1/session", adminTok, up, http.StatusForbidden, api.CodeForbidden, `worker "w1"'s token`},
-		{"no upgrade", "/v1/workers/w1/session", w1Tok, nil, http.StatusBadRequest, api.CodeBadRequest, "Upgrade: leaselog-session/1"},
-		{"another protocol", "/v1/workers/w1/session", w1Tok, map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, http.StatusBadRequest, api.CodeBadRequest, "Upgrade: leaselog-session/1"},
-		{"a query", "/v1/workers/w1/session?x=1", w1Tok, up, http.StatusBadRequest, api.CodeBadRequest, `"x"`},
+		{"no token", api.SessionPath, "", up, http.StatusUnauthorized, api.CodeUnauthorized, "missing bearer token"},
+		{"an admin's token", api.SessionPath, adminTok, up, http.StatusForbidden, api.CodeForbidden, "needs a worker's token"},
+		{"no upgrade", api.SessionPath, w1Tok, nil, http.StatusBadRequest, api.CodeBadRequest, "Upgrade: leaselog-session/1"},
+		{"another protocol", api.SessionPath, w1Tok, map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, http.StatusBadRequest, api.CodeBadRequest, "Upgrade: leaselog-session/1"},
+		{"a query", api.SessionPath + "?x=1", w1Tok, up, http.StatusBadRequest, api.CodeBadRequest, `"x"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := f.send(request{method: "GET", path: tc.path, token: tc.token, header: tc.header})
 			wantError(t, r, tc.status, tc.code, tc.saying)
 		})
 	}
+	// A frame for another worker than the token's is refused, and the
+	// session goes on.
+	s := dialSession(t, f, "w1", w2Tok)
+	for _, op := range []string{api.OpAcquire, api.OpHeartbeat} {
+		wantError(t, s.call(1, op, "-", `{}`), http.StatusForbidden, api.CodeForbidden, `this token is not worker "w1"'s`)
+	}
+	s.worker = "w2"
+	decode[api.HeartbeatReply](t, s.call(2, api.OpHeartbeat, "-", `{"leases":[]}`), http.StatusOK)
 	// The Go client hears the refusal as the API error it is.
 	c, err := api.NewClient(f.ts.URL, w2Tok, api.Session())
 	f.must(err)
 	if _, err := c.Heartbeat(context.Background(), "w1", nil); !api.IsCode(err, api.CodeForbidden) {
-		t.Fatalf("heartbeat over a session refused at its upgrade: %v, want forbidden", err)
+		t.Fatalf("heartbeat for w1 with w2's token over a session: %v, want forbidden", err)
 	}
 }
 
@@ -404,6 +428,41 @@ func TestSessionFallsBackToPlainCalls(t *testing.T) {
 	}
 	if upgrades != 1 {
 		t.Fatalf("%d upgrades asked, want 1 (then plain calls)", upgrades)
+	}
+}
+
+// TestSessionFullOpensAnother: one session carries the calls of many
+// workers, and a client whose session has its MaxSessionCalls calls in
+// flight — long polls of as many workers — opens another for the next call,
+// so that no heartbeat waits behind them.
+func TestSessionFullOpensAnother(t *testing.T) {
+	var waiting atomic.Int64
+	f := newFixtureHooked(t, server.Options{}, func(s *server.Server) {
+		server.SetWaitHook(s, func(ctx context.Context) context.Context {
+			waiting.Add(1)
+			return ctx
+		})
+	})
+	c, err := api.NewClient(f.ts.URL, "", api.Session())
+	f.must(err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for i := range server.MaxSessionCalls {
+		wg.Go(func() { _, _ = c.Acquire(ctx, fmt.Sprintf("w%d", i), 1, time.Minute) })
+	}
+	eventually(t, "every long poll waits", func() bool { return waiting.Load() == server.MaxSessionCalls })
+	if n := sessionsOpen(t, f); n != 1 {
+		t.Fatalf("%v sessions for %d workers' calls, want 1", n, server.MaxSessionCalls)
+	}
+	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer hcancel()
+	if _, err := c.Heartbeat(hctx, "w0", nil); err != nil {
+		t.Fatalf("a heartbeat beside %d long polls: %v", server.MaxSessionCalls, err)
+	}
+	if n := sessionsOpen(t, f); n != 2 {
+		t.Fatalf("%v sessions, want 2: the full one and the heartbeat's", n)
 	}
 }
 
@@ -510,9 +569,9 @@ func TestSessionMetrics(t *testing.T) {
 		}
 	}
 	for k, want := range map[string]float64{
-		"GET /v1/workers/{worker}/session 101": 1,
-		"SESSION heartbeat 200":                3,
-		"SESSION heartbeat 400":                1,
+		"GET /v1/session 101":   1,
+		"SESSION heartbeat 200": 3,
+		"SESSION heartbeat 400": 1,
 	} {
 		if got[k] != want {
 			t.Errorf("%s: %v, want %v (all: %v)", k, got[k], want, got)

@@ -50,8 +50,8 @@ each step:
          grants has no acquire call of its own (acquire_ms counts only the
          acquires made alone, and report_ms includes the carried acquire)
   batch  submit --batch jobs a call (submit_ms is per call)
-session is combined with the workers' calls over worker sessions (one
-connection per worker, each call a frame: GET /v1/workers/{worker}/session),
+session is combined with the workers' calls over a worker session (one
+connection all the workers share, each call a frame: GET /v1/session),
 the submits over HTTP; "session" also goes in a list of parts (start,session).
 calls_per_job is what the run made, long polls that found nothing included.
 

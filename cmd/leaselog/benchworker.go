@@ -22,8 +22,8 @@ type benchProtocol struct {
 	start bool // acquire with start: the grant comes back running (no start call)
 	next  bool // the report carries the next acquire
 	batch int  // submit in batches of this many jobs (0: one call a job)
-	// session: the workers' calls go over a worker session each
-	// (api.Session), one connection per worker, not HTTP calls.
+	// session: the workers' calls go over a worker session (api.Session),
+	// one connection they share, not HTTP calls.
 	session bool
 }
 
