@@ -11,6 +11,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/natstest"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -191,15 +192,5 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 // streamLeader waits for the node that leads stream T, and returns it.
 func streamLeader(t *testing.T, nodes []*server.Server) *server.Server {
 	t.Helper()
-	var leader *server.Server
-	waitFor(t, 10*time.Second, "a stream leader", func() bool {
-		for _, n := range nodes {
-			if n.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, "T") {
-				leader = n
-				return true
-			}
-		}
-		return false
-	})
-	return leader
+	return natstest.StreamLeader(t, nodes, "T")
 }

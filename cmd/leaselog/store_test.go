@@ -16,6 +16,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/internal/natstest"
 )
 
 // TestStoreEngineConfig: the keys of the engine, accepted and refused, each
@@ -181,17 +182,4 @@ func (s *syncBuffer) String() string {
 }
 
 // runNATS runs an in-process NATS server with JetStream for the test.
-func runNATS(t *testing.T) *server.Server {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	return ns
-}
+func runNATS(t *testing.T) *server.Server { return natstest.Run(t) }
