@@ -59,29 +59,37 @@ func (l *Log) ReplicaMarker() ([]byte, error) {
 // without a gap; an acquired event's lease must be its own seq. Nothing is
 // handed to the Replica.
 func (l *Log) Import(evs []event.Event, recs []Record, marker []byte) error {
-	if len(evs) == 0 {
-		return errors.New("eventlog: import of no events")
-	}
-	for i := range evs {
-		e := &evs[i]
-		if err := validate(e); err != nil {
-			return err
-		}
-		if i > 0 && e.Seq != evs[i-1].Seq+1 {
-			return fmt.Errorf("%w: import: seq %d follows seq %d", ErrCorrupt, e.Seq, evs[i-1].Seq)
-		}
-		if e.Type == event.TypeAcquired && e.Lease != e.Seq {
-			return fmt.Errorf("%w: import: acquired event seq %d holds lease %d", ErrCorrupt, e.Seq, e.Lease)
-		}
-	}
-	b := l.db.NewBatch()
-	l.mu.Lock()
-	c, err := l.importLocked(b, evs, recs, marker)
-	l.mu.Unlock()
+	c, err := l.StageImport(evs, recs, marker)
 	if err != nil {
 		return err
 	}
 	return c.Wait()
+}
+
+// StageImport is Import without the wait: the batch enters Pebble's commit
+// pipeline, visible to Get at once, and the caller calls Wait on the result
+// before relying on it being durable. A catch-up stages many batches before
+// it waits, so that they share fsyncs as concurrent appends do.
+func (l *Log) StageImport(evs []event.Event, recs []Record, marker []byte) (*Commit, error) {
+	if len(evs) == 0 {
+		return nil, errors.New("eventlog: import of no events")
+	}
+	for i := range evs {
+		e := &evs[i]
+		if err := validate(e); err != nil {
+			return nil, err
+		}
+		if i > 0 && e.Seq != evs[i-1].Seq+1 {
+			return nil, fmt.Errorf("%w: import: seq %d follows seq %d", ErrCorrupt, e.Seq, evs[i-1].Seq)
+		}
+		if e.Type == event.TypeAcquired && e.Lease != e.Seq {
+			return nil, fmt.Errorf("%w: import: acquired event seq %d holds lease %d", ErrCorrupt, e.Seq, e.Lease)
+		}
+	}
+	b := l.db.NewBatch()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.importLocked(b, evs, recs, marker)
 }
 
 func (l *Log) importLocked(b *pebble.Batch, evs []event.Event, recs []Record, marker []byte) (*Commit, error) {

@@ -128,13 +128,31 @@ func (s *Store) catchUp(ctx context.Context) error {
 	table.SetRetire(projection.RetireRecord)
 	s.logger.Info().Uint64("from", from).Uint64("to", to).Uint64("seq", s.log.LastSeq()).
 		Msg("jetstream: catching the cache up with the stream")
-	err = s.pull(ctx, from, to, func(sseq uint64, data []byte) error {
-		if err := s.importBatch(table, sseq, data); err != nil {
+	// Imports are staged and waited for a fetch's worth at a time, so that
+	// they share fsyncs: one each made a rebuild as slow as fsync.
+	var staged []*eventlog.Commit
+	wait := func() error {
+		var err error
+		for _, c := range staged {
+			err = errors.Join(err, c.Wait()) // each, for Close not to wait on it
+		}
+		staged = staged[:0]
+		if err != nil {
 			return fmt.Errorf("%w: %w", errCache, err)
 		}
 		return nil
+	}
+	err = s.pull(ctx, from, to, func(sseq uint64, data []byte) error {
+		c, err := s.stageBatch(table, sseq, data)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errCache, err)
+		}
+		if staged = append(staged, c); len(staged) == pullBatch {
+			return wait()
+		}
+		return nil
 	})
-	if err != nil {
+	if err := errors.Join(err, wait()); err != nil {
 		return err
 	}
 	if err := s.log.PutSnapshot(table.Seq(), table.Snapshot()); err != nil {
@@ -146,61 +164,33 @@ func (s *Store) catchUp(ctx context.Context) error {
 // importBatch folds the message at stream seq sseq into table and imports
 // it into the cache with the archive records the fold derived.
 func (s *Store) importBatch(table *projection.Table, sseq uint64, data []byte) error {
+	c, err := s.stageBatch(table, sseq, data)
+	if err != nil {
+		return err
+	}
+	return c.Wait()
+}
+
+// stageBatch is importBatch without the wait for the cache's fsync.
+func (s *Store) stageBatch(table *projection.Table, sseq uint64, data []byte) (*eventlog.Commit, error) {
 	if want := s.StreamSeq() + 1; sseq != want {
-		return fmt.Errorf("jetstream: stream seq %d where %d was expected: the stream has a hole", sseq, want)
+		return nil, fmt.Errorf("jetstream: stream seq %d where %d was expected: the stream has a hole", sseq, want)
 	}
 	evs, err := decodeBatch(data)
 	if err != nil {
-		return fmt.Errorf("jetstream: stream seq %d: %w", sseq, err)
+		return nil, fmt.Errorf("jetstream: stream seq %d: %w", sseq, err)
 	}
 	for i := range evs {
 		if err := table.Apply(&evs[i]); err != nil {
-			return fmt.Errorf("jetstream: stream seq %d: fold of seq %d: %w", sseq, evs[i].Seq, err)
+			return nil, fmt.Errorf("jetstream: stream seq %d: fold of seq %d: %w", sseq, evs[i].Seq, err)
 		}
 	}
-	if err := s.log.Import(evs, table.TakeRetired(), marker(sseq)); err != nil {
-		return fmt.Errorf("jetstream: stream seq %d: %w", sseq, err)
+	c, err := s.log.StageImport(evs, table.TakeRetired(), marker(sseq))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: stream seq %d: %w", sseq, err)
 	}
 	s.mu.Lock()
 	s.mu.last = sseq
 	s.mu.Unlock()
-	return nil
-}
-
-// pull hands fn every message of the stream from from to to, in order.
-//
-// It reads them one by one with a bounded request each: an ordered
-// consumer's Fetch retries the creation of its consumer without end while
-// the stream has no leader, which would hang a catch-up (and a takeover)
-// where a failed read is retried by the caller. One round trip a batch:
-// a cache rebuilt from a long stream pays it (see docs/cluster.md).
-func (s *Store) pull(ctx context.Context, from, to uint64, fn func(sseq uint64, data []byte) error) error {
-	for seq := from; seq <= to; seq++ {
-		data, ok, err := s.read(ctx, seq)
-		if err != nil {
-			return fmt.Errorf("jetstream: read the stream at seq %d: %w", seq, err)
-		}
-		if !ok {
-			return fmt.Errorf("jetstream: no stream seq %d where the stream ends at %d: the stream has a hole", seq, to)
-		}
-		if err := fn(seq, data); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// read returns the message at stream seq seq, or false if the stream holds
-// none there (yet); the request is bounded by an attempt.
-func (s *Store) read(ctx context.Context, seq uint64) ([]byte, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.attempt())
-	defer cancel()
-	raw, err := s.stream.GetMsg(ctx, seq)
-	if errors.Is(err, natsjs.ErrMsgNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	return raw.Data, true, nil
+	return c, nil
 }
