@@ -16,7 +16,7 @@ import (
 // The headers a standby daemon (one waiting to take over the log of engine
 // "jetstream": docs/cluster.md) puts on its 503: HeaderRole is RoleStandby,
 // and HeaderActive, when a daemon leads, names it (http://host:port, the
-// address it was told to listen on). A standby processes nothing, so a call
+// address it advertises: server.advertise). A standby processes nothing, so a call
 // it answered can be sent to another daemon as it is.
 const (
 	HeaderRole   = "Leaselog-Role"

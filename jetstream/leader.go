@@ -21,8 +21,8 @@ import (
 
 // Leader configures leadership (Options.Leader).
 type Leader struct {
-	// ID names this daemon in the key (its API address, so that a standby
-	// can say where the active daemon is).
+	// ID names this daemon in the key (the API address it advertises, so
+	// that a standby can say where the active daemon is).
 	ID string
 	// TTL is how long the key outlives the last refresh of a daemon that
 	// stopped: the longest a standby waits before it takes over. The active

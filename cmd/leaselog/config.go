@@ -23,6 +23,7 @@ import (
 //
 //	[server]
 //	listen = "127.0.0.1:7420"        # or "unix:///run/leaselog.sock"
+//	advertise = "host1:7420"         # jetstream: where others reach it; default listen, or hostname:port (advertise.go)
 //	open = false                     # no [auth] and a local worker: true serves with no token at all
 //	max_connections = 0              # 0: from the file-descriptor limit, leaving the store its files
 //
@@ -64,6 +65,9 @@ type Config struct {
 // ServerConfig is [server].
 type ServerConfig struct {
 	Listen string `toml:"listen"`
+	// Advertise is where other machines reach this daemon (advertise.go):
+	// the address in the stream's leadership key that a standby names.
+	Advertise string `toml:"advertise"`
 	// Open serves the API with no token even with a local worker, whose jobs
 	// run as the daemon's user: every local user can then run commands as
 	// that user. Without it, a daemon with a local worker and no [auth]
@@ -239,6 +243,9 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := splitListen(c.Server.Listen); err != nil {
 		return fmt.Errorf("config: server.listen: %w", err)
+	}
+	if err := c.Server.checkAdvertise(); err != nil {
+		return err
 	}
 	if c.Server.Open && c.Auth != nil {
 		return errors.New("config: server.open: an [auth] section is given too; open serves with no token, so keep one of them")

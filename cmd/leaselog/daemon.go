@@ -61,7 +61,17 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		slog = *storeLogger
 	}
 	logger.Info().Str("data", cfg.Store.Dir).Msg("opening the store")
-	st, err := openStore(ctx, cfg.Store, cfg.Lease(), cfg.Server.Listen, eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit})
+	// The leadership key of engine jetstream names this daemon by where
+	// others reach it, for a standby to name it (advertise.go).
+	id := cfg.Server.Listen
+	if cfg.Store.Engine == engineJetStream {
+		a, err := cfg.Advertised()
+		if err != nil {
+			return nil, err
+		}
+		id = a
+	}
+	st, err := openStore(ctx, cfg.Store, cfg.Lease(), id, eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit})
 	if err != nil {
 		if stop := stopped(ctx, "opening the store"); stop != nil { // jetstream's open waits on the network
 			return nil, errors.Join(stop, err)

@@ -13,10 +13,10 @@ import (
 
 func (m *Main) serveCommand() *cobra.Command {
 	var (
-		configPath, dir, listen, logFormat, logLevel string
-		capacity                                     int
-		open                                         bool
-		retention                                    time.Duration
+		configPath, dir, listen, advertise, logFormat, logLevel string
+		capacity                                                int
+		open                                                    bool
+		retention                                               time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--config FILE] [--data DIR] [--listen ADDR]",
@@ -61,6 +61,9 @@ they stop it too, within seconds even in the middle of a long replay.`,
 			if f.Changed("listen") {
 				cfg.Server.Listen = listen
 			}
+			if f.Changed("advertise") {
+				cfg.Server.Advertise = advertise
+			}
 			if f.Changed("log-format") {
 				cfg.Log.Format = logFormat
 			}
@@ -85,6 +88,7 @@ they stop it too, within seconds even in the middle of a long replay.`,
 	cmd.Flags().StringVar(&configPath, "config", "", "TOML configuration file")
 	cmd.Flags().StringVar(&dir, "data", "", "data directory (store.dir; default ./leaselog-data)")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address, host:port or unix:///path (server.listen; default 127.0.0.1:7420)")
+	cmd.Flags().StringVar(&advertise, "advertise", "", "host:port other machines reach this daemon at, named by a standby of engine jetstream (server.advertise; default listen, or the hostname with its port)")
 	cmd.Flags().StringVar(&logFormat, "log-format", "", "json or console, coloured on a terminal only (log.format)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "", "debug, info, warn or error (log.level)")
 	cmd.Flags().IntVar(&capacity, "local-capacity", 0, "jobs the local worker runs at once; 0: no local worker")
