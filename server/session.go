@@ -104,7 +104,11 @@ type serverSession struct {
 	who   *principal
 	ctx   context.Context // done when the session ends or the server closes
 	slots chan struct{}   // one per call in flight
-	wg    sync.WaitGroup  // the calls in flight
+	// idle hands a frame to a goroutine that served one and waits for the
+	// next: a goroutine's stack has grown to what a call needs, and a new
+	// one per frame would grow it again, copying, call after call.
+	idle chan frame
+	wg   sync.WaitGroup // the goroutines serving frames
 
 	wmu     sync.Mutex
 	out     []byte // answers waiting to be written
@@ -133,7 +137,7 @@ func (s *Server) runSession(conn net.Conn, br *bufio.Reader, c *call) {
 	// flight are answered, and the connection closed after them.
 	defer context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })()
 	ss := &serverSession{s: s, conn: conn, br: br, who: c.who, ctx: ctx,
-		slots: make(chan struct{}, MaxSessionCalls)}
+		slots: make(chan struct{}, MaxSessionCalls), idle: make(chan frame)}
 	ss.read()
 	cancel()
 	ss.wg.Wait()
@@ -179,8 +183,34 @@ func (ss *serverSession) read() {
 			putBodyBuffer(buf)
 			return
 		}
-		ss.wg.Add(1)
-		go ss.serve(h, body, buf)
+		f := frame{h: h, body: body, buf: buf}
+		select {
+		case ss.idle <- f:
+		default:
+			ss.wg.Go(func() { ss.serveFrames(f) })
+		}
+	}
+}
+
+// frame is a request frame read whole: its header, and its body in buf.
+type frame struct {
+	h    api.FrameHeader
+	body []byte
+	buf  *[]byte // from bodyBuffers
+}
+
+// serveFrames serves f, then the frames handed to it while idle, until the
+// session ends. A session keeps about as many as it had calls in flight at
+// its busiest (MaxSessionCalls at most, and the few that a frame read while
+// one was between its answer and its wait for the next made them start).
+func (ss *serverSession) serveFrames(f frame) {
+	for {
+		ss.serve(f.h, f.body, f.buf)
+		select {
+		case f = <-ss.idle:
+		case <-ss.ctx.Done():
+			return
+		}
 	}
 }
 
@@ -218,7 +248,6 @@ func (ss *serverSession) refuse(id uint64, err error) {
 
 // serve runs one frame's call and writes its answer.
 func (ss *serverSession) serve(h api.FrameHeader, body []byte, buf *[]byte) {
-	defer ss.wg.Done()
 	defer func() { <-ss.slots }()
 	defer putBodyBuffer(buf)
 	start := time.Now()
