@@ -34,7 +34,7 @@ def side(stack):
 
 RULES = [  # leaf first: the first frame that matches names the layer
     ('fsync wait', r'Fdatasync|SyncData|\.Fsync'),
-    ('JSON', r'^encoding/json|leaselog/server\.(checkJSON|checkTokens|dupFrame|jsonType)|^unicode/utf8'),
+    ('JSON', r'^encoding/json|^github.com/go-json-experiment/json|leaselog/server\.(checkJSON|checkTokens|dupFrame|jsonType)|^unicode/utf8'),
     ('logging', r'zerolog'),
     ('metrics', r'prometheus'),
     ('log / Pebble', r'pebble|leaselog/eventlog|leaselog/projection|leaselog/event\.'),

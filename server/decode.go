@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+
 	"github.com/leaselog/leaselog/api"
 )
 
@@ -129,6 +131,24 @@ func decodeJSON(b []byte, v any, emptyOK bool) error {
 	if b[0] != '{' {
 		return badRequest("body must be a JSON object")
 	}
+	// The common body, one that obeys every rule, is decoded in one pass by
+	// encoding/json/v2, whose rules are these: valid UTF-8, no name twice,
+	// no member v lacks, nothing after the object. What it accepts,
+	// encoding/json accepts with the same values (it is the stricter of the
+	// two: it matches names by case, where v1 also takes "Worker" for
+	// "worker"). Only a body it refuses takes the path below, which says
+	// what is wrong in the words the API has always used, or accepts what
+	// only v1's looser matching takes.
+	if jsonv2.Unmarshal(b, v, jsonv2.RejectUnknownMembers(true)) == nil {
+		return nil
+	}
+	reflect.ValueOf(v).Elem().SetZero() // what the refused decode left half-set
+	return decodeObject(b, v)
+}
+
+// decodeObject decodes b, a body that starts with '{', into v with
+// encoding/json and the checks it lacks, saying what is wrong.
+func decodeObject(b []byte, v any) error {
 	if err := checkJSON(b); err != nil {
 		return err
 	}

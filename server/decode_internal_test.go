@@ -1,8 +1,12 @@
 package server
 
 import (
+	"bytes"
+	"reflect"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/leaselog/leaselog/api"
 )
 
 // FuzzCheckJSON: checkJSON, which scans the bytes of a valid body, refuses
@@ -39,4 +43,41 @@ func TestCheckJSONAllocates(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _ = checkJSON(b) }); n != 0 {
 		t.Fatalf("checkJSON allocates %v times", n)
 	}
+}
+
+// FuzzDecodeJSON: decodeJSON, which tries encoding/json/v2 first, decides
+// every body as decodeObject alone (encoding/json and its checks) does: the
+// same values, or the same refusal. Seeds are bodies of each worker call and
+// a submit; the fuzzer mangles them.
+func FuzzDecodeJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"max":1,"wait_seconds":2.5,"start":true}`, `{"Max":1}`, `{"max":1.5}`, `{"max":1,"max":2}`,
+		`{"leases":[1,2,3]}`, `{"leases":null}`, `{"leases":[-1]}`, `{"leases":[1,"x"]}`,
+		`{"worker":"w1","outcome":"succeeded","result":{"a":[1,2]},"next":{"max":1,"start":true}}`,
+		`{"worker":"w1","Worker":"w2"}`, `{"worker":"w\u00e9"}`, "{\"worker\":\"w\xff\"}", `{"worker":"\ud800"}`,
+		`{"worker":"w1"} {}`, `{"worker":"w1","x":1}`, `{"result":null,"worker":"w1","outcome":"failed"}`,
+		`{"id":"j1","kind":"run","spec":{"run":"make", "env" : {"A":"1"}},"after":["j0"]}`, `{"spec":[1, 2 ,3]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	targets := []func() any{
+		func() any { return new(api.Acquire) }, func() any { return new(api.Heartbeat) },
+		func() any { return new(api.Report) }, func() any { return new(api.Start) }, func() any { return new(api.Submit) },
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		b = bytes.TrimSpace(b)
+		if len(b) == 0 || b[0] != '{' {
+			return // decided before either decoder
+		}
+		for _, target := range targets {
+			got, want := target(), target()
+			gotErr, wantErr := decodeJSON(b, got, false), decodeObject(b, want)
+			if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+				t.Fatalf("%T %q: decodeJSON says %v, encoding/json %v", got, b, gotErr, wantErr)
+			}
+			if gotErr == nil && !reflect.DeepEqual(got, want) {
+				t.Fatalf("%T %q: decodeJSON gives %+v, encoding/json %+v", got, b, got, want)
+			}
+		}
+	})
 }
