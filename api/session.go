@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -252,6 +253,11 @@ func (s *clientSession) write(id uint64, op, worker, lease string, body []byte) 
 	}
 	s.writing = true
 	for len(s.out) > 0 {
+		// The workers woken by one read of answers send their next calls
+		// together: yielding once lets them join this write.
+		s.wmu.Unlock()
+		runtime.Gosched()
+		s.wmu.Lock()
 		out := s.out
 		s.out = s.spare[:0]
 		s.wmu.Unlock()
