@@ -144,21 +144,25 @@ func (s *Store) leaderBucket(ctx context.Context) (natsjs.KeyValue, error) {
 
 // tail imports what the stream holds past the cache, for up to d: each
 // message as soon as it is there, read one by one (read), every read
-// bounded, so that a stream electing a leader never keeps the standby from
-// campaigning.
+// bounded by the end of d too, so that a stream electing a leader never
+// keeps the standby from campaigning: a read the stream leader's death left
+// unanswered (an attempt, seconds) would otherwise delay a takeover by that.
 func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	window, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for window.Err() == nil {
 		seq := s.StreamSeq() + 1
-		data, ok, err := s.read(ctx, seq)
+		data, ok, err := s.read(window, seq)
 		if err != nil {
+			if ctx.Err() == nil && window.Err() != nil {
+				return nil // d is over: the campaign goes on, the read with it later
+			}
 			return fmt.Errorf("jetstream: tail the stream at seq %d: %w", seq, err)
 		}
 		if !ok {
 			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(min(time.Until(deadline), d/4)):
+			case <-window.Done():
+			case <-time.After(d / 4):
 			}
 			continue
 		}

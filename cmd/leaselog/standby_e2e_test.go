@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/natstest"
 )
 
 // freeAddr is a loopback address nothing listens on now, for a daemon that
@@ -46,12 +49,19 @@ func pollEvents(t *testing.T, c *api.Client, q api.EventQuery, what string, ok f
 
 // TestJetStreamWorkerFollowsStandby: a real `leaselog worker --server
 // ACTIVE,STANDBY` runs a job when the active daemon is SIGKILLed; the
-// standby takes over on its address, the worker's heartbeats reach it (the
-// same lease heartbeats after the takeover), nothing expires, and the job,
-// let finish, is reported once, succeeded.
+// standby takes over on its address within grace, the worker's heartbeats
+// reach it (the same lease heartbeats after the takeover), nothing expires,
+// and the job, let finish, is reported once, succeeded. One NATS server
+// (R1); TestJetStreamClusterWorkerFollowsStandby runs it on three.
 func TestJetStreamWorkerFollowsStandby(t *testing.T) {
 	ns := runNATS(t)
-	text := jetStreamText(ns.ClientURL())
+	workerFollowsStandby(t, jetStreamText(ns.ClientURL()), nil)
+}
+
+// workerFollowsStandby is the scenario of TestJetStreamWorkerFollowsStandby
+// on daemons configured with text; with nodes (the NATS cluster of text),
+// the node leading the stream is shut down with the SIGKILL.
+func workerFollowsStandby(t *testing.T, text string, nodes []*server.Server) {
 	activeAddr, standbyAddr := freeAddr(t), freeAddr(t)
 	listen := func(addr string) string {
 		return strings.Replace(text, `listen = "127.0.0.1:0"`, fmt.Sprintf("listen = %q", addr), 1)
@@ -79,10 +89,24 @@ func TestJetStreamWorkerFollowsStandby(t *testing.T) {
 	running := pollEvents(t, a.c, api.EventQuery{Type: "lease.running", Job: "j1"}, "lease.running of j1",
 		func(es []api.Event) bool { return len(es) == 1 })[0]
 
+	var streamLeader *server.Server
+	if nodes != nil {
+		streamLeader = natstest.StreamLeader(t, nodes, defaultStream)
+	}
 	a.signal(syscall.SIGKILL)
+	killed := time.Now()
+	if streamLeader != nil {
+		streamLeader.Shutdown()
+	}
 	a.wait()
 	if addr := waitListening(t, b); addr != standbyAddr {
 		t.Fatalf("the standby took over on %s, want its address %s", addr, standbyAddr)
+	}
+	const grace = 2 * time.Second // jetStreamText's
+	took := time.Since(killed)
+	t.Logf("the standby listens %v after the SIGKILL (grace %v)", took.Round(time.Millisecond), grace)
+	if took > grace {
+		t.Errorf("takeover took %v, more than grace (%v)", took, grace)
 	}
 	c, err := api.NewClient("http://"+standbyAddr, "")
 	if err != nil {
