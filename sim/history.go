@@ -11,6 +11,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/internal/linearize"
 )
 
 // History records every call with its call and return times on the global
@@ -136,7 +137,7 @@ const never = math.MaxInt64
 // Operations turns the history into porcupine operations.
 func (h *History) Operations() []porcupine.Operation {
 	var ops []porcupine.Operation
-	add := func(client int, call time.Duration, ret int64, in input, out output) {
+	add := func(client int, call time.Duration, ret int64, in linearize.Input, out linearize.Output) {
 		ops = append(ops, porcupine.Operation{ClientId: client, Input: in, Call: int64(call), Output: out, Return: ret})
 	}
 	jobs := slices.Sorted(maps.Keys(h.queued))
@@ -157,7 +158,7 @@ func (h *History) Operations() []porcupine.Operation {
 			}
 			for _, o := range h.opsOf(r, p, known, jobs) {
 				if !known {
-					o.out = output{unknown: true}
+					o.out = linearize.Output{Unknown: true}
 				}
 				add(r.c.client, r.c.sent, ret, o.in, o.out)
 			}
@@ -177,15 +178,15 @@ func (h *History) Operations() []porcupine.Operation {
 					state = "cancelled"
 				}
 			}
-			add(sweeperClient, sw.at, int64(sw.at), input{op: opExpire, job: e.Job, lease: e.Lease}, output{state: state})
+			add(sweeperClient, sw.at, int64(sw.at), linearize.Input{Op: linearize.OpExpire, Job: e.Job, Lease: e.Lease}, linearize.Output{State: state})
 		}
 	}
 	return ops
 }
 
 type jobOp struct {
-	in  input
-	out output
+	in  linearize.Input
+	out linearize.Output
 }
 
 func codeOf(err error) string {
@@ -204,12 +205,12 @@ func (h *History) acquireOps(out []jobOp, r *callRec, gs []api.Grant, known bool
 	given := map[string]bool{}
 	for _, g := range gs {
 		given[g.Job.ID] = true
-		out = append(out, jobOp{input{op: opAcquire, job: g.Job.ID, worker: worker, start: start}, output{lease: g.Lease}})
+		out = append(out, jobOp{linearize.Input{Op: linearize.OpAcquire, Job: g.Job.ID, Worker: worker, Start: start}, linearize.Output{Lease: g.Lease}})
 	}
 	if known && len(gs) < max {
 		for _, j := range jobs {
 			if !given[j] && h.wasQueued(j, r.c.sent, r.returned) {
-				out = append(out, jobOp{input{op: opMiss, job: j, worker: worker}, output{}})
+				out = append(out, jobOp{linearize.Input{Op: linearize.OpMiss, Job: j, Worker: worker}, linearize.Output{}})
 			}
 		}
 	}
@@ -225,11 +226,11 @@ func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []jobOp 
 	}
 	switch q := r.c.req.(type) {
 	case reqSubmit:
-		o := output{code: code}
+		o := linearize.Output{Code: code}
 		if p.err == nil {
-			o.created = p.reply.(submitted).created
+			o.Created = p.reply.(submitted).created
 		}
-		out = append(out, jobOp{input{op: opSubmit, job: q.job, jobKind: q.jobKind, spec: q.spec}, o})
+		out = append(out, jobOp{linearize.Input{Op: linearize.OpSubmit, Job: q.job, JobKind: q.jobKind, Spec: q.spec}, o})
 	case reqAcquire:
 		if p.err != nil {
 			return nil // a refused acquire grants nothing
@@ -237,7 +238,7 @@ func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []jobOp 
 		out = h.acquireOps(out, r, p.reply.([]api.Grant), known, q.worker, q.max, q.start, jobs)
 	case reqStart:
 		if job, ok := h.leases[q.lease]; ok {
-			out = append(out, jobOp{input{op: opStart, job: job, worker: q.worker, lease: q.lease}, output{code: code}})
+			out = append(out, jobOp{linearize.Input{Op: linearize.OpStart, Job: job, Worker: q.worker, Lease: q.lease}, linearize.Output{Code: code}})
 		}
 	case reqHeartbeat:
 		if !known || p.err != nil {
@@ -245,7 +246,7 @@ func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []jobOp 
 		}
 		for _, d := range p.reply.(api.HeartbeatReply).Leases {
 			if job, ok := h.leases[d.Lease]; ok {
-				out = append(out, jobOp{input{op: opBeat, job: job, worker: q.worker, lease: d.Lease}, output{directive: string(d.Directive)}})
+				out = append(out, jobOp{linearize.Input{Op: linearize.OpBeat, Job: job, Worker: q.worker, Lease: d.Lease}, linearize.Output{Directive: string(d.Directive)}})
 			}
 		}
 	case reqReport:
@@ -253,16 +254,16 @@ func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []jobOp 
 		if !ok {
 			return nil
 		}
-		o := output{code: code}
+		o := linearize.Output{Code: code}
 		var ae *api.Error
 		switch {
 		case p.err == nil:
-			o.seq = p.reply.(api.ReportReply).Seq
+			o.Seq = p.reply.(api.ReportReply).Seq
 		case errors.As(p.err, &ae):
-			o.seq = ae.StaleReportSeq
+			o.Seq = ae.StaleReportSeq
 		}
-		out = append(out, jobOp{input{op: opReport, job: job, worker: q.r.Worker, lease: q.lease,
-			outcome: q.r.Outcome, ref: q.r.Ref, reason: q.r.Reason}, o})
+		out = append(out, jobOp{linearize.Input{Op: linearize.OpReport, Job: job, Worker: q.r.Worker, Lease: q.lease,
+			Outcome: q.r.Outcome, Ref: q.r.Ref, Reason: q.r.Reason}, o})
 		// The acquire it carried, made by the processing that accepted it.
 		if p.err == nil && q.r.Next != nil {
 			if next := p.reply.(api.ReportReply).Next; next != nil {
@@ -274,31 +275,31 @@ func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []jobOp 
 			return nil
 		}
 		for _, g := range p.reply.([]api.Grant) {
-			out = append(out, jobOp{input{op: opHolds, job: g.Job.ID, worker: q.worker, lease: g.Lease}, output{}})
+			out = append(out, jobOp{linearize.Input{Op: linearize.OpHolds, Job: g.Job.ID, Worker: q.worker, Lease: g.Lease}, linearize.Output{}})
 		}
 	case reqRevoke:
-		in := input{op: opCancel, job: q.job}
+		in := linearize.Input{Op: linearize.OpCancel, Job: q.job}
 		if q.kill {
-			in.op = opKill
+			in.Op = linearize.OpKill
 		}
-		o := output{code: code}
+		o := linearize.Output{Code: code}
 		if p.err == nil {
-			o.state = p.reply.(api.Job).State
+			o.State = p.reply.(api.Job).State
 		}
 		out = append(out, jobOp{in, o})
 	case reqJob:
 		if !known {
 			return nil
 		}
-		o := output{code: code}
+		o := linearize.Output{Code: code}
 		if p.err == nil {
 			j := p.reply.(api.Job)
-			o.state, o.attempts = j.State, j.Attempts
+			o.State, o.Attempts = j.State, j.Attempts
 			if j.Lease != nil {
-				o.lease = j.Lease.Lease
+				o.Lease = j.Lease.Lease
 			}
 		}
-		out = append(out, jobOp{input{op: opRead, job: q.job}, o})
+		out = append(out, jobOp{linearize.Input{Op: linearize.OpRead, Job: q.job}, o})
 	}
 	return out
 }

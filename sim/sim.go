@@ -32,7 +32,7 @@
 // step the checker holds the invariants of DESIGN §7 (check.go); once the
 // faults stop, every job must end within a stated bound (liveness); and the
 // history of every call, with call and return times, must be linearizable
-// against a sequential model of the lease service (model.go, porcupine).
+// against a sequential model of the lease service (package internal/linearize, porcupine).
 //
 // The bounds the checks rely on are the constants of bounds.go.
 package sim
