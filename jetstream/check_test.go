@@ -11,13 +11,19 @@ import (
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/crashtest"
+	"github.com/leaselog/leaselog/internal/linearize"
 	"github.com/leaselog/leaselog/replay"
 )
 
 // acked is what the daemons of a test acknowledged: every event that was
 // durable (in the stream, acknowledged by it) in a daemon's log when one of
 // its commands had returned without error. The check holds the stream to it.
-type acked struct{ events []event.Event }
+// calls, if set, records every call the scenario made to its daemons, for
+// the check to hold to the porcupine model.
+type acked struct {
+	events []event.Event
+	calls  *linearize.Recorder
+}
 
 // record takes, after commands on log returned without error, the events it
 // holds durably past those already recorded. A log behind the record (a
@@ -43,6 +49,8 @@ func (a *acked) record(t testing.TB, log *eventlog.Log) {
 // (crashtest.SameEvent); no job may hold two live leases at once; and no
 // lease may have expired — these scenarios heartbeat their running lease
 // across every takeover and restart, so an expiry is one the takeover caused.
+// When the scenario recorded its calls (ack.calls), their history, with the
+// stream's events, must be linearizable (linearize.Model, porcupine).
 func checkFinished(t *testing.T, ack *acked, replicas int, servers []*server.Server, surviving ...*Store) {
 	t.Helper()
 	rebuilt := open(t, t.TempDir(), replicas, servers...)
@@ -69,8 +77,12 @@ func checkFinished(t *testing.T, ack *acked, replicas int, servers []*server.Ser
 	if len(ack.events) == 0 {
 		t.Fatal("the scenario recorded no acknowledged event to check")
 	}
-	if err := checkEvents(events(t, stream), ack.events); err != nil {
+	evs := events(t, stream)
+	if err := checkEvents(evs, ack.events); err != nil {
 		t.Fatalf("DESIGN §7: %v", err)
+	}
+	if ack.calls != nil {
+		checkLinearizable(t, ack.calls, evs)
 	}
 }
 

@@ -9,8 +9,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/linearize"
 	"github.com/leaselog/leaselog/internal/natstest"
 	"github.com/leaselog/leaselog/lease"
 )
@@ -25,8 +26,14 @@ func TestStreamLeaderLost(t *testing.T) {
 	clock := clocktest.New(start)
 	s := open(t, t.TempDir(), 3, nodes...)
 	svc := service(t, s, clock)
-	running := life(t, svc, "j")
-	var ack acked
+	ack := acked{calls: linearize.NewRecorder()}
+	d := ack.calls.Client("test", daemonOf(svc))
+	running := life(t, d, "j")
+	// A load before the leader's loss and after it. (Across it, a batch in
+	// flight waits an attempt, Timeout/5, for its ack before it is asked
+	// for: seconds.)
+	load := newTraffic(ack.calls)
+	load.burst(t, svc, trafficRounds)
 	ack.record(t, s.Log())
 
 	leader := streamLeader(t, nodes)
@@ -35,11 +42,12 @@ func TestStreamLeaderLost(t *testing.T) {
 
 	ctx := context.Background()
 	for _, id := range []string{"after1", "after2"} {
-		if _, _, err := svc.Submit(ctx, id, event.KindRun, nil); err != nil {
+		if _, _, err := d.Submit(ctx, api.Submit{ID: id, Kind: "run"}); err != nil {
 			t.Fatalf("submit %s after the stream leader went: %v", id, err)
 		}
 	}
-	if _, err := svc.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
+	load.burst(t, svc, trafficRounds)
+	if _, err := d.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("heartbeat after the stream leader went: %v", err)
 	}
 	ack.record(t, s.Log())
@@ -68,8 +76,10 @@ func TestRestartEverything(t *testing.T) {
 	a := openMemberIn(t, "a:7420", dirA, 3, nodes...)
 	campaign(t, a)
 	svcA := service(t, a, clock)
-	running := life(t, svcA, "j")
-	var ack acked
+	ack := acked{calls: linearize.NewRecorder()}
+	running := life(t, ack.calls.Client("test", daemonOf(svcA)), "j")
+	load := newTraffic(ack.calls)
+	load.burst(t, svcA, trafficRounds)
 	ack.record(t, a.Log())
 	b := openMemberIn(t, "b:7420", dirB, 3, nodes...)
 	standby, stopStandby := context.WithCancel(ctx)
@@ -137,9 +147,10 @@ func TestRestartEverything(t *testing.T) {
 	if err := svc.Sweep(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
+	if _, err := ack.calls.Client("test", daemonOf(svc)).Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after restarting everything: %v", err)
 	}
+	load.burst(t, svc, trafficRounds)
 	ack.record(t, l.Log())
 	checkFinished(t, &ack, 3, nodes, a, b)
 }
@@ -156,8 +167,11 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	defer a.Close()
 	campaign(t, a)
 	svcA := service(t, a, clock)
-	running := life(t, svcA, "j")
-	var ack acked
+	ack := acked{calls: linearize.NewRecorder()}
+	dA := ack.calls.Client("test", daemonOf(svcA))
+	running := life(t, dA, "j")
+	load := newTraffic(ack.calls)
+	load.burst(t, svcA, trafficRounds)
 	ack.record(t, a.Log())
 	b := openMemberIn(t, "b:7420", t.TempDir(), 3, nodes...)
 	defer b.Close()
@@ -176,11 +190,12 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	if err := svcB.Sweep(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svcB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
+	if _, err := ack.calls.Client("test", daemonOf(svcB)).Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after the takeover: %v", err)
 	}
+	load.burst(t, svcB, trafficRounds)
 	ack.record(t, b.Log())
-	if _, _, err := svcA.Submit(ctx, "zombie", event.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
+	if _, _, err := dA.Submit(ctx, api.Submit{ID: "zombie", Kind: "run"}); !errors.Is(err, lease.ErrFailed) {
 		t.Fatalf("the deposed daemon's submit: %v, want lease.ErrFailed", err)
 	}
 	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {

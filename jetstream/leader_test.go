@@ -9,10 +9,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/linearize"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -76,16 +78,19 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 	a := openMember(t, "a:7420", ns)
 	campaign(t, a)
 	svcA := service(t, a, clock)
-	running := life(t, svcA, "j")
+	ack := acked{calls: linearize.NewRecorder()}
+	dA := ack.calls.Client("test", daemonOf(svcA))
+	running := life(t, dA, "j")
 
 	b := openMember(t, "b:7420", ns)
 	defer b.Close()
 	won := make(chan error, 1)
 	go func() { won <- b.Campaign(ctx) }()
-	if _, _, err := svcA.Submit(ctx, "x", event.KindRun, nil); err != nil {
+	if _, _, err := dA.Submit(ctx, api.Submit{ID: "x", Kind: "run"}); err != nil {
 		t.Fatal(err)
 	}
-	var ack acked
+	load := newTraffic(ack.calls)
+	load.burst(t, svcA, trafficRounds)
 	ack.record(t, a.Log())
 	waitFor(t, 5*time.Second, "the standby's cache to reach the active daemon's", func() bool {
 		return b.Log().DurableSeq() == a.Log().LastSeq()
@@ -106,6 +111,7 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 	grace := leasetest.Timing().Grace
 	svcB := takeOver(t, won, b, clock, "the active daemon's death")
 	defer svcB.Close()
+	dB := ack.calls.Client("test", daemonOf(svcB))
 	took, err := b.Log().Get(b.Log().LastSeq())
 	if err != nil || took.Type != event.TypeDaemonStarted || took.Reason != TakeoverReason || took.Gap < int64(2*grace) {
 		t.Fatalf("the takeover recorded %v (%v), want daemon.started reason=takeover with a gap of at least %v", took.String(), err, 2*grace)
@@ -113,9 +119,10 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 	if err := svcB.Sweep(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svcB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
+	if _, err := dB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after the takeover: %v", err)
 	}
+	load.burst(t, svcB, trafficRounds)
 	ack.record(t, b.Log())
 	expired := 0
 	if _, err := svcB.Events(lease.EventFilter{Type: event.TypeExpired}, 0, func(*event.Event) error { expired++; return nil }); err != nil {
@@ -126,7 +133,7 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 	}
 
 	// The old daemon comes back (it was paused, not dead): it cannot append.
-	if _, _, err := svcA.Submit(ctx, "zombie", event.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
+	if _, _, err := dA.Submit(ctx, api.Submit{ID: "zombie", Kind: "run"}); !errors.Is(err, lease.ErrFailed) {
 		t.Fatalf("the deposed daemon's submit: %v, want lease.ErrFailed", err)
 	}
 	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {

@@ -12,9 +12,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 
-	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/linearize"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -96,8 +97,11 @@ func TestPartitionedActiveIsDeposed(t *testing.T) {
 	defer a.Close()
 	campaign(t, a)
 	svcA := service(t, a, clock)
-	running := life(t, svcA, "j")
-	var ack acked
+	ack := acked{calls: linearize.NewRecorder()}
+	dA := ack.calls.Client("test", daemonOf(svcA))
+	running := life(t, dA, "j")
+	load := newTraffic(ack.calls)
+	load.burst(t, svcA, trafficRounds)
 	ack.record(t, a.Log())
 
 	b := openMember(t, "b:7420", ns)
@@ -124,19 +128,21 @@ func TestPartitionedActiveIsDeposed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer svcB.Close()
-	if _, err := svcB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
+	dB := ack.calls.Client("test", daemonOf(svcB))
+	if _, err := dB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after the takeover: %v", err)
 	}
+	load.burst(t, svcB, trafficRounds)
 	ack.record(t, b.Log())
 
 	p.setCut(false)
-	if _, _, err := svcA.Submit(ctx, "late", event.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
+	if _, _, err := dA.Submit(ctx, api.Submit{ID: "late", Kind: "run"}); !errors.Is(err, lease.ErrFailed) {
 		t.Fatalf("the deposed daemon's submit after the partition healed: %v, want lease.ErrFailed", err)
 	}
 	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
 		t.Fatalf("the deposed daemon's log: %v, want ErrDeposed", err)
 	}
-	if _, err := svcB.Job(ctx, "late"); !errors.Is(err, lease.ErrNotFound) {
+	if _, err := dB.Job(ctx, "late"); !errors.Is(err, lease.ErrNotFound) {
 		t.Fatalf("the deposed daemon's job in the log: %v, want lease.ErrNotFound", err)
 	}
 	checkFinished(t, &ack, 1, []*server.Server{ns}, b)

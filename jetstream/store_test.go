@@ -14,10 +14,12 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/linearize"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -56,26 +58,27 @@ func service(t testing.TB, s *Store, clock *clocktest.Clock) *lease.Service {
 	return svc
 }
 
-// life runs jobs through a service: a finishes (and goes to the archive), b
-// runs, c stays queued. It returns the lease of b.
-func life(t testing.TB, svc *lease.Service, prefix string) uint64 {
+// life runs jobs through a daemon (daemonOf a service, or a recorder's
+// client of one): a finishes (and goes to the archive), b runs, c stays
+// queued. It returns the lease of b.
+func life(t testing.TB, d linearize.Daemon, prefix string) uint64 {
 	t.Helper()
 	ctx := context.Background()
 	for _, j := range []string{"a", "b", "c"} {
-		if _, _, err := svc.Submit(ctx, prefix+j, event.KindRun, []byte(`{"cmd":"true"}`)); err != nil {
+		if _, _, err := d.Submit(ctx, api.Submit{ID: prefix + j, Kind: "run", Spec: []byte(`{"cmd":"true"}`)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	grants, err := svc.Acquire(ctx, "w1", 2)
+	grants, err := d.Acquire(ctx, "w1", 2, 0)
 	if err != nil || len(grants) != 2 {
 		t.Fatalf("acquire: %v %v", grants, err)
 	}
 	for _, g := range grants {
-		if _, err := svc.Start(ctx, "w1", g.Lease); err != nil {
+		if _, err := d.Start(ctx, "w1", g.Lease); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := svc.Report(ctx, "w1", grants[0].Lease, lease.Report{Outcome: event.OutcomeSucceeded}); err != nil {
+	if _, err := d.Report(ctx, grants[0].Lease, api.Report{Worker: "w1", Outcome: event.OutcomeSucceeded.String()}); err != nil {
 		t.Fatal(err)
 	}
 	return grants[1].Lease
@@ -119,7 +122,7 @@ func TestRestartKeepsEveryAppend(t *testing.T) {
 	clock := clocktest.New(start)
 	s := open(t, dir, 1, ns)
 	svc := service(t, s, clock)
-	running := life(t, svc, "j")
+	running := life(t, daemonOf(svc), "j")
 	var ack acked
 	ack.record(t, s.Log())
 	before := dump(t, s.Log())
@@ -160,7 +163,7 @@ func TestDeletedCacheIsRebuiltIdentically(t *testing.T) {
 	clock := clocktest.New(start)
 	s := open(t, dir, 1, ns)
 	svc := service(t, s, clock)
-	life(t, svc, "j")
+	life(t, daemonOf(svc), "j")
 	var ack acked
 	ack.record(t, s.Log())
 	before := dump(t, s.Log())
@@ -193,7 +196,7 @@ func TestStaleWriterIsRefusedAndFailStops(t *testing.T) {
 	clock := clocktest.New(start)
 	a := open(t, dirA, 1, ns)
 	svcA := service(t, a, clock)
-	life(t, svcA, "a")
+	life(t, daemonOf(svcA), "a")
 	var ack acked
 	ack.record(t, a.Log())
 
