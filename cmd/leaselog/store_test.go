@@ -182,4 +182,7 @@ func (s *syncBuffer) String() string {
 }
 
 // runNATS runs an in-process NATS server with JetStream for the test.
-func runNATS(t *testing.T) *server.Server { return natstest.Run(t) }
+func runNATS(t *testing.T) *server.Server {
+	t.Helper()
+	return natstest.Run(t)
+}

@@ -85,9 +85,9 @@ func (c Cluster) Start(t testing.TB) []*server.Server {
 		t.Cleanup(s.Shutdown)
 		servers[i] = s
 	}
-	for _, s := range servers {
+	for i, s := range servers {
 		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatal("nats server not ready")
+			t.Fatalf("nats server %s (client port %d, route port %d) not ready within 10 s", c[i].ServerName, c[i].Port, c[i].Cluster.Port)
 		}
 	}
 	testutil.Eventually(t, 20*time.Second, "a JetStream meta leader with every peer", func() bool {
