@@ -8,7 +8,9 @@
 // it expects to follow, so that only a daemon whose view is the stream's end
 // can append: a deposed one gets ErrDeposed and its log fail-stops), and the
 // cache (cache.go): checked against the stream on open, deleted and rebuilt
-// when it does not match, caught up with what other daemons appended.
+// when it does not match, caught up with what other daemons appended, read
+// back in bounded batches (read.go); and the leadership among the daemons of
+// one stream (leader.go).
 //
 // Everything above the log (lease, replay, server) sees an ordinary
 // *eventlog.Log: sequence numbers, fencing tokens and the event encoding
