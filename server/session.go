@@ -13,8 +13,8 @@ package server
 // an open daemon); each frame is then held to the rules of its HTTP call:
 // its worker must be the token's, and a start's or report's body must name
 // the frame's worker.
-// Each frame is served on its own goroutine, so that a long-poll acquire
-// does not hold the heartbeats behind it; at most MaxSessionCalls are in
+// Frames are served concurrently, each by a goroutine of the session's, so
+// that a long-poll acquire does not hold the heartbeats behind it; at most MaxSessionCalls are in
 // flight, past which the daemon reads no further frame until one ends. A
 // frame over Options.MaxBody, a body that does not arrive within
 // Options.BodyTimeout, or a header that cannot be read is answered and ends
@@ -201,9 +201,9 @@ type frame struct {
 }
 
 // serveFrames serves f, then the frames handed to it while idle, until the
-// session ends. A session keeps about as many as it had calls in flight at
-// its busiest (MaxSessionCalls at most, and the few that a frame read while
-// one was between its answer and its wait for the next made them start).
+// session ends. A session keeps as many of these goroutines as it had calls
+// in flight at its busiest, give or take a few: one that has answered but is
+// not yet waiting is not seen idle, and the reader starts another.
 func (ss *serverSession) serveFrames(f frame) {
 	for {
 		ss.serve(f.h, f.body, f.buf)
