@@ -130,29 +130,11 @@ func (s *Store) catchUp(ctx context.Context) error {
 		Msg("jetstream: catching the cache up with the stream")
 	// Imports are staged and waited for a fetch's worth at a time, so that
 	// they share fsyncs: one each made a rebuild as slow as fsync.
-	var staged []*eventlog.Commit
-	wait := func() error {
-		var err error
-		for _, c := range staged {
-			err = errors.Join(err, c.Wait()) // each, for Close not to wait on it
-		}
-		staged = staged[:0]
-		if err != nil {
-			return fmt.Errorf("%w: %w", errCache, err)
-		}
-		return nil
-	}
+	var staged imports
 	err = s.pull(ctx, from, to, func(sseq uint64, data []byte) error {
-		c, err := s.stageBatch(table, sseq, data)
-		if err != nil {
-			return fmt.Errorf("%w: %w", errCache, err)
-		}
-		if staged = append(staged, c); len(staged) == pullBatch {
-			return wait()
-		}
-		return nil
+		return staged.add(s, table, sseq, data)
 	})
-	if err := errors.Join(err, wait()); err != nil {
+	if err := errors.Join(err, staged.wait()); err != nil {
 		return err
 	}
 	if err := s.log.PutSnapshot(table.Seq(), table.Snapshot()); err != nil {
@@ -161,17 +143,40 @@ func (s *Store) catchUp(ctx context.Context) error {
 	return nil
 }
 
-// importBatch folds the message at stream seq sseq into table and imports
-// it into the cache with the archive records the fold derived.
-func (s *Store) importBatch(table *projection.Table, sseq uint64, data []byte) error {
+// imports are the cache's imports staged and not yet waited for: waited
+// for together, pullBatch at most, they share the cache's fsyncs.
+type imports []*eventlog.Commit
+
+// add folds the message at stream seq sseq into table and stages its
+// import, waiting for those staged when they are pullBatch.
+func (im *imports) add(s *Store, table *projection.Table, sseq uint64, data []byte) error {
 	c, err := s.stageBatch(table, sseq, data)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errCache, err)
 	}
-	return c.Wait()
+	if *im = append(*im, c); len(*im) == pullBatch {
+		return im.wait()
+	}
+	return nil
 }
 
-// stageBatch is importBatch without the wait for the cache's fsync.
+// wait waits for every staged import: each, so that Close does not wait on
+// one left behind.
+func (im *imports) wait() error {
+	var err error
+	for _, c := range *im {
+		err = errors.Join(err, c.Wait())
+	}
+	*im = (*im)[:0]
+	if err != nil {
+		return fmt.Errorf("%w: %w", errCache, err)
+	}
+	return nil
+}
+
+// stageBatch folds the message at stream seq sseq into table and stages its
+// import into the cache with the archive records the fold derived; the
+// Commit says when it is durable.
 func (s *Store) stageBatch(table *projection.Table, sseq uint64, data []byte) (*eventlog.Commit, error) {
 	if want := s.StreamSeq() + 1; sseq != want {
 		return nil, fmt.Errorf("jetstream: stream seq %d where %d was expected: the stream has a hole", sseq, want)

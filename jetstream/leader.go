@@ -147,9 +147,15 @@ func (s *Store) leaderBucket(ctx context.Context) (natsjs.KeyValue, error) {
 // bounded by the end of d too, so that a stream electing a leader never
 // keeps the standby from campaigning: a read the stream leader's death left
 // unanswered (an attempt, seconds) would otherwise delay a takeover by that.
-func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Duration) error {
+// The imports of a run of messages are staged and waited for together, when
+// the stream has no more or every pullBatch, so that they share the cache's
+// fsyncs: one each bounded a standby's pace by its disk's, below a busy
+// active daemon's.
+func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Duration) (err error) {
 	window, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	var staged imports
+	defer func() { err = errors.Join(err, staged.wait()) }()
 	for window.Err() == nil {
 		seq := s.StreamSeq() + 1
 		data, ok, err := s.read(window, seq)
@@ -160,14 +166,17 @@ func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Durati
 			return fmt.Errorf("jetstream: tail the stream at seq %d: %w", seq, err)
 		}
 		if !ok {
+			if err := staged.wait(); err != nil {
+				return err
+			}
 			select {
 			case <-window.Done():
 			case <-time.After(d / 4):
 			}
 			continue
 		}
-		if err := s.importBatch(table, seq, data); err != nil {
-			return fmt.Errorf("%w: %w", errCache, err)
+		if err := staged.add(s, table, seq, data); err != nil {
+			return err
 		}
 	}
 	return ctx.Err()
