@@ -24,19 +24,22 @@ import (
 func TestStreamLeaderLost(t *testing.T) {
 	nodes := runCluster(t, 3)
 	clock := clocktest.New(start)
-	s := open(t, t.TempDir(), 3, nodes...)
+	// A batch in flight when the leader goes waits an attempt (Timeout/5)
+	// for its ack before it is asked for: a second, not the default's two.
+	s := openFor(t, t.TempDir(), 3, 5*time.Second, nodes...)
 	svc := service(t, s, clock)
 	ack := acked{calls: linearize.NewRecorder()}
 	d := ack.calls.Client("test", daemonOf(svc))
 	running := life(t, d, "j")
-	// A load before the leader's loss and after it. (Across it, a batch in
-	// flight waits an attempt, Timeout/5, for its ack before it is asked
-	// for: seconds.)
-	load := newTraffic(ack.calls)
-	load.burst(t, svc, trafficRounds)
+	// The load runs on from here to after the leader's loss, across it.
+	ds := newDaemons(1)
+	ds.serve(0, svc)
+	load := startTraffic(t, ack.calls, ds)
+	load.rounds(t, trafficRounds)
 	ack.record(t, s.Log())
 
 	leader := streamLeader(t, nodes)
+	t.Logf("the stream's leader shut down with %d calls in flight", ds.inFlight(0))
 	leader.Shutdown()
 	rest := without(nodes, leader)
 
@@ -46,7 +49,8 @@ func TestStreamLeaderLost(t *testing.T) {
 			t.Fatalf("submit %s after the stream leader went: %v", id, err)
 		}
 	}
-	load.burst(t, svc, trafficRounds)
+	load.rounds(t, trafficRounds)
+	load.halt()
 	if _, err := d.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("heartbeat after the stream leader went: %v", err)
 	}
@@ -78,18 +82,24 @@ func TestRestartEverything(t *testing.T) {
 	svcA := service(t, a, clock)
 	ack := acked{calls: linearize.NewRecorder()}
 	running := life(t, ack.calls.Client("test", daemonOf(svcA)), "j")
-	load := newTraffic(ack.calls)
-	load.burst(t, svcA, trafficRounds)
-	ack.record(t, a.Log())
+	// The load runs on from here to after the restart, across the outage.
+	ds := newDaemons(2)
+	ds.serve(0, svcA)
+	load := startTraffic(t, ack.calls, ds)
+	load.rounds(t, trafficRounds)
 	b := openMemberIn(t, "b:7420", dirB, 3, nodes...)
+	ds.standby(1)
 	standby, stopStandby := context.WithCancel(ctx)
 	won := make(chan error, 1)
 	go func() { won <- b.Campaign(standby) }()
+	load.rounds(t, 1) // the standby tails the stream under the load
+
+	ds.kill(t, 0) // the calls in flight there never answered
+	ack.record(t, a.Log())
 	waitFor(t, 10*time.Second, "the standby's cache to reach the active daemon's", func() bool {
 		return b.Log().DurableSeq() == a.Log().LastSeq()
 	})
 	want := dump(t, a.Log())
-
 	a.crash() // the key stays until its TTL
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -98,6 +108,7 @@ func TestRestartEverything(t *testing.T) {
 	if err := <-won; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the standby's campaign, stopped: %v", err)
 	}
+	ds.exit(1)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +161,15 @@ func TestRestartEverything(t *testing.T) {
 	if _, err := ack.calls.Client("test", daemonOf(svc)).Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after restarting everything: %v", err)
 	}
-	load.burst(t, svc, trafficRounds)
+	if l == a {
+		ds.serve(0, svc)
+		ds.standby(1)
+	} else {
+		ds.standby(0)
+		ds.serve(1, svc)
+	}
+	load.rounds(t, trafficRounds)
+	load.halt()
 	ack.record(t, l.Log())
 	checkFinished(t, &ack, 3, nodes, a, b)
 }
@@ -170,21 +189,28 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	ack := acked{calls: linearize.NewRecorder()}
 	dA := ack.calls.Client("test", daemonOf(svcA))
 	running := life(t, dA, "j")
-	load := newTraffic(ack.calls)
-	load.burst(t, svcA, trafficRounds)
+	// The load runs on from here to after the takeover, across the kill.
+	ds := newDaemons(2)
+	ds.serve(0, svcA)
+	load := startTraffic(t, ack.calls, ds)
+	load.rounds(t, trafficRounds)
 	ack.record(t, a.Log())
 	b := openMemberIn(t, "b:7420", t.TempDir(), 3, nodes...)
 	defer b.Close()
+	ds.standby(1)
 	won := make(chan error, 1)
 	go func() { won <- b.Campaign(ctx) }()
+	seq := a.Log().LastSeq()
 	waitFor(t, 10*time.Second, "the standby's cache to reach the active daemon's", func() bool {
-		return b.Log().DurableSeq() == a.Log().LastSeq()
+		return b.Log().DurableSeq() >= seq
 	})
 	waitFor(t, 10*time.Second, "the second daemon to wait as a standby", b.TookOver)
 
 	leader := streamLeader(t, nodes)
+	ds.kill(t, 0) // the calls in flight there never answered
 	a.crash()
 	leader.Shutdown()
+	ack.record(t, a.Log())
 	svcB := takeOver(t, won, b, clock, "the kill of the daemon and of the stream's leader")
 	defer svcB.Close()
 	if err := svcB.Sweep(); err != nil {
@@ -193,7 +219,9 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	if _, err := ack.calls.Client("test", daemonOf(svcB)).Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after the takeover: %v", err)
 	}
-	load.burst(t, svcB, trafficRounds)
+	ds.serve(1, svcB)
+	load.rounds(t, trafficRounds)
+	load.halt()
 	ack.record(t, b.Log())
 	if _, _, err := dA.Submit(ctx, api.Submit{ID: "zombie", Kind: "run"}); !errors.Is(err, lease.ErrFailed) {
 		t.Fatalf("the deposed daemon's submit: %v, want lease.ErrFailed", err)

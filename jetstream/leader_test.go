@@ -89,11 +89,16 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 	if _, _, err := dA.Submit(ctx, api.Submit{ID: "x", Kind: "run"}); err != nil {
 		t.Fatal(err)
 	}
-	load := newTraffic(ack.calls)
-	load.burst(t, svcA, trafficRounds)
+	// The load runs on from here to after the takeover, across the kill.
+	ds := newDaemons(2)
+	ds.serve(0, svcA)
+	ds.standby(1)
+	load := startTraffic(t, ack.calls, ds)
+	load.rounds(t, trafficRounds)
 	ack.record(t, a.Log())
+	seq := a.Log().LastSeq()
 	waitFor(t, 5*time.Second, "the standby's cache to reach the active daemon's", func() bool {
-		return b.Log().DurableSeq() == a.Log().LastSeq()
+		return b.Log().DurableSeq() >= seq
 	})
 	waitFor(t, 5*time.Second, "the second daemon to wait as a standby", b.TookOver)
 	select {
@@ -105,7 +110,9 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 		t.Fatalf("the standby sees %q as active (%v), want a:7420", id, err)
 	}
 
+	ds.kill(t, 0) // the calls in flight there never answered
 	a.crash()
+	ack.record(t, a.Log())
 	// The takeover comes long after the last event: the gap is absence
 	// counted against nobody.
 	grace := leasetest.Timing().Grace
@@ -122,7 +129,9 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 	if _, err := dB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after the takeover: %v", err)
 	}
-	load.burst(t, svcB, trafficRounds)
+	ds.serve(1, svcB)
+	load.rounds(t, trafficRounds)
+	load.halt()
 	ack.record(t, b.Log())
 	expired := 0
 	if _, err := svcB.Events(lease.EventFilter{Type: event.TypeExpired}, 0, func(*event.Event) error { expired++; return nil }); err != nil {

@@ -100,18 +100,27 @@ func TestPartitionedActiveIsDeposed(t *testing.T) {
 	ack := acked{calls: linearize.NewRecorder()}
 	dA := ack.calls.Client("test", daemonOf(svcA))
 	running := life(t, dA, "j")
-	load := newTraffic(ack.calls)
-	load.burst(t, svcA, trafficRounds)
+	// The load runs on from here to after the takeover, across the
+	// partition: the calls in flight at the cut are answered by the
+	// partitioned daemon (its appends, once Timeout is out, with a 503), and
+	// sent again to the daemon that took over once it has stopped.
+	ds := newDaemons(2)
+	ds.serve(0, svcA)
+	load := startTraffic(t, ack.calls, ds)
+	load.rounds(t, trafficRounds)
 	ack.record(t, a.Log())
 
 	b := openMember(t, "b:7420", ns)
 	defer b.Close()
+	ds.standby(1)
 	won := make(chan error, 1)
 	go func() { won <- b.Campaign(ctx) }()
 
+	t.Logf("the partition cut with %d calls in flight", ds.inFlight(0))
 	p.setCut(true)
 	select {
 	case <-a.Lost():
+		ds.exit(0) // a deposed daemon stops (cmd/leaselog)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the partitioned daemon did not depose itself")
 	}
@@ -132,15 +141,20 @@ func TestPartitionedActiveIsDeposed(t *testing.T) {
 	if _, err := dB.Heartbeat(ctx, "w1", []uint64{running}); err != nil {
 		t.Fatalf("the running lease after the takeover: %v", err)
 	}
-	load.burst(t, svcB, trafficRounds)
+	ds.serve(1, svcB)
+	load.rounds(t, trafficRounds)
+	load.halt()
 	ack.record(t, b.Log())
 
 	p.setCut(false)
 	if _, _, err := dA.Submit(ctx, api.Submit{ID: "late", Kind: "run"}); !errors.Is(err, lease.ErrFailed) {
 		t.Fatalf("the deposed daemon's submit after the partition healed: %v, want lease.ErrFailed", err)
 	}
-	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
-		t.Fatalf("the deposed daemon's log: %v, want ErrDeposed", err)
+	// Its log failed when it was deposed (ErrDeposed), or before, on a batch
+	// of the load the cut left unacknowledged for Timeout: whichever came
+	// first, it appends nothing more.
+	if err := a.Log().Err(); !errors.Is(err, eventlog.ErrFailed) {
+		t.Fatalf("the deposed daemon's log: %v, want eventlog.ErrFailed", err)
 	}
 	if _, err := dB.Job(ctx, "late"); !errors.Is(err, lease.ErrNotFound) {
 		t.Fatalf("the deposed daemon's job in the log: %v, want lease.ErrNotFound", err)

@@ -33,7 +33,21 @@ func open(t testing.TB, dir string, replicas int, servers ...*server.Server) *St
 	return s
 }
 
+// openFor is open with timeout for Options.Timeout.
+func openFor(t testing.TB, dir string, replicas int, timeout time.Duration, servers ...*server.Server) *Store {
+	t.Helper()
+	s, err := openTimeout(dir, replicas, timeout, servers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func openErr(dir string, replicas int, servers ...*server.Server) (*Store, error) {
+	return openTimeout(dir, replicas, 15*time.Second, servers...)
+}
+
+func openTimeout(dir string, replicas int, timeout time.Duration, servers ...*server.Server) (*Store, error) {
 	var urls []string
 	for _, s := range servers {
 		urls = append(urls, s.ClientURL())
@@ -42,7 +56,7 @@ func openErr(dir string, replicas int, servers ...*server.Server) (*Store, error
 		Servers: urls, Stream: "T", Replicas: replicas, Dir: dir,
 		Log:     eventlog.Options{Logger: zerolog.Nop()},
 		Logger:  zerolog.Nop(),
-		Timeout: 15 * time.Second,
+		Timeout: timeout,
 	})
 }
 

@@ -34,7 +34,8 @@ const never = math.MaxInt64
 //     in the stream (a lease.acquired whose token no answer gave), an
 //     unknown acquire of that job, called when the worker's first
 //     unanswered acquire was.
-//   - An acquire (or a report's next acquire) answered with fewer grants
+//   - An acquire (or a report's next acquire; a report answered as the
+//     repeat of an earlier answer made none) answered with fewer grants
 //     than it asked for is a miss of every other job that may have sat in
 //     the queue while it was in flight: the stream says when a job was
 //     queued, and the calls bound it in time — a job was not queued before
@@ -130,7 +131,10 @@ func known(c *record) bool { return c.ret >= 0 && !api.Retryable(c.err) }
 
 // grantsOf returns the grants c was answered (none while in flight or
 // failed), how many it asked for, and whether it is an acquire (or a report
-// carrying one) at all.
+// carrying one) at all. A report carrying one answered without its next
+// (api.ReportReply.Next absent) repeats an earlier answer: the acquire was
+// not made by this call (the first that accepted the report made it, its
+// answer perhaps lost), so the call is no acquire.
 func grantsOf(c *record) (gs []api.Grant, asked int, ok bool) {
 	answered := c.ret >= 0 && c.err == nil
 	switch q := c.req.(type) {
@@ -144,9 +148,11 @@ func grantsOf(c *record) (gs []api.Grant, asked int, ok bool) {
 			return nil, 0, false
 		}
 		if answered {
-			if n := c.reply.(api.ReportReply).Next; n != nil {
-				gs = n.Leases
+			n := c.reply.(api.ReportReply).Next
+			if n == nil {
+				return nil, 0, false
 			}
+			gs = n.Leases
 		}
 		return gs, max(q.r.Next.Max, 1), true
 	}

@@ -101,6 +101,14 @@ func report(worker string, lease, seq uint64, err error) move {
 	}, answer{api.ReportReply{Accepted: err == nil, Lease: lease, Seq: seq}, err}}
 }
 
+// reportNext is a report carrying the next acquire, answered with next (nil:
+// the answer repeats an earlier one) or refused with err.
+func reportNext(worker string, lease, seq uint64, next *api.Grants, err error) move {
+	return move{func(d Daemon) {
+		_, _ = d.Report(ctx, lease, api.Report{Worker: worker, Outcome: "succeeded", Next: &api.Next{Max: 1}})
+	}, answer{api.ReportReply{Accepted: err == nil, Lease: lease, Seq: seq, Next: next}, err}}
+}
+
 func read(job string, j api.Job, err error) move {
 	return move{func(d Daemon) { _, _ = d.Job(ctx, job) }, answer{j, err}}
 }
@@ -178,6 +186,20 @@ func TestCheck(t *testing.T) {
 		{"a submission without an answer that happened", []move{
 			submit("j", "evaluation", false, down), acquire("w1", grant("j", 3)),
 		}, stream(started, queued("j"), acquired("j", "w1")), true},
+		// j reported by a report carrying the next acquire whose answer was
+		// lost; the worker sends it again, and k stays queued.
+		{"a report sent again answered as a repeat", []move{
+			submit("j", "evaluation", true, nil), submit("k", "evaluation", true, nil),
+			acquire("w1", grant("j", 4)), start("w1", 4),
+			reportNext("w1", 4, 0, nil, down), reportNext("w1", 4, 6, nil, nil),
+		}, stream(started, queued("j"), queued("k"), acquired("j", "w1"), ev(event.TypeRunning, "j", 4),
+			ev(event.TypeReported, "j", 4)), true},
+		{"a report's next acquire that missed a queued job", []move{
+			submit("j", "evaluation", true, nil), submit("k", "evaluation", true, nil),
+			acquire("w1", grant("j", 4)), start("w1", 4),
+			reportNext("w1", 4, 0, nil, down), reportNext("w1", 4, 6, &api.Grants{}, nil),
+		}, stream(started, queued("j"), queued("k"), acquired("j", "w1"), ev(event.TypeRunning, "j", 4),
+			ev(event.TypeReported, "j", 4)), false},
 		{"an acquire without an answer that granted", []move{
 			submit("j", "evaluation", true, nil), {func(d Daemon) { _, _ = d.Acquire(ctx, "w1", 1, 0) }, answer{nil, down}},
 			read("j", api.Job{State: "acquired", Lease: &api.Lease{Lease: 3}}, nil),
