@@ -3,12 +3,18 @@
 // one server, or a cluster of n forming one JetStream cluster that can be
 // stopped and started again on the same ports and disks. It owns nothing
 // else; every server is shut down at the end of the test that started it.
+//
+// A port picked free, closed, then bound by the server can be taken
+// between by another test process (CI runs packages in parallel). So the
+// system chooses the client ports when a server first starts; a cluster's
+// route ports must be known before (every server routes to them), and its
+// first start is done again on new ones when one is taken. A cluster
+// started again comes back on the ports it had, trying a few times when one
+// is taken; then the error says so (ErrPortTaken).
 package natstest
 
 import (
 	"fmt"
-	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,20 +23,16 @@ import (
 	"github.com/leaselog/leaselog/internal/testutil"
 )
 
-// Run starts a NATS server with JetStream on a free port of the loopback
-// interface, stopped at the end of the test.
+// Run starts a NATS server with JetStream on a port of the loopback
+// interface the system chooses, stopped at the end of the test.
 func Run(t testing.TB) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+	s, err := start(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
 		NoLog: true, NoSigs: true,
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
 	}
 	t.Cleanup(s.Shutdown)
 	return s
@@ -43,62 +45,54 @@ func StartCluster(t testing.TB, n int) []*server.Server {
 	return NewCluster(t, n).Start(t)
 }
 
-// Cluster is the options of n NATS servers forming one JetStream cluster,
-// fixed (ports, store directories) so that it can be started again.
+// Cluster is the options of n NATS servers forming one JetStream cluster:
+// their store directories, and, from their first start on, their ports, so
+// that it can be started again as the same cluster.
 type Cluster []*server.Options
 
-// NewCluster fixes the options of a cluster of n servers on loopback ports
-// free now, each with its own store directory.
+// NewCluster makes the options of a cluster of n servers on the loopback
+// interface, each with its own store directory; the ports are chosen at
+// its first start.
 func NewCluster(t testing.TB, n int) Cluster {
 	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		ports[i] = freePort(t)
-	}
-	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-	}
 	c := make(Cluster, n)
 	for i := range c {
 		c[i] = &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: freePort(t),
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT,
 			JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "leaselog", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+			Cluster: server.ClusterOpts{Name: "leaselog", Host: "127.0.0.1", Port: server.RANDOM_PORT},
 		}
 	}
 	return c
 }
 
 // Start starts the servers (again) and waits until the meta leader has
-// every peer: a stream of n replicas can be placed only then.
+// every peer: a stream of n replicas can be placed only then. Each server is
+// shut down at the end of the test.
 func (c Cluster) Start(t testing.TB) []*server.Server {
 	t.Helper()
-	servers := make([]*server.Server, len(c))
-	for i, o := range c {
-		s, err := server.NewServer(o.Clone())
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Start()
+	servers, err := c.start(restartTries)
+	for _, s := range servers {
 		t.Cleanup(s.Shutdown)
-		servers[i] = s
 	}
-	for i, s := range servers {
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("nats server %s (client port %d, route port %d) not ready within 10 s", c[i].ServerName, c[i].Port, c[i].Cluster.Port)
-		}
+	if err != nil {
+		t.Fatal(err)
 	}
 	testutil.Eventually(t, 20*time.Second, "a JetStream meta leader with every peer", func() bool {
-		for _, s := range servers {
-			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == len(c) {
-				return true
-			}
-		}
-		return false
+		return metaFormed(servers)
 	})
 	return servers
+}
+
+// metaFormed tells whether one of servers leads the JetStream meta group
+// with all of them as peers.
+func metaFormed(servers []*server.Server) bool {
+	for _, s := range servers {
+		if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == len(servers) {
+			return true
+		}
+	}
+	return false
 }
 
 // StreamLeader waits for the server that leads stream (of the default
@@ -125,14 +119,4 @@ func URLs(servers []*server.Server) []string {
 		urls[i] = s.ClientURL()
 	}
 	return urls
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
