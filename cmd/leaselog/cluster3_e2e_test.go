@@ -36,3 +36,13 @@ func TestJetStreamClusterWorkerFollowsStandby(t *testing.T) {
 	nodes := natstest.StartCluster(t, 3)
 	workerFollowsStandby(t, jetStreamClusterText(t, nodes), nodes)
 }
+
+// TestJetStreamClusterTakeoverAfterSIGKILL: TestJetStreamTakeoverAfterSIGKILL
+// on three NATS nodes embedded in the test (R3), the node leading the stream
+// shut down the moment the active daemon is SIGKILLed: the standby takes
+// over within grace on the two nodes left, the lease heartbeats on, nothing
+// expires, and the killed daemon, started again, waits as a standby.
+func TestJetStreamClusterTakeoverAfterSIGKILL(t *testing.T) {
+	nodes := natstest.StartCluster(t, 3)
+	takeoverAfterSIGKILL(t, jetStreamClusterText(t, nodes), nodes)
+}

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/natstest"
 )
 
 // jetStreamText is the configuration of a daemon of the e2e tests on
@@ -80,10 +83,17 @@ func waitAddr(t *testing.T, p *proc, msg string) string {
 // TestJetStreamTakeoverAfterSIGKILL: the active daemon is killed with
 // SIGKILL; the standby takes over within grace, the running lease still
 // heartbeats (no lease expired because of the takeover), and the killed
-// daemon, started again, waits as a standby instead of appending.
+// daemon, started again, waits as a standby instead of appending. One NATS
+// server (R1); TestJetStreamClusterTakeoverAfterSIGKILL runs it on three.
 func TestJetStreamTakeoverAfterSIGKILL(t *testing.T) {
 	ns := runNATS(t)
-	text := jetStreamText(ns.ClientURL())
+	takeoverAfterSIGKILL(t, jetStreamText(ns.ClientURL()), nil)
+}
+
+// takeoverAfterSIGKILL is the scenario of TestJetStreamTakeoverAfterSIGKILL
+// on daemons configured with text; with nodes (the NATS cluster of text),
+// the node leading the stream is shut down with the SIGKILL.
+func takeoverAfterSIGKILL(t *testing.T, text string, nodes []*server.Server) {
 	ctx := context.Background()
 	dirA := t.TempDir()
 	a := startServeConfig(t, dirA, text)
@@ -111,8 +121,15 @@ func TestJetStreamTakeoverAfterSIGKILL(t *testing.T) {
 		!strings.Contains(body.Error.Message, "the active daemon is at 127.0.0.1:0") {
 		t.Fatalf("the standby's /healthz: %d %+v, want 503 unavailable naming the active daemon", res.StatusCode, body.Error)
 	}
+	var streamLeader *server.Server
+	if nodes != nil {
+		streamLeader = natstest.StreamLeader(t, nodes, defaultStream)
+	}
 	a.signal(syscall.SIGKILL)
 	killed := time.Now()
+	if streamLeader != nil {
+		streamLeader.Shutdown()
+	}
 	a.wait()
 	addr := waitListening(t, b)
 	took := time.Since(killed)
@@ -139,6 +156,7 @@ func TestJetStreamTakeoverAfterSIGKILL(t *testing.T) {
 		t.Fatalf("expired leases after the takeover: %+v, %v", expired, err)
 	}
 
-	// The killed daemon comes back on its own data: it waits as a standby.
+	// The killed daemon comes back on its own data (with nodes, on the two
+	// left): it waits as a standby.
 	startStandby(t, "restarted", dirA, text)
 }
