@@ -52,6 +52,13 @@ func (l *Log) ReplicaMarker() ([]byte, error) {
 	return append([]byte(nil), v...), nil
 }
 
+// Fail fails the log with err, as a failed append would: every later
+// append, and the service's Err, return it (wrapped in ErrFailed). A
+// replica's holder calls it when the source of truth says this log may no
+// longer append (its daemon was deposed), so that the daemon refuses every
+// call from that moment, reads included, rather than at its next append.
+func (l *Log) Fail(err error) error { return l.fail(err, false) }
+
 // Import durably writes evs, numbered already (by the daemon that appended
 // them to the replica), with the archive records derived from them and the
 // replica's marker, as one batch; it returns once they are durable. The

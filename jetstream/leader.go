@@ -79,11 +79,12 @@ func (s *Store) Campaign(ctx context.Context) error {
 		}
 	}
 	for {
+		sent := time.Now()
 		actx, cancel := context.WithTimeout(ctx, s.attempt())
 		rev, err := kv.Create(actx, leaderKey, []byte(l.ID))
 		cancel()
 		if err == nil {
-			return s.lead(ctx, kv, rev)
+			return s.lead(ctx, kv, rev, sent)
 		}
 		if errors.Is(err, natsjs.ErrKeyExists) {
 			if !s.tookOver.Load() {
@@ -182,11 +183,12 @@ func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Durati
 	return ctx.Err()
 }
 
-// lead makes this daemon the active one: the key refreshed from now on
-// (until Close, or until it cannot be), the cache caught up to the stream's
-// end — retried while NATS cannot answer yet (a stream electing a leader),
-// so long as the key is held — and then the log appends.
-func (s *Store) lead(ctx context.Context, kv natsjs.KeyValue, rev uint64) error {
+// lead makes this daemon the active one: the key, created at revision rev
+// by a request sent at sent, refreshed from now on (until Close, or until it
+// cannot be), the cache caught up to the stream's end — retried while NATS
+// cannot answer yet (a stream electing a leader), so long as the key is
+// held — and then the log appends.
+func (s *Store) lead(ctx context.Context, kv natsjs.KeyValue, rev uint64, sent time.Time) error {
 	s.leaderRev = rev
 	refresh, cancel := context.WithCancel(context.Background())
 	stop := func(release bool) {
@@ -201,7 +203,7 @@ func (s *Store) lead(ctx context.Context, kv natsjs.KeyValue, rev uint64) error 
 	s.mu.Lock()
 	s.mu.stopLeading = stop
 	s.mu.Unlock()
-	go s.refresh(refresh, kv)
+	go s.refresh(refresh, kv, sent)
 	for {
 		err := s.catchUp(ctx)
 		if err == nil {
@@ -250,48 +252,67 @@ func (s *Store) deposed() error {
 	return s.mu.deposed
 }
 
-// refresh keeps the key until ctx ends; the first refresh refused (the key
-// is someone else's) or the TTL without one deposes this daemon.
-func (s *Store) refresh(ctx context.Context, kv natsjs.KeyValue) {
+// refresh keeps the key until ctx ends, the last write of it sent at held.
+// The first refresh refused (the key is another's) deposes this daemon, and
+// so does its deadline: held + TTL×9/10, counted from when the write that
+// held the key was sent, never from its answer. NATS expires the key TTL
+// after it stored that write, which was after the send, so the daemon
+// deposes itself — and stops serving — before a standby can win the key,
+// whatever the network delayed; the tenth is for its own timer firing late
+// on a loaded host. A refresh is tried every TTL/4, three before the
+// deadline, and none outlives it.
+func (s *Store) refresh(ctx context.Context, kv natsjs.KeyValue, held time.Time) {
 	defer close(s.leading)
 	ttl := s.opts.Leader.TTL
-	last := time.Now()
-	tick := time.NewTicker(ttl / 3)
+	deadline := func() time.Time { return held.Add(ttl - ttl/10) }
+	expire := time.NewTimer(time.Until(deadline()))
+	defer expire.Stop()
+	tick := time.NewTicker(ttl / 4)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-expire.C:
+			s.depose(fmt.Errorf("%w: the leadership key not refreshed within %v of its last write", ErrDeposed, ttl-ttl/10))
+			return
 		case <-tick.C:
 		}
-		uctx, cancel := context.WithTimeout(ctx, s.attempt())
+		sent := time.Now()
+		until := sent.Add(s.attempt())
+		if d := deadline(); d.Before(until) {
+			until = d
+		}
+		uctx, cancel := context.WithDeadline(ctx, until)
 		rev, err := kv.Update(uctx, leaderKey, []byte(s.opts.Leader.ID), s.leaderRev)
 		cancel()
 		switch {
 		case err == nil:
-			s.leaderRev, last = rev, time.Now()
-			continue
+			s.leaderRev, held = rev, sent
+			expire.Reset(time.Until(deadline()))
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, natsjs.ErrKeyRevisionMismatch), errors.Is(err, natsjs.ErrKeyNotFound), errors.Is(err, natsjs.ErrKeyExists):
 			s.depose(fmt.Errorf("%w: the leadership key is another's: %v", ErrDeposed, err))
 			return
-		case time.Since(last) >= ttl:
-			s.depose(fmt.Errorf("%w: the leadership key not refreshed for %v: %v", ErrDeposed, ttl, err))
+		case !time.Now().Before(deadline()):
+			s.depose(fmt.Errorf("%w: the leadership key not refreshed within %v of its last write: %v", ErrDeposed, ttl-ttl/10, err))
 			return
 		}
 	}
 }
 
-// depose stops this daemon appending: every later batch fails the log with
-// err, and Lost is closed.
+// depose stops this daemon: the log fails with err at once, so that its
+// service refuses every call from now on, reads included (a standby may
+// win the key next), every later batch is refused, and Lost is closed.
 func (s *Store) depose(err error) {
-	s.logger.Error().Err(err).Msg("jetstream: leadership lost: refusing every append")
+	s.logger.Error().Err(err).Msg("jetstream: leadership lost: refusing every call")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.deposed == nil {
 		s.mu.deposed = err
 		s.mu.publishing = false
+		s.log.Fail(err)
 		close(s.lost)
 	}
 }

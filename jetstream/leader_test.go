@@ -19,7 +19,7 @@ import (
 )
 
 // ttl is the leadership TTL of the tests: long enough that a refresh (every
-// TTL/3) is not missed on a loaded machine under the race detector.
+// TTL/4) is not missed on a loaded machine under the race detector.
 const ttl = time.Second
 
 // openMember opens a store that campaigns for the leadership as id.
@@ -177,6 +177,14 @@ func TestActiveThatLosesTheKeyStopsAppending(t *testing.T) {
 	case <-a.Lost():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the active daemon did not see its leadership lost")
+	}
+	// Refusing from the moment it was deposed, before any append: the API
+	// answers every call, reads too, 503 while the service has failed.
+	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("the log once the leadership was lost: %v, want ErrDeposed", err)
+	}
+	if err := svcA.Err(); !errors.Is(err, lease.ErrFailed) {
+		t.Fatalf("the service once the leadership was lost: %v, want lease.ErrFailed", err)
 	}
 	if _, _, err := svcA.Submit(ctx, "late", event.KindRun, nil); !errors.Is(err, lease.ErrFailed) {
 		t.Fatalf("submit after the leadership was lost: %v, want lease.ErrFailed", err)

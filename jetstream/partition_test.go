@@ -163,3 +163,51 @@ func TestPartitionedActiveIsDeposed(t *testing.T) {
 	}
 	checkFinished(t, &ack, 1, []*server.Server{ns}, b)
 }
+
+// TestCutOffActiveStandsDownBeforeItsKeyExpires: an active daemon whose
+// refreshes NATS never answers (cut off, its writes lost or held) deposes
+// itself — its service refusing every call — before NATS can expire its key
+// and a standby win it: its deadline counts from when its last write of the
+// key was sent, and NATS stored that write later. The key's last write is
+// read straight from the server, past the cut.
+func TestCutOffActiveStandsDownBeforeItsKeyExpires(t *testing.T) {
+	const keyTTL = 2 * time.Second // a tenth of it is the margin for a late timer
+	ns := runServer(t)
+	ctx := context.Background()
+	p := newPartition(t, ns.Addr().String())
+	a, err := Open(ctx, Options{
+		Servers: []string{p.url()}, Stream: "T", Replicas: 1, Dir: t.TempDir(),
+		Log: eventlog.Options{Logger: zerolog.Nop()}, Logger: zerolog.Nop(),
+		Timeout: 10 * time.Second, Leader: &Leader{ID: "a:7420", TTL: keyTTL},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	campaign(t, a)
+	svcA := service(t, a, clocktest.New(start))
+	direct := openMember(t, "watcher", ns) // reads the key without the cut
+	defer direct.Close()
+	kv, err := direct.leaderBucket(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.setCut(true)
+	select {
+	case <-a.Lost():
+	case <-time.After(2 * keyTTL):
+		t.Fatal("the cut-off daemon never stood down")
+	}
+	deposed := time.Now()
+	e, err := kv.Get(ctx, leaderKey)
+	if err != nil {
+		t.Fatalf("the key, read past the cut just after the daemon stood down: %v (expired already)", err)
+	}
+	if expires := e.Created().Add(keyTTL); !deposed.Before(expires) {
+		t.Fatalf("stood down at %v, the key's last write (%v) expires at %v: a standby could have led first",
+			deposed.Format(time.StampMilli), e.Created().Format(time.StampMilli), expires.Format(time.StampMilli))
+	}
+	if err := svcA.Err(); !errors.Is(err, lease.ErrFailed) {
+		t.Fatalf("the deposed daemon's service: %v, want lease.ErrFailed", err)
+	}
+}
