@@ -254,10 +254,13 @@ func (s *clientSession) write(id uint64, op, worker, lease string, body []byte) 
 	s.writing = true
 	for len(s.out) > 0 {
 		// The workers woken by one read of answers send their next calls
-		// together: yielding once lets them join this write.
-		s.wmu.Unlock()
-		runtime.Gosched()
-		s.wmu.Lock()
+		// together: when others have calls in flight, yielding once lets
+		// them join this write. Alone, it writes at once.
+		if len(s.slots) > 1 {
+			s.wmu.Unlock()
+			runtime.Gosched()
+			s.wmu.Lock()
+		}
 		out := s.out
 		s.out = s.spare[:0]
 		s.wmu.Unlock()
