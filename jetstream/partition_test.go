@@ -19,52 +19,69 @@ import (
 	"github.com/leaselog/leaselog/lease"
 )
 
-// partition is a TCP proxy to a NATS server that a test can cut (every
-// connection closed, new ones refused) and heal.
+// partition is a TCP proxy to each of a set of NATS servers that a test
+// cuts (every connection closed, new ones refused) and heals together: a
+// daemon that reaches NATS only through it is cut off from every node.
 type partition struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  []net.Conn
+	lns   []net.Listener
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
 }
 
-func newPartition(t *testing.T, target string) *partition {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &partition{ln: ln, target: target}
-	t.Cleanup(func() { ln.Close(); p.setCut(true) })
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			cut := p.cut
-			p.mu.Unlock()
-			if cut {
-				in.Close()
-				continue
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, in, out)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(out, in); out.Close() }()
-			go func() { _, _ = io.Copy(in, out); in.Close() }()
+func newPartition(t *testing.T, targets ...string) *partition {
+	p := &partition{}
+	for _, target := range targets {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
+		p.lns = append(p.lns, ln)
+		t.Cleanup(func() { ln.Close() })
+		go p.proxy(ln, target)
+	}
+	t.Cleanup(func() { p.setCut(true) })
 	return p
 }
 
-func (p *partition) url() string { return "nats://" + p.ln.Addr().String() }
+// proxy forwards each connection ln accepts to target, while not cut.
+func (p *partition) proxy(ln net.Listener, target string) {
+	for {
+		in, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		// Checked with the connection kept under one lock: one accepted as
+		// the cut comes is closed by the cut or here, never left through.
+		p.mu.Lock()
+		cut := p.cut
+		if !cut {
+			p.conns = append(p.conns, in, out)
+		}
+		p.mu.Unlock()
+		if cut {
+			in.Close()
+			out.Close()
+			continue
+		}
+		go func() { _, _ = io.Copy(out, in); out.Close() }()
+		go func() { _, _ = io.Copy(in, out); in.Close() }()
+	}
+}
+
+// urls are the proxies' NATS URLs, one per target, in order.
+func (p *partition) urls() []string {
+	urls := make([]string, len(p.lns))
+	for i, ln := range p.lns {
+		urls[i] = "nats://" + ln.Addr().String()
+	}
+	return urls
+}
 
 func (p *partition) setCut(cut bool) {
 	p.mu.Lock()
@@ -78,18 +95,42 @@ func (p *partition) setCut(cut bool) {
 	}
 }
 
-// TestPartitionedActiveIsDeposed: the active daemon loses NATS; its
-// leadership lapses (it deposes itself after the TTL), a standby takes
-// over, and when the partition heals the old daemon cannot append.
+// TestPartitionedActiveIsDeposed: on one NATS server (R1), the active
+// daemon loses NATS; see partitionedActiveIsDeposed.
 func TestPartitionedActiveIsDeposed(t *testing.T) {
-	ns := runServer(t)
+	partitionedActiveIsDeposed(t, 1, []*server.Server{runServer(t)})
+}
+
+// TestPartitionedActiveIsDeposedOnACluster: the same on a three-node
+// cluster (R3), the active daemon cut off from every node.
+func TestPartitionedActiveIsDeposedOnACluster(t *testing.T) {
+	c := clusterOf(t, 3)
+	// A node tells its clients the other nodes' client addresses (INFO
+	// connect_urls), and a client reconnects to those too: the cut daemon's
+	// reached the nodes past the proxies, and kept its key. A real partition
+	// cuts every address of the nodes; NoAdvertise keeps the cut whole.
+	for _, o := range c.Cluster {
+		o.Cluster.NoAdvertise = true
+	}
+	partitionedActiveIsDeposed(t, 3, c.start(t))
+}
+
+// partitionedActiveIsDeposed: the active daemon, reaching the nodes only
+// through a partition, loses NATS; its leadership lapses (it deposes itself
+// after the TTL), a standby connected directly takes over on a stream of
+// replicas, and when the partition heals the old daemon cannot append.
+func partitionedActiveIsDeposed(t *testing.T, replicas int, nodes []*server.Server) {
 	ctx := context.Background()
 	clock := clocktest.New(start)
-	p := newPartition(t, ns.Addr().String())
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr().String())
+	}
+	p := newPartition(t, addrs...)
 	// The load's appends in flight at the cut are answered (a 503) once
 	// Timeout is out: the load goes on to the daemon that took over then.
 	a, err := Open(ctx, Options{
-		Servers: []string{p.url()}, Stream: "T", Replicas: 1, Dir: t.TempDir(),
+		Servers: p.urls(), Stream: "T", Replicas: replicas, Dir: t.TempDir(),
 		Log: eventlog.Options{Logger: zerolog.Nop()}, Logger: zerolog.Nop(),
 		Timeout: 1500 * time.Millisecond, Leader: &Leader{ID: "a:7420", TTL: ttl},
 	})
@@ -112,7 +153,7 @@ func TestPartitionedActiveIsDeposed(t *testing.T) {
 	load.rounds(t, trafficRounds)
 	ack.record(t, a.Log())
 
-	b := openMember(t, "b:7420", ns)
+	b := openMemberIn(t, "b:7420", t.TempDir(), replicas, nodes...)
 	defer b.Close()
 	ds.standby(1)
 	won := make(chan error, 1)
@@ -161,7 +202,7 @@ func TestPartitionedActiveIsDeposed(t *testing.T) {
 	if _, err := dB.Job(ctx, "late"); !errors.Is(err, lease.ErrNotFound) {
 		t.Fatalf("the deposed daemon's job in the log: %v, want lease.ErrNotFound", err)
 	}
-	checkFinished(t, &ack, 1, []*server.Server{ns}, b)
+	checkFinished(t, &ack, replicas, nodes, b)
 }
 
 // TestCutOffActiveStandsDownBeforeItsKeyExpires: an active daemon whose
@@ -176,7 +217,7 @@ func TestCutOffActiveStandsDownBeforeItsKeyExpires(t *testing.T) {
 	ctx := context.Background()
 	p := newPartition(t, ns.Addr().String())
 	a, err := Open(ctx, Options{
-		Servers: []string{p.url()}, Stream: "T", Replicas: 1, Dir: t.TempDir(),
+		Servers: p.urls(), Stream: "T", Replicas: 1, Dir: t.TempDir(),
 		Log: eventlog.Options{Logger: zerolog.Nop()}, Logger: zerolog.Nop(),
 		Timeout: 10 * time.Second, Leader: &Leader{ID: "a:7420", TTL: keyTTL},
 	})
