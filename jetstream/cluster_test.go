@@ -11,7 +11,6 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/linearize"
 	"github.com/leaselog/leaselog/internal/natstest"
 	"github.com/leaselog/leaselog/lease"
 )
@@ -27,10 +26,7 @@ func TestStreamLeaderLost(t *testing.T) {
 	// A batch in flight when the leader goes waits an attempt (Timeout/5)
 	// for its ack before it is asked for: a second, not the default's two.
 	s := openFor(t, t.TempDir(), 3, 5*time.Second, nodes...)
-	svc := service(t, s, clock)
-	ack := acked{calls: linearize.NewRecorder()}
-	d := ack.calls.Client("test", daemonOf(svc))
-	running := life(t, d, "j")
+	svc, ack, d, running := recorded(t, s, clock)
 	// The load runs on from here to after the leader's loss, across it.
 	ds := newDaemons(1)
 	ds.serve(0, svc)
@@ -63,7 +59,7 @@ func TestStreamLeaderLost(t *testing.T) {
 	if got := dump(t, other.Log()); !slices.Equal(got, want) {
 		t.Fatalf("the stream on the nodes left holds\n%v\nwant what was acknowledged\n%v", got, want)
 	}
-	checkFinished(t, &ack, 3, rest, other)
+	checkFinished(t, ack, 3, rest, other)
 }
 
 // TestRestartEverything: an active daemon and a standby on a three-node
@@ -79,9 +75,7 @@ func TestRestartEverything(t *testing.T) {
 	dirA, dirB := t.TempDir(), t.TempDir()
 	a := openMemberIn(t, "a:7420", dirA, 3, nodes...)
 	campaign(t, a)
-	svcA := service(t, a, clock)
-	ack := acked{calls: linearize.NewRecorder()}
-	running := life(t, ack.calls.Client("test", daemonOf(svcA)), "j")
+	svcA, ack, _, running := recorded(t, a, clock)
 	// The load runs on from here to after the restart, across the outage.
 	ds := newDaemons(2)
 	ds.serve(0, svcA)
@@ -171,7 +165,7 @@ func TestRestartEverything(t *testing.T) {
 	load.rounds(t, trafficRounds)
 	load.halt()
 	ack.record(t, l.Log())
-	checkFinished(t, &ack, 3, nodes, a, b)
+	checkFinished(t, ack, 3, nodes, a, b)
 }
 
 // TestTakeoverWhileTheStreamLeaderIsLost: on a three-node cluster, the
@@ -185,10 +179,7 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	a := openMemberIn(t, "a:7420", t.TempDir(), 3, nodes...)
 	defer a.Close()
 	campaign(t, a)
-	svcA := service(t, a, clock)
-	ack := acked{calls: linearize.NewRecorder()}
-	dA := ack.calls.Client("test", daemonOf(svcA))
-	running := life(t, dA, "j")
+	svcA, ack, dA, running := recorded(t, a, clock)
 	// The load runs on from here to after the takeover, across the kill.
 	ds := newDaemons(2)
 	ds.serve(0, svcA)
@@ -229,7 +220,7 @@ func TestTakeoverWhileTheStreamLeaderIsLost(t *testing.T) {
 	if err := a.Log().Err(); !errors.Is(err, ErrDeposed) {
 		t.Fatalf("the deposed daemon's log: %v, want ErrDeposed", err)
 	}
-	checkFinished(t, &ack, 3, without(nodes, leader), b)
+	checkFinished(t, ack, 3, without(nodes, leader), b)
 }
 
 // streamLeader waits for the node that leads stream T, and returns it.

@@ -14,7 +14,6 @@ import (
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/internal/leasetest"
-	"github.com/leaselog/leaselog/internal/linearize"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -77,10 +76,7 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 	_ = early.Close() // the refused append failed that log
 	a := openMember(t, "a:7420", ns)
 	campaign(t, a)
-	svcA := service(t, a, clock)
-	ack := acked{calls: linearize.NewRecorder()}
-	dA := ack.calls.Client("test", daemonOf(svcA))
-	running := life(t, dA, "j")
+	svcA, ack, dA, running := recorded(t, a, clock)
 
 	b := openMember(t, "b:7420", ns)
 	defer b.Close()
@@ -149,7 +145,7 @@ func TestStandbyTakesOverAfterTheActiveDies(t *testing.T) {
 		t.Fatalf("the deposed daemon's log: %v, want ErrDeposed", err)
 	}
 	_ = a.Close()
-	checkFinished(t, &ack, 1, []*server.Server{ns}, b)
+	checkFinished(t, ack, 1, []*server.Server{ns}, b)
 }
 
 func TestActiveThatLosesTheKeyStopsAppending(t *testing.T) {

@@ -15,7 +15,6 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/linearize"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -139,10 +138,7 @@ func partitionedActiveIsDeposed(t *testing.T, replicas int, nodes []*server.Serv
 	}
 	defer a.Close()
 	campaign(t, a)
-	svcA := service(t, a, clock)
-	ack := acked{calls: linearize.NewRecorder()}
-	dA := ack.calls.Client("test", daemonOf(svcA))
-	running := life(t, dA, "j")
+	svcA, ack, dA, running := recorded(t, a, clock)
 	// The load runs on from here to after the takeover, across the
 	// partition: the calls in flight at the cut are answered by the
 	// partitioned daemon (its appends, once Timeout is out, with a 503), and
@@ -202,7 +198,7 @@ func partitionedActiveIsDeposed(t *testing.T, replicas int, nodes []*server.Serv
 	if _, err := dB.Job(ctx, "late"); !errors.Is(err, lease.ErrNotFound) {
 		t.Fatalf("the deposed daemon's job in the log: %v, want lease.ErrNotFound", err)
 	}
-	checkFinished(t, &ack, replicas, nodes, b)
+	checkFinished(t, ack, replicas, nodes, b)
 }
 
 // TestCutOffActiveStandsDownBeforeItsKeyExpires: an active daemon whose

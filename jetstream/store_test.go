@@ -72,6 +72,19 @@ func service(t testing.TB, s *Store, clock *clocktest.Clock) *lease.Service {
 	return svc
 }
 
+// recorded opens the service of s, the active daemon, and makes a job's
+// life through a client of it whose calls are recorded: where every fault
+// scenario starts. It returns the service, the record (the calls and,
+// once the test records them, the events acknowledged), that client, and
+// the job's running lease.
+func recorded(t testing.TB, s *Store, clock *clocktest.Clock) (*lease.Service, *acked, linearize.Daemon, uint64) {
+	t.Helper()
+	svc := service(t, s, clock)
+	ack := &acked{calls: linearize.NewRecorder()}
+	d := ack.calls.Client("test", daemonOf(svc))
+	return svc, ack, d, life(t, d, "j")
+}
+
 // life runs jobs through a daemon (daemonOf a service, or a recorder's
 // client of one): a finishes (and goes to the archive), b runs, c stays
 // queued. It returns the lease of b.
