@@ -143,16 +143,29 @@ func (t *h2cTransport) CloseIdleConnections() {
 type sniffConn struct {
 	net.Conn
 	http1   *atomic.Bool
-	sniffed bool // only the connection's reader reads
+	sniffed atomic.Bool // the first byte was read (by the reader, or by Write)
 }
 
 func (c *sniffConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if !c.sniffed && n > 0 {
-		c.sniffed = true
-		if p[0] == 'H' {
-			c.http1.Store(true)
-		}
+	if n > 0 && c.sniffed.CompareAndSwap(false, true) && p[0] == 'H' {
+		c.http1.Store(true)
+	}
+	return n, err
+}
+
+// Write writes p. A write that fails before anything was read may be the
+// preface or the first request meeting an HTTP/1.1 server that answered
+// the preface at once and closed: its answer is still to be read, and the
+// connection's reader may never read it (its write failed before the
+// reader started), so Write reads it, for at most a second, so that the
+// call is sent again over HTTP/1.1 rather than failed.
+func (c *sniffConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil && !c.sniffed.Load() {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(time.Second))
+		var b [1]byte
+		_, _ = c.Read(b[:])
 	}
 	return n, err
 }

@@ -143,6 +143,56 @@ func TestClientFallsBackToHTTP1(t *testing.T) {
 	}
 }
 
+// refuseFirst is a listener whose first connection is answered at once, in
+// HTTP/1.1, and closed without a byte read, as an HTTP/1.1 server answers
+// the HTTP/2 preface; it hands on every later one.
+type refuseFirst struct {
+	net.Listener
+	once sync.Once
+}
+
+func (l *refuseFirst) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		first := false
+		l.once.Do(func() { first = true })
+		if !first {
+			return c, nil
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+		c.Close()
+	}
+}
+
+// TestClientFallsBackWhenTheServerClosesFirst: an HTTP/1.1 server that
+// answers the preface and closes before reading it, so that the client's
+// writes may fail before its reader has seen the answer (CI met it once):
+// the call is sent again over HTTP/1.1 all the same. Twenty clients, for
+// the interleavings.
+func TestClientFallsBackWhenTheServerClosesFirst(t *testing.T) {
+	f := newFixture(t, server.Options{})
+	ctx := context.Background()
+	for i := range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := &http.Server{Handler: f.srv}
+		go func() { _ = hs.Serve(&refuseFirst{Listener: ln}) }()
+		c, err := api.NewClient("http://"+ln.Addr().String(), "", api.H2C())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.Submit(ctx, api.Submit{ID: fmt.Sprintf("j%d", i), Kind: "run"}); err != nil {
+			t.Fatalf("client %d: submit to a server that answered the preface and closed: %v", i, err)
+		}
+		hs.Close()
+	}
+}
+
 // TestH2CWorkerOnOneConnection: under a cap of one connection, one client
 // holds several long polls and makes other calls at the same time, all
 // streams of one h2c connection; each long poll is woken by a submit, and
