@@ -2,11 +2,13 @@ package api
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -148,24 +150,36 @@ type sniffConn struct {
 
 func (c *sniffConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if n > 0 && c.sniffed.CompareAndSwap(false, true) && p[0] == 'H' {
+	switch {
+	case n > 0:
+		if c.sniffed.CompareAndSwap(false, true) && p[0] == 'H' {
+			c.http1.Store(true)
+		}
+	case !c.sniffed.Load() && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)):
+		// Closed by the server without a word: not an HTTP/2 server (see
+		// Write), its HTTP/1.1 answer lost to the reset.
 		c.http1.Store(true)
 	}
 	return n, err
 }
 
-// Write writes p. A write that fails before anything was read may be the
-// preface or the first request meeting an HTTP/1.1 server that answered
-// the preface at once and closed: its answer is still to be read, and the
-// connection's reader may never read it (its write failed before the
-// reader started), so Write reads it, for at most a second, so that the
-// call is sent again over HTTP/1.1 rather than failed.
+// Write writes p. A write that fails before anything was read is the
+// preface or the first request meeting a server that closed without a word
+// of HTTP/2 — whose first word is its SETTINGS, sent before it reads any
+// request: an HTTP/1.1 server that answered the preface at once and closed.
+// Its answer may still be read (Write reads it, for at most a second, since
+// the connection's reader may not have started), or may have been lost to
+// the reset; either way the call was not served, and it is sent again over
+// HTTP/1.1, which a daemon that speaks h2c serves too.
 func (c *sniffConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	if err != nil && !c.sniffed.Load() {
 		_ = c.Conn.SetReadDeadline(time.Now().Add(time.Second))
 		var b [1]byte
 		_, _ = c.Read(b[:])
+		if !c.sniffed.Load() {
+			c.http1.Store(true)
+		}
 	}
 	return n, err
 }
