@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -158,7 +157,8 @@ func (p *sessionPool) dial(ctx context.Context) (*clientSession, error) {
 			resp.Body.Close()
 			return nil, fmt.Errorf("api: GET %s: 101 without a connection", path)
 		}
-		s := &clientSession{conn: conn, slots: make(chan struct{}, maxSessionCalls), pending: map[uint64]chan frameAnswer{}}
+		s := &clientSession{conn: conn, slots: make(chan struct{}, maxSessionCalls), pending: map[uint64]chan frameAnswer{},
+			frames: NewFrameWriter(func(b []byte) error { _, err := conn.Write(b); return err })}
 		go s.read(bufio.NewReaderSize(conn, 16<<10))
 		return s, nil
 	}
@@ -187,10 +187,7 @@ type clientSession struct {
 	next    uint64
 	err     error // why it broke, wrapping ErrSessionBroken
 
-	wmu     sync.Mutex
-	out     []byte // frames waiting to be written
-	spare   []byte
-	writing bool
+	frames *FrameWriter // its calls
 }
 
 // frameAnswer is an answer frame, or the session's end.
@@ -242,42 +239,14 @@ func (s *clientSession) call(ctx context.Context, op, worker, lease, path string
 	}
 }
 
-// write sends a request frame; frames sent while another goroutine writes
-// go out with its next write.
+// write sends a request frame, with the others ready with it; a failed
+// write ends the session.
 func (s *clientSession) write(id uint64, op, worker, lease string, body []byte) {
-	s.wmu.Lock()
-	s.out = AppendRequest(s.out, id, op, worker, lease, body)
-	if s.writing {
-		s.wmu.Unlock()
-		return
+	err := s.frames.Write(func(dst []byte) []byte { return AppendRequest(dst, id, op, worker, lease, body) },
+		func() bool { return len(s.slots) > 1 })
+	if err != nil {
+		s.fail(err)
 	}
-	s.writing = true
-	for len(s.out) > 0 {
-		// The workers woken by one read of answers send their next calls
-		// together: when others have calls in flight, yielding once lets
-		// them join this write. Alone, it writes at once.
-		if len(s.slots) > 1 {
-			s.wmu.Unlock()
-			runtime.Gosched()
-			s.wmu.Lock()
-		}
-		out := s.out
-		s.out = s.spare[:0]
-		s.wmu.Unlock()
-		_, err := s.conn.Write(out)
-		s.wmu.Lock()
-		if cap(out) <= 64<<10 {
-			s.spare = out[:0]
-		}
-		if err != nil {
-			s.out = s.out[:0]
-			s.wmu.Unlock()
-			s.fail(err)
-			s.wmu.Lock()
-		}
-	}
-	s.writing = false
-	s.wmu.Unlock()
 }
 
 // read reads answers and hands each to its call, until the connection ends.

@@ -34,7 +34,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -111,11 +110,7 @@ type serverSession struct {
 	idle chan frame
 	wg   sync.WaitGroup // the goroutines serving frames
 
-	wmu     sync.Mutex
-	out     []byte // answers waiting to be written
-	spare   []byte // the buffer written last, reused
-	writing bool   // a goroutine is writing: it will take out too
-	broken  bool   // a write failed: the connection is closed
+	frames *api.FrameWriter // its answers
 }
 
 // runSession serves the frames of an upgraded connection until it ends.
@@ -139,6 +134,13 @@ func (s *Server) runSession(conn net.Conn, br *bufio.Reader, c *call) {
 	defer context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })()
 	ss := &serverSession{s: s, conn: conn, br: br, who: c.who, ctx: ctx,
 		slots: make(chan struct{}, MaxSessionCalls), idle: make(chan frame)}
+	ss.frames = api.NewFrameWriter(func(b []byte) error {
+		// A client that stops reading must not hold the calls (and their
+		// slots) for ever.
+		_ = conn.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
+		_, err := conn.Write(b)
+		return err
+	})
 	ss.read()
 	cancel()
 	ss.wg.Wait()
@@ -303,50 +305,12 @@ func (ss *serverSession) answer(ctx context.Context, id uint64, c *call, call fu
 	return status, b
 }
 
-// write writes an answer frame. Answers that end while one is being written
-// are appended to the next write: the goroutine writing takes them along,
-// so that concurrent answers go out in one system call, and none waits for
-// a timer.
+// write writes an answer frame, with the others ready with it; a failed
+// write closes the connection, which ends the read loop.
 func (ss *serverSession) write(id uint64, status int, body []byte) {
-	ss.wmu.Lock()
-	if ss.broken {
-		ss.wmu.Unlock()
-		return
+	err := ss.frames.Write(func(dst []byte) []byte { return api.AppendAnswer(dst, id, status, body) },
+		func() bool { return len(ss.slots) > 1 })
+	if err != nil {
+		_ = ss.conn.Close()
 	}
-	ss.out = api.AppendAnswer(ss.out, id, status, body)
-	if ss.writing {
-		ss.wmu.Unlock()
-		return
-	}
-	ss.writing = true
-	for len(ss.out) > 0 && !ss.broken {
-		// The answers of one group commit end together: when other calls
-		// are in flight, yielding once lets those woken with this one add
-		// theirs before the write (a loopback write costs microseconds, a
-		// yield a fraction of one). Alone, it writes at once: a yield would
-		// queue it behind whatever else the daemon runs.
-		if len(ss.slots) > 1 {
-			ss.wmu.Unlock()
-			runtime.Gosched()
-			ss.wmu.Lock()
-		}
-		out := ss.out
-		ss.out = ss.spare[:0]
-		ss.wmu.Unlock()
-		// A client that stops reading must not hold the calls (and their
-		// slots) for ever.
-		_ = ss.conn.SetWriteDeadline(time.Now().Add(ss.s.opts.RequestTimeout))
-		_, err := ss.conn.Write(out)
-		ss.wmu.Lock()
-		if cap(out) <= 64<<10 {
-			ss.spare = out[:0]
-		}
-		if err != nil {
-			ss.broken = true
-			_ = ss.conn.Close() // the read loop ends with it
-		}
-	}
-	ss.out = ss.out[:0]
-	ss.writing = false
-	ss.wmu.Unlock()
 }
