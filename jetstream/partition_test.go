@@ -3,9 +3,6 @@ package jetstream
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,83 +12,17 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/testutil"
 	"github.com/leaselog/leaselog/lease"
 )
 
-// partition is a TCP proxy to each of a set of NATS servers that a test
-// cuts (every connection closed, new ones refused) and heals together: a
-// daemon that reaches NATS only through it is cut off from every node.
-type partition struct {
-	lns   []net.Listener
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
-}
-
-func newPartition(t *testing.T, targets ...string) *partition {
-	p := &partition{}
-	for _, target := range targets {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.lns = append(p.lns, ln)
-		t.Cleanup(func() { ln.Close() })
-		go p.proxy(ln, target)
-	}
-	t.Cleanup(func() { p.setCut(true) })
-	return p
-}
-
-// proxy forwards each connection ln accepts to target, while not cut.
-func (p *partition) proxy(ln net.Listener, target string) {
-	for {
-		in, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", target)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		// Checked with the connection kept under one lock: one accepted as
-		// the cut comes is closed by the cut or here, never left through.
-		p.mu.Lock()
-		cut := p.cut
-		if !cut {
-			p.conns = append(p.conns, in, out)
-		}
-		p.mu.Unlock()
-		if cut {
-			in.Close()
-			out.Close()
-			continue
-		}
-		go func() { _, _ = io.Copy(out, in); out.Close() }()
-		go func() { _, _ = io.Copy(in, out); in.Close() }()
-	}
-}
-
-// urls are the proxies' NATS URLs, one per target, in order.
-func (p *partition) urls() []string {
-	urls := make([]string, len(p.lns))
-	for i, ln := range p.lns {
-		urls[i] = "nats://" + ln.Addr().String()
+// natsURLs are the NATS URLs of the proxies of p.
+func natsURLs(p *testutil.Partition) []string {
+	var urls []string
+	for _, a := range p.Addrs() {
+		urls = append(urls, "nats://"+a)
 	}
 	return urls
-}
-
-func (p *partition) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.conns = nil
-	}
 }
 
 // TestPartitionedActiveIsDeposed: on one NATS server (R1), the active
@@ -125,11 +56,11 @@ func partitionedActiveIsDeposed(t *testing.T, replicas int, nodes []*server.Serv
 	for _, n := range nodes {
 		addrs = append(addrs, n.Addr().String())
 	}
-	p := newPartition(t, addrs...)
+	p := testutil.NewPartition(t, addrs...)
 	// The load's appends in flight at the cut are answered (a 503) once
 	// Timeout is out: the load goes on to the daemon that took over then.
 	a, err := Open(ctx, Options{
-		Servers: p.urls(), Stream: "T", Replicas: replicas, Dir: t.TempDir(),
+		Servers: natsURLs(p), Stream: "T", Replicas: replicas, Dir: t.TempDir(),
 		Log: eventlog.Options{Logger: zerolog.Nop()}, Logger: zerolog.Nop(),
 		Timeout: 1500 * time.Millisecond, Leader: &Leader{ID: "a:7420", TTL: ttl},
 	})
@@ -156,7 +87,7 @@ func partitionedActiveIsDeposed(t *testing.T, replicas int, nodes []*server.Serv
 	go func() { won <- b.Campaign(ctx) }()
 
 	t.Logf("the partition cut with %d calls in flight", ds.inFlight(0))
-	p.setCut(true)
+	p.SetCut(true)
 	select {
 	case <-a.Lost():
 		ds.exit(0) // a deposed daemon stops (cmd/leaselog)
@@ -185,7 +116,7 @@ func partitionedActiveIsDeposed(t *testing.T, replicas int, nodes []*server.Serv
 	load.halt()
 	ack.record(t, b.Log())
 
-	p.setCut(false)
+	p.SetCut(false)
 	if _, _, err := dA.Submit(ctx, api.Submit{ID: "late", Kind: "run"}); !errors.Is(err, lease.ErrFailed) {
 		t.Fatalf("the deposed daemon's submit after the partition healed: %v, want lease.ErrFailed", err)
 	}
@@ -211,9 +142,9 @@ func TestCutOffActiveStandsDownBeforeItsKeyExpires(t *testing.T) {
 	const keyTTL = 2 * time.Second // a tenth of it is the margin for a late timer
 	ns := runServer(t)
 	ctx := context.Background()
-	p := newPartition(t, ns.Addr().String())
+	p := testutil.NewPartition(t, ns.Addr().String())
 	a, err := Open(ctx, Options{
-		Servers: p.urls(), Stream: "T", Replicas: 1, Dir: t.TempDir(),
+		Servers: natsURLs(p), Stream: "T", Replicas: 1, Dir: t.TempDir(),
 		Log: eventlog.Options{Logger: zerolog.Nop()}, Logger: zerolog.Nop(),
 		Timeout: 10 * time.Second, Leader: &Leader{ID: "a:7420", TTL: keyTTL},
 	})
@@ -229,7 +160,7 @@ func TestCutOffActiveStandsDownBeforeItsKeyExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.setCut(true)
+	p.SetCut(true)
 	select {
 	case <-a.Lost():
 	case <-time.After(2 * keyTTL):

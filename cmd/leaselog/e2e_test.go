@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/testutil"
 )
 
 func TestE2EWorkerDiesDuringRun(t *testing.T) {
@@ -291,9 +292,9 @@ func TestE2ESelfFencingStopsTheJobBeforeExpiry(t *testing.T) {
 	dir := t.TempDir()
 	d := startServe(t, dir, 0)
 	ev := d.follow(t, 0)
-	proxy := newProxy(t, strings.TrimPrefix(d.url, "http://"))
+	proxy := testutil.NewPartition(t, strings.TrimPrefix(d.url, "http://"))
 	wdir := filepath.Join(dir, "w1")
-	startWorker(t, "http://"+proxy.addr(), "w1", wdir)
+	startWorker(t, "http://"+proxy.Addrs()[0], "w1", wdir)
 	submit(t, d.c, "agent-1", "run", "sleep 60")
 	running := ev.next("lease.running", "agent-1")
 	pid := readPid(t, filepath.Join(wdir, fmt.Sprintf("agent-1-%d", running.Lease), ".leaselog", "pid"))
@@ -305,7 +306,7 @@ func TestE2ESelfFencingStopsTheJobBeforeExpiry(t *testing.T) {
 		}
 		died <- time.Now()
 	}()
-	proxy.cut()
+	proxy.SetCut(true)
 	expired := ev.next("lease.expired", "agent-1")
 	var diedAt time.Time
 	select {

@@ -10,14 +10,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -310,57 +307,4 @@ func readPid(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	return pid
-}
-
-// proxy forwards TCP to the daemon until cut, then refuses and drops
-// everything: a network partition between one worker and the daemon.
-type proxyConn struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	dead  bool
-}
-
-func newProxy(t *testing.T, target string) *proxyConn {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxyConn{ln: ln}
-	t.Cleanup(p.cut)
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.dead {
-				in.Close()
-				out.Close()
-			}
-			p.conns = append(p.conns, in, out)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(out, in); out.Close() }()
-			go func() { _, _ = io.Copy(in, out); in.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *proxyConn) addr() string { return p.ln.Addr().String() }
-
-func (p *proxyConn) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.dead = true
-	p.ln.Close()
-	for _, c := range p.conns {
-		c.Close()
-	}
 }
