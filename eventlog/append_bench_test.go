@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/internal/testutil"
@@ -16,19 +17,25 @@ import (
 // 64 and 256 concurrent appenders, beside a raw Pebble baseline that writes the
 // same bytes (the record and its three index keys) with the same sync but
 // none of the ordering: each raw writer takes a sequence number from an
-// atomic counter and commits whenever Pebble lets it.
+// atomic counter and commits whenever Pebble lets it. impl=raw is Pebble as
+// it comes; impl=raw-sized has the log's WALs, sized ahead of their writes
+// (sizedWALs), so that leaselog ÷ raw-sized is the cost of the ordering and
+// raw-sized ÷ raw the gain of the sizing.
 //
 //	go test -run '^$' -bench BenchmarkAppend -count 6 ./eventlog | tee a.txt
 //	benchstat -col /impl a.txt
 //
 // The store is on the OS filesystem (a temp dir), because fsync is the cost.
 func BenchmarkAppend(b *testing.B) {
-	for _, impl := range []string{"leaselog", "raw"} {
+	for _, impl := range []string{"leaselog", "raw", "raw-sized"} {
 		for _, n := range []int{1, 16, 64, 256} {
 			b.Run(fmt.Sprintf("impl=%s/appenders=%d", impl, n), func(b *testing.B) {
-				if impl == "raw" {
-					benchRawAppend(b, n)
-				} else {
+				switch impl {
+				case "raw":
+					benchRawAppend(b, n, vfs.Default)
+				case "raw-sized":
+					benchRawAppend(b, n, sizedWALs{vfs.Default})
+				default:
 					benchAppend(b, n)
 				}
 			})
@@ -59,9 +66,9 @@ func benchAppend(b *testing.B, n int) {
 	})
 }
 
-func benchRawAppend(b *testing.B, n int) {
+func benchRawAppend(b *testing.B, n int, fs vfs.FS) {
 	db, err := pebble.Open(b.TempDir(), &pebble.Options{
-		Logger: pebbleLogger{l: zerolog.Nop()}, FormatMajorVersion: pebble.FormatNewest, MemTableSize: 64 << 20,
+		FS: fs, Logger: pebbleLogger{l: zerolog.Nop()}, FormatMajorVersion: pebble.FormatNewest, MemTableSize: 64 << 20,
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -32,7 +32,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	l := &Log{opts: opts, waitCh: make(chan struct{}), release: release}
 	popts := &pebble.Options{
-		FS:                 opts.FS,
+		FS:                 sizedWALs{opts.FS},
 		Logger:             pebbleLogger{l: opts.Logger, fatal: l.fatal},
 		ReadOnly:           opts.ReadOnly,
 		FormatMajorVersion: pebble.FormatNewest,
