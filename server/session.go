@@ -180,11 +180,22 @@ func (ss *serverSession) read() {
 			}
 			return
 		}
+		// A lone call — none in flight, no other frame read — is served
+		// here: the hand-off to a frame goroutine is a wake-up on the
+		// path of every call of a lone worker. A frame that comes in
+		// meanwhile waits for it, as it would have waited for its fsync.
+		// A long poll is never served here: it could hold the others for
+		// as long as it waits.
+		alone := len(ss.slots) == 0 && ss.br.Buffered() == 0 && !isLong(h.Op)
 		select {
 		case ss.slots <- struct{}{}:
 		case <-ss.ctx.Done():
 			putBodyBuffer(buf)
 			return
+		}
+		if alone {
+			ss.serve(h, body, buf)
+			continue
 		}
 		f := frame{h: h, body: body, buf: buf}
 		select {
@@ -193,6 +204,12 @@ func (ss *serverSession) read() {
 			ss.wg.Go(func() { ss.serveFrames(f) })
 		}
 	}
+}
+
+// isLong says whether op is a long poll (or unknown: served as any frame).
+func isLong(op string) bool {
+	o := sessionOps[op]
+	return o == nil || o.long
 }
 
 // frame is a request frame read whole: its header, and its body in buf.
