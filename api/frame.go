@@ -90,73 +90,123 @@ func AppendAnswer(dst []byte, id uint64, status int, body []byte) []byte {
 // ParseRequest reads a request's header line (its LF included).
 func ParseRequest(line []byte) (FrameHeader, error) {
 	var h FrameHeader
-	f, err := frameFields(line, 5, "ID OP WORKER LEASE LENGTH")
-	if err != nil {
+	var f [5][]byte
+	if err := frameFields(line, f[:], "ID OP WORKER LEASE LENGTH"); err != nil {
 		return h, err
 	}
+	var err error
 	if h.ID, err = frameID(f[0]); err != nil {
 		return h, err
 	}
-	h.Op, h.Worker, h.Lease = string(f[1]), string(f[2]), string(f[3])
+	h.Op, h.Worker, h.Lease = internOp(f[1]), string(f[2]), internLease(f[3])
 	h.Len, err = frameLen(f[4])
 	return h, err
+}
+
+// internOp is op as a string, without a copy when it is one of the ops.
+func internOp(op []byte) string {
+	switch string(op) { // compared, not converted
+	case OpAcquire:
+		return OpAcquire
+	case OpHeartbeat:
+		return OpHeartbeat
+	case OpStart:
+		return OpStart
+	case OpReport:
+		return OpReport
+	}
+	return string(op)
+}
+
+// internLease is lease as a string, without a copy when it is "-".
+func internLease(lease []byte) string {
+	if string(lease) == "-" {
+		return "-"
+	}
+	return string(lease)
 }
 
 // ParseAnswer reads an answer's header line (its LF included).
 func ParseAnswer(line []byte) (FrameHeader, error) {
 	var h FrameHeader
-	f, err := frameFields(line, 3, "ID STATUS LENGTH")
-	if err != nil {
+	var f [3][]byte
+	if err := frameFields(line, f[:], "ID STATUS LENGTH"); err != nil {
 		return h, err
 	}
-	if h.ID, err = strconv.ParseUint(string(f[0]), 10, 64); err != nil {
+	id, ok := parseDecimal(f[0], 64)
+	if !ok {
 		return h, fmt.Errorf("frame id %q: want a decimal number", f[0])
 	}
-	st, err := strconv.Atoi(string(f[1]))
-	if err != nil || st < 100 || st > 599 {
+	st, ok := parseDecimal(f[1], 10)
+	if !ok || st < 100 || st > 599 {
 		return h, fmt.Errorf("frame status %q: want an HTTP status", f[1])
 	}
-	h.Status = st
+	h.ID, h.Status = id, int(st)
+	var err error
 	h.Len, err = frameLen(f[2])
 	return h, err
 }
 
-func frameFields(line []byte, n int, want string) ([][]byte, error) {
+// frameFields splits a header line into len(f) fields, each non-empty and
+// separated by one space, into f.
+func frameFields(line []byte, f [][]byte, want string) error {
 	b, ok := bytes.CutSuffix(line, []byte{'\n'})
 	if !ok {
-		return nil, fmt.Errorf("frame header %q: no line feed in its first %d bytes", truncate(line), MaxFrameHeader)
+		return fmt.Errorf("frame header %q: no line feed in its first %d bytes", truncate(line), MaxFrameHeader)
 	}
 	for i, c := range b {
 		if c != ' ' && (c < 0x21 || c > 0x7e) {
-			return nil, fmt.Errorf("frame header %q: byte %d is 0x%02x: want printable ASCII, fields separated by one space", truncate(b), i, c)
+			return fmt.Errorf("frame header %q: byte %d is 0x%02x: want printable ASCII, fields separated by one space", truncate(b), i, c)
 		}
 	}
-	f := bytes.Split(b, []byte{' '})
-	if len(f) != n {
-		return nil, fmt.Errorf("frame header %q: want %s, separated by one space", truncate(b), want)
-	}
-	for _, x := range f {
-		if len(x) == 0 {
-			return nil, fmt.Errorf("frame header %q: want %s, separated by one space", truncate(b), want)
+	rest := b
+	for i := range f {
+		field, after, found := bytes.Cut(rest, []byte{' '})
+		if len(field) == 0 || found == (i == len(f)-1) {
+			return fmt.Errorf("frame header %q: want %s, separated by one space", truncate(b), want)
 		}
+		f[i], rest = field, after
 	}
-	return f, nil
+	return nil
 }
 
 func frameID(b []byte) (uint64, error) {
-	id, err := strconv.ParseUint(string(b), 10, 64)
-	if err != nil || id == 0 {
+	id, ok := parseDecimal(b, 64)
+	if !ok || id == 0 {
 		return 0, fmt.Errorf("frame id %q: want a decimal number from 1 to %d", truncate(b), uint64(1<<64-1))
 	}
 	return id, nil
 }
 
 func frameLen(b []byte) (int, error) {
-	n, err := strconv.ParseUint(string(b), 10, 31)
-	if err != nil {
+	n, ok := parseDecimal(b, 31)
+	if !ok {
 		return 0, fmt.Errorf("frame length %q: want a decimal number of bytes", truncate(b))
 	}
 	return int(n), nil
+}
+
+// parseDecimal is strconv.ParseUint(string(b), 10, bits) without the
+// string: digits only, below 2^bits.
+func parseDecimal(b []byte, bits uint) (uint64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	if bits < 64 && n >= 1<<bits {
+		return 0, false
+	}
+	return n, true
 }
 
 func truncate(b []byte) []byte {

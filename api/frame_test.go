@@ -2,6 +2,8 @@ package api
 
 import (
 	"bytes"
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -57,6 +59,26 @@ func FuzzParseRequest(f *testing.F) {
 		h2, err := ParseRequest(again[:bytes.IndexByte(again, '\n')+1])
 		if err != nil || h2 != h {
 			t.Fatalf("%q parsed as %+v, written and read again as %+v (%v)", line, h, h2, err)
+		}
+	})
+}
+
+// FuzzParseDecimal: parseDecimal reads what strconv.ParseUint reads in base
+// 10 (signs and underscores aside, which it refuses), and refuses the rest.
+func FuzzParseDecimal(f *testing.F) {
+	for _, s := range []string{"0", "7", "2147483647", "2147483648", "18446744073709551615", "18446744073709551616", "", "+1", "1_0", "099"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, bits := range []uint{10, 31, 64} {
+			got, ok := parseDecimal([]byte(s), bits)
+			want, err := strconv.ParseUint(s, 10, int(bits))
+			if strings.ContainsAny(s, "+_") {
+				err = errors.New("not digits alone")
+			}
+			if ok != (err == nil) || (ok && got != want) {
+				t.Fatalf("parseDecimal(%q, %d) = %d %v; strconv: %d %v", s, bits, got, ok, want, err)
+			}
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/leaselog/leaselog/event"
@@ -111,7 +112,13 @@ func (s *Service) acquire(ctx context.Context, worker string, o AcquireOptions) 
 // o.Start, by the lease.running of its job, whose token tx.stage fills in
 // (see linkStarts).
 func (s *Service) grantEventsLocked(evs []event.Event, worker string, o AcquireOptions) []event.Event {
-	for _, j := range s.mu.table.Queued(o.Max) {
+	queued := s.mu.table.Queued(o.Max)
+	per := 1
+	if o.Start {
+		per = 2
+	}
+	evs = slices.Grow(evs, per*len(queued))
+	for _, j := range queued {
 		evs = append(evs, event.Event{Type: event.TypeAcquired, Job: j.ID, Worker: worker})
 		if o.Start {
 			evs = append(evs, event.Event{Type: event.TypeRunning, Job: j.ID, Worker: worker})
