@@ -45,8 +45,7 @@ func TestMain(m *testing.M) {
 func runChild(t *testing.T, role string) (int, string, uint64) {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+role+":"+dir)
+	cmd := childCommand(role, dir)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -73,6 +72,14 @@ func runChild(t *testing.T, role string) (int, string, uint64) {
 		t.Fatalf("the child acknowledged seq 1..%d; its store holds 1..%d", acked, l.LastSeq())
 	}
 	return cmd.ProcessState.ExitCode(), stderr.String(), acked
+}
+
+// childCommand is the test binary run again as the child of role on the
+// store in dir.
+func childCommand(role, dir string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+role+":"+dir)
+	return cmd
 }
 
 func child(role, dir string) {
