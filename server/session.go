@@ -206,10 +206,10 @@ func (ss *serverSession) read() {
 	}
 }
 
-// isLong says whether op is a long poll (or unknown: served as any frame).
+// isLong says whether op is a long poll.
 func isLong(op string) bool {
 	o := sessionOps[op]
-	return o == nil || o.long
+	return o != nil && o.long
 }
 
 // frame is a request frame read whole: its header, and its body in buf.
