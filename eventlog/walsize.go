@@ -7,11 +7,11 @@ import (
 // walCategory is the category Pebble creates its write-ahead logs under.
 const walCategory vfs.DiskWriteCategory = "pebble-wal"
 
-// walGrowth is how far ahead of its writes a WAL's size is set. The fsync
-// that follows a growth pays for the size change once; a process killed
-// mid-file leaves at most this much of zeros after the last record, which
-// Pebble reads through (a zeroed chunk, as after its own preallocation) at
-// the next open.
+// walGrowth is how far ahead of its writes a WAL's size is set, at most.
+// The fsync that follows a growth pays for the size change once; a process
+// killed mid-file leaves at most this much of zeros after the last record,
+// which Pebble reads through (a zeroed chunk, as after its own preallocation)
+// at the next open.
 const walGrowth = 4 << 20
 
 // sizedWALs wraps the store's filesystem so that a write-ahead log's size
@@ -30,8 +30,11 @@ const walGrowth = 4 << 20
 // from 3.86k to 5.06k durable appends a second (BenchmarkAppend, impl=raw
 // against impl=raw-sized; docs/performance.md).
 //
-// Only files of the OS filesystem are grown (a file with a descriptor), and
-// only where the platform can set a size without writing (growFile).
+// The size runs ahead only over blocks Pebble has preallocated, so that it
+// takes no space Pebble did not: where its preallocation fails (a disk too
+// small for it), the WAL is written as Pebble writes it. Only files of the
+// OS filesystem are grown (a file with a descriptor), and only where the
+// platform can set a size without writing (growFile).
 type sizedWALs struct{ vfs.FS }
 
 // Unwrap lets vfs.Root see through the wrapper.
@@ -61,12 +64,15 @@ func (fs sizedWALs) ReuseForWrite(oldname, newname string, category vfs.DiskWrit
 }
 
 // sizedWAL is a WAL whose size is set ahead of its writes, which Pebble
-// makes sequentially from offset 0 through Write.
+// makes sequentially from offset 0 through Write, each after preallocating
+// the blocks it will need (Preallocate).
 type sizedWAL struct {
 	vfs.File
-	fd      uintptr
-	written int64 // the offset of the next write
-	size    int64 // the file's size, as last set or found
+	fd        uintptr
+	written   int64 // the offset of the next write
+	size      int64 // the file's size, as last set, found or written
+	allocated int64 // the end of the blocks Pebble preallocated from 0
+	failed    bool  // a growth failed: written as Pebble writes from then on
 }
 
 func newSizedWAL(f vfs.File, size int64) vfs.File {
@@ -77,19 +83,29 @@ func newSizedWAL(f vfs.File, size int64) vfs.File {
 	return &sizedWAL{File: f, fd: fd, size: size}
 }
 
-// Write grows the file, when p would pass its end, before writing p.
+// Preallocate is Pebble's: blocks, the size kept. The size may then run
+// ahead into them.
+func (f *sizedWAL) Preallocate(off, n int64) error {
+	err := f.File.Preallocate(off, n)
+	if err == nil && off <= f.allocated {
+		f.allocated = max(f.allocated, off+n)
+	}
+	return err
+}
+
+// Write grows the file, when p would pass its end and the blocks are there,
+// before writing p.
 func (f *sizedWAL) Write(p []byte) (int, error) {
-	if end := f.written + int64(len(p)); end > f.size && f.size >= 0 {
-		grown := (end + walGrowth - 1) / walGrowth * walGrowth
+	end := f.written + int64(len(p))
+	if grown := min((end+walGrowth-1)/walGrowth*walGrowth, f.allocated); end > f.size && grown >= end && !f.failed {
 		if err := growFile(f.fd, f.size, grown-f.size); err != nil {
-			// A full disk or a filesystem that cannot: write as Pebble
-			// would, the write reporting its own error if there is one.
-			f.size = -1
+			f.failed = true // the write reports its own error if there is one
 		} else {
 			f.size = grown
 		}
 	}
 	n, err := f.File.Write(p)
 	f.written += int64(n)
+	f.size = max(f.size, f.written)
 	return n, err
 }

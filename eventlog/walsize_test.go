@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,86 +19,41 @@ import (
 )
 
 // TestWALSizedAheadSurvivesAKill: a process appending to a store on the OS
-// filesystem is killed (SIGKILL) after its WALs have rotated and one has been
-// recycled. Every WAL it left is sized ahead of its writes (a multiple of
-// walGrowth), so the last one ends in zeros past its last record; the store
-// opens with every event the process acknowledged, takes more, and opens
-// again after a clean close with all of them.
+// filesystem is killed (SIGKILL) twice: once while it writes its first WAL,
+// whose size runs ahead of its records, so that zeros follow the last one;
+// then, on the same store, after its WALs have rotated and one has been
+// recycled. Each time the store opens with every event the process
+// acknowledged; it then takes more, and opens again after a clean close
+// with all of them.
 func TestWALSizedAheadSurvivesAKill(t *testing.T) {
 	if !canGrow {
 		t.Skip("WALs are sized ahead only on Linux")
 	}
 	dir := t.TempDir()
-	cmd := childCommand("walsize", dir)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var acked, reusedAt uint64
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := sc.Text()
-		if n, ok := strings.CutPrefix(line, "acked "); ok {
-			acked, _ = strconv.ParseUint(n, 10, 64)
-		} else if line == "reused" {
-			reusedAt = acked
-		} else {
-			t.Fatalf("child: %s", line)
-		}
-		if reusedAt > 0 && acked >= reusedAt+100 { // into the recycled WAL
-			break
-		}
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
-	if reusedAt == 0 {
-		t.Fatalf("the child acknowledged seq 1..%d and recycled no WAL", acked)
-	}
 
-	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	if len(logs) == 0 {
-		t.Fatal("no WAL left in the store")
-	}
-	for _, p := range logs {
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fi.Size() == 0 || fi.Size()%walGrowth != 0 {
-			t.Errorf("%s is %d bytes: not sized ahead in steps of %d", filepath.Base(p), fi.Size(), walGrowth)
-		}
-	}
-
-	check := func(l *Log, want uint64) {
-		t.Helper()
-		it := l.Iter(1)
-		var n uint64
-		for it.Next() {
-			n++
-			if e := it.Event(); e.Seq != n || e.Job != walSizeJob(n) {
-				t.Fatalf("event %d is seq %d of job %q, want job %q", n, e.Seq, e.Job, walSizeJob(n))
-			}
-		}
-		if err := it.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if n < want {
-			t.Fatalf("the store holds seq 1..%d; seq 1..%d were acknowledged", n, want)
-		}
+	acked, walSize := killChild(t, dir, func(acked, walSize, _ uint64) bool { return walSize > 0 && acked >= 50 })
+	// One event is about 1 KiB; Pebble's preallocation, with the child's
+	// 256 KiB memtable, 110% of it.
+	if walSize < 64<<10 {
+		t.Errorf("the WAL was %d bytes after one event: its size did not run ahead", walSize)
 	}
 	l, err := Open(dir, Options{Logger: zerolog.Nop()})
 	if err != nil {
-		t.Fatalf("reopen after the kill: %v", err)
+		t.Fatalf("reopen after the first kill: %v", err)
 	}
-	check(l, acked)
+	checkWALSizeEvents(t, l, acked)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	acked, _ = killChild(t, dir, func(acked, _, reusedAt uint64) bool { return reusedAt > 0 && acked >= reusedAt+100 })
+	if l, err = Open(dir, Options{Logger: zerolog.Nop()}); err != nil {
+		t.Fatalf("reopen after the second kill: %v", err)
+	}
+	checkWALSizeEvents(t, l, acked)
 	last := l.LastSeq()
 	for range 10 {
-		evs := []event.Event{walSizeEvent(l.LastSeq() + 1)}
-		if err := l.Append(evs); err != nil {
+		if err := l.Append([]event.Event{walSizeEvent(l.LastSeq() + 1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,7 +64,67 @@ func TestWALSizedAheadSurvivesAKill(t *testing.T) {
 		t.Fatalf("reopen after a clean close: %v", err)
 	}
 	defer l.Close()
-	check(l, last+10)
+	checkWALSizeEvents(t, l, last+10)
+}
+
+// killChild runs the walsize child on dir until enough says so, given the
+// last seq it acknowledged, its first WAL's size after one event and the
+// seq it had acknowledged when it first recycled a WAL (0: not yet); then
+// kills it, and returns the first two.
+func killChild(t *testing.T, dir string, enough func(acked, walSize, reusedAt uint64) bool) (acked, walSize uint64) {
+	t.Helper()
+	cmd := childCommand("walsize", dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	}()
+	var reusedAt uint64
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		if n, ok := strings.CutPrefix(line, "acked "); ok {
+			acked, _ = strconv.ParseUint(n, 10, 64)
+		} else if n, ok := strings.CutPrefix(line, "walsize "); ok {
+			walSize, _ = strconv.ParseUint(n, 10, 64)
+		} else if line == "reused" {
+			reusedAt = acked
+		} else {
+			t.Fatalf("child: %s", line)
+		}
+		if enough(acked, walSize, reusedAt) {
+			return acked, walSize
+		}
+	}
+	t.Fatalf("the child ended after acknowledging seq %d (its first WAL %d bytes, recycled at %d): %v", acked, walSize, reusedAt, sc.Err())
+	return 0, 0
+}
+
+// checkWALSizeEvents checks that l holds the walsize child's events, each
+// at its seq, at least up to want.
+func checkWALSizeEvents(t *testing.T, l *Log, want uint64) {
+	t.Helper()
+	it := l.Iter(1)
+	var n uint64
+	for it.Next() {
+		n++
+		if e := it.Event(); e.Seq != n || e.Job != walSizeJob(n) {
+			t.Fatalf("event %d is seq %d of job %q, want job %q", n, e.Seq, e.Job, walSizeJob(n))
+		}
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n < want {
+		t.Fatalf("the store holds seq 1..%d; seq 1..%d were acknowledged", n, want)
+	}
 }
 
 func walSizeJob(seq uint64) string { return fmt.Sprint("j", seq) }
@@ -120,9 +136,10 @@ func walSizeEvent(seq uint64) event.Event {
 		Spec: []byte(`{"pad":"` + strings.Repeat("x", 1<<10) + `"}`)}
 }
 
-// walSizeChild appends until killed, printing "acked N" for each append
-// that returned, and "reused" once Pebble has recycled a WAL: with a small
-// memtable, WALs rotate every few hundred events.
+// walSizeChild appends to the store in dir until killed, printing "acked N"
+// for each append that returned, "walsize N" with the size of its newest WAL
+// after its first append, and "reused" once Pebble has recycled a WAL: with
+// a small memtable, WALs rotate every few hundred events.
 func walSizeChild(dir string) {
 	fs := &reuseWatch{FS: vfs.Default}
 	l, err := Open(dir, Options{FS: fs, Logger: zerolog.Nop(), memTableSize: 256 << 10})
@@ -130,13 +147,25 @@ func walSizeChild(dir string) {
 		fmt.Println(err)
 		return
 	}
-	told := false
-	for seq := uint64(1); ; seq++ {
-		if err := l.Append([]event.Event{walSizeEvent(seq)}); err != nil {
+	first, told := true, false
+	for {
+		evs := []event.Event{walSizeEvent(l.LastSeq() + 1)}
+		if err := l.Append(evs); err != nil {
 			fmt.Println(err)
 			return
 		}
-		fmt.Println("acked", seq)
+		fmt.Println("acked", evs[0].Seq)
+		if first {
+			first = false
+			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+			slices.Sort(logs) // numbered, of one width
+			fi, err := os.Stat(logs[len(logs)-1])
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			fmt.Println("walsize", fi.Size())
+		}
 		if !told && fs.reused.Load() {
 			fmt.Println("reused")
 			told = true
