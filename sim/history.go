@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"errors"
 	"maps"
 	"math"
 	"slices"
@@ -158,9 +157,9 @@ func (h *History) Operations() []porcupine.Operation {
 			}
 			for _, o := range h.opsOf(r, p, known, jobs) {
 				if !known {
-					o.out = linearize.Output{Unknown: true}
+					o.Out = linearize.Output{Unknown: true}
 				}
-				add(r.c.client, r.c.sent, ret, o.in, o.out)
+				add(r.c.client, r.c.sent, ret, o.In, o.Out)
 			}
 		}
 	}
@@ -169,137 +168,47 @@ func (h *History) Operations() []porcupine.Operation {
 			if e.Type != event.TypeExpired {
 				continue
 			}
-			state := "failed"
-			if i+1 < len(sw.evs) && sw.evs[i+1].Job == e.Job {
-				switch sw.evs[i+1].Type {
-				case event.TypeQueued:
-					state = "queued"
-				case event.TypeCancelled:
-					state = "cancelled"
-				}
-			}
-			add(sweeperClient, sw.at, int64(sw.at), linearize.Input{Op: linearize.OpExpire, Job: e.Job, Lease: e.Lease}, linearize.Output{State: state})
+			add(sweeperClient, sw.at, int64(sw.at), linearize.Input{Op: linearize.OpExpire, Job: e.Job, Lease: e.Lease}, linearize.Output{State: linearize.ExpiryState(sw.evs, i)})
 		}
 	}
 	return ops
 }
 
-type jobOp struct {
-	in  linearize.Input
-	out linearize.Output
-}
-
-func codeOf(err error) string {
-	var ae *api.Error
-	if errors.As(err, &ae) {
-		return ae.Code
-	}
-	return "transport"
-}
-
-// acquireOps appends the operations of an acquire by worker for up to max
+// acquireOps returns the operations of an acquire by worker for up to max
 // jobs that granted gs: one per grant, and, when its answer was seen and
 // granted fewer than max, a miss of every job that sat in the queue while it
 // was in flight.
-func (h *History) acquireOps(out []jobOp, r *callRec, gs []api.Grant, known bool, worker string, max int, start bool, jobs []string) []jobOp {
+func (h *History) acquireOps(r *callRec, gs []api.Grant, known bool, worker string, max int, start bool, jobs []string) []linearize.JobOp {
+	var out []linearize.JobOp
 	given := map[string]bool{}
 	for _, g := range gs {
 		given[g.Job.ID] = true
-		out = append(out, jobOp{linearize.Input{Op: linearize.OpAcquire, Job: g.Job.ID, Worker: worker, Start: start}, linearize.Output{Lease: g.Lease}})
+		out = append(out, linearize.JobOp{In: linearize.Input{Op: linearize.OpAcquire, Job: g.Job.ID, Worker: worker, Start: start}, Out: linearize.Output{Lease: g.Lease}})
 	}
 	if known && len(gs) < max {
 		for _, j := range jobs {
 			if !given[j] && h.wasQueued(j, r.c.sent, r.returned) {
-				out = append(out, jobOp{linearize.Input{Op: linearize.OpMiss, Job: j, Worker: worker}, linearize.Output{}})
+				out = append(out, linearize.JobOp{In: linearize.Input{Op: linearize.OpMiss, Job: j, Worker: worker}})
 			}
 		}
 	}
 	return out
 }
 
-// opsOf is what processing p of call r did, per job.
-func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []jobOp {
-	var out []jobOp
-	code := ""
-	if p.err != nil {
-		code = codeOf(p.err)
+// opsOf is what processing p of call r did, per job: the shared reading of
+// a call (linearize.CallOps), with the simulation's bounds on an acquire's
+// misses.
+func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []linearize.JobOp {
+	reply := p.reply
+	if s, ok := reply.(submitted); ok {
+		reply = s.created
 	}
-	switch q := r.c.req.(type) {
-	case reqSubmit:
-		o := linearize.Output{Code: code}
-		if p.err == nil {
-			o.Created = p.reply.(submitted).created
-		}
-		out = append(out, jobOp{linearize.Input{Op: linearize.OpSubmit, Job: q.job, JobKind: q.jobKind, Spec: q.spec}, o})
-	case reqAcquire:
-		if p.err != nil {
-			return nil // a refused acquire grants nothing
-		}
-		out = h.acquireOps(out, r, p.reply.([]api.Grant), known, q.worker, q.max, q.start, jobs)
-	case reqStart:
-		if job, ok := h.leases[q.lease]; ok {
-			out = append(out, jobOp{linearize.Input{Op: linearize.OpStart, Job: job, Worker: q.worker, Lease: q.lease}, linearize.Output{Code: code}})
-		}
-	case reqHeartbeat:
-		if !known || p.err != nil {
-			return nil
-		}
-		for _, d := range p.reply.(api.HeartbeatReply).Leases {
-			if job, ok := h.leases[d.Lease]; ok {
-				out = append(out, jobOp{linearize.Input{Op: linearize.OpBeat, Job: job, Worker: q.worker, Lease: d.Lease}, linearize.Output{Directive: string(d.Directive)}})
-			}
-		}
-	case reqReport:
-		job, ok := h.leases[q.lease]
-		if !ok {
-			return nil
-		}
-		o := linearize.Output{Code: code}
-		var ae *api.Error
-		switch {
-		case p.err == nil:
-			o.Seq = p.reply.(api.ReportReply).Seq
-		case errors.As(p.err, &ae):
-			o.Seq = ae.StaleReportSeq
-		}
-		out = append(out, jobOp{linearize.Input{Op: linearize.OpReport, Job: job, Worker: q.r.Worker, Lease: q.lease,
-			Outcome: q.r.Outcome, Ref: q.r.Ref, Reason: q.r.Reason}, o})
-		// The acquire it carried, made by the processing that accepted it.
-		if p.err == nil && q.r.Next != nil {
-			if next := p.reply.(api.ReportReply).Next; next != nil {
-				out = h.acquireOps(out, r, next.Leases, known, q.r.Worker, q.r.Next.Max, q.r.Next.Start, jobs)
-			}
-		}
-	case reqWorkerLeases:
-		if !known || p.err != nil {
-			return nil
-		}
-		for _, g := range p.reply.([]api.Grant) {
-			out = append(out, jobOp{linearize.Input{Op: linearize.OpHolds, Job: g.Job.ID, Worker: q.worker, Lease: g.Lease}, linearize.Output{}})
-		}
-	case reqRevoke:
-		in := linearize.Input{Op: linearize.OpCancel, Job: q.job}
-		if q.kill {
-			in.Op = linearize.OpKill
-		}
-		o := linearize.Output{Code: code}
-		if p.err == nil {
-			o.State = p.reply.(api.Job).State
-		}
-		out = append(out, jobOp{in, o})
-	case reqJob:
-		if !known {
-			return nil
-		}
-		o := linearize.Output{Code: code}
-		if p.err == nil {
-			j := p.reply.(api.Job)
-			o.State, o.Attempts = j.State, j.Attempts
-			if j.Lease != nil {
-				o.Lease = j.Lease.Lease
-			}
-		}
-		out = append(out, jobOp{linearize.Input{Op: linearize.OpRead, Job: q.job}, o})
+	jobOf := func(lease uint64) (string, bool) {
+		job, ok := h.leases[lease]
+		return job, ok
 	}
-	return out
+	return linearize.CallOps(r.c.req.model(), reply, p.err, known, jobOf,
+		func(gs []api.Grant, worker string, max int, start bool) []linearize.JobOp {
+			return h.acquireOps(r, gs, known, worker, max, start, jobs)
+		})
 }

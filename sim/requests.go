@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/internal/linearize"
 )
 
 // request is what a call asks the daemon: the worker API (through package
@@ -13,6 +14,7 @@ import (
 type request interface {
 	kind() string
 	String() string
+	model() linearize.Req // in the model's terms, for the history
 }
 
 type reqHeartbeat struct {
@@ -63,6 +65,32 @@ func (r reqRevoke) kind() string {
 	return "cancel"
 }
 func (reqJob) kind() string { return "job" }
+
+func (r reqHeartbeat) model() linearize.Req {
+	return linearize.Req{Op: linearize.OpBeat, Worker: r.worker}
+}
+func (r reqAcquire) model() linearize.Req {
+	return linearize.Req{Op: linearize.OpAcquire, Worker: r.worker, Max: r.max, Start: r.start}
+}
+func (r reqStart) model() linearize.Req {
+	return linearize.Req{Op: linearize.OpStart, Worker: r.worker, Lease: r.lease}
+}
+func (r reqWorkerLeases) model() linearize.Req {
+	return linearize.Req{Op: linearize.OpHolds, Worker: r.worker}
+}
+func (r reqReport) model() linearize.Req {
+	return linearize.Req{Op: linearize.OpReport, Lease: r.lease, Report: r.r}
+}
+func (r reqSubmit) model() linearize.Req {
+	return linearize.Req{Op: linearize.OpSubmit, Job: r.job, Kind: r.jobKind, Spec: r.spec}
+}
+func (r reqRevoke) model() linearize.Req {
+	if r.kill {
+		return linearize.Req{Op: linearize.OpKill, Job: r.job}
+	}
+	return linearize.Req{Op: linearize.OpCancel, Job: r.job}
+}
+func (r reqJob) model() linearize.Req { return linearize.Req{Op: linearize.OpRead, Job: r.job} }
 
 func (r reqHeartbeat) String() string { return fmt.Sprintf("heartbeat %s %v", r.worker, r.leases) }
 func (r reqAcquire) String() string {

@@ -1,7 +1,6 @@
 package linearize
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -137,14 +136,14 @@ func known(c *record) bool { return c.ret >= 0 && !api.Retryable(c.err) }
 // answer perhaps lost), so the call is no acquire.
 func grantsOf(c *record) (gs []api.Grant, asked int, ok bool) {
 	answered := c.ret >= 0 && c.err == nil
-	switch q := c.req.(type) {
-	case reqAcquire:
+	switch q := c.req; q.Op {
+	case OpAcquire:
 		if answered {
 			gs = c.reply.([]api.Grant)
 		}
-		return gs, q.max, true
-	case reqReport:
-		if q.r.Next == nil {
+		return gs, q.Max, true
+	case OpReport:
+		if q.Report.Next == nil {
 			return nil, 0, false
 		}
 		if answered {
@@ -154,7 +153,7 @@ func grantsOf(c *record) (gs []api.Grant, asked int, ok bool) {
 			}
 			gs = n.Leases
 		}
-		return gs, max(q.r.Next.Max, 1), true
+		return gs, max(q.Report.Next.Max, 1), true
 	}
 	return nil, 0, false
 }
@@ -165,12 +164,12 @@ func (h *history) bound() error {
 	cancelled := map[string]int64{}
 	for i := range h.calls {
 		c := &h.calls[i]
-		switch q := c.req.(type) {
-		case reqSubmit:
-			if t, ok := submitted[q.job]; !ok || c.call < t {
-				submitted[q.job] = c.call
+		switch q := c.req; q.Op {
+		case OpSubmit:
+			if t, ok := submitted[q.Job]; !ok || c.call < t {
+				submitted[q.Job] = c.call
 			}
-		case reqRevoke, reqJob:
+		case OpCancel, OpKill, OpRead:
 			if known(c) && c.err == nil && c.reply.(api.Job).State == "cancelled" {
 				id := c.reply.(api.Job).ID
 				if t, ok := cancelled[id]; !ok || c.ret < t {
@@ -222,120 +221,47 @@ func (h *history) mayBeQueued(job string, from, to int64) bool {
 	return false
 }
 
-func codeOf(err error) string {
-	var ae *api.Error
-	if errors.As(err, &ae) {
-		return ae.Code
-	}
-	return "transport"
-}
-
-// callOps appends the operations of call c.
+// callOps appends the operations of call c: an answer nobody saw is an
+// operation with an unknown output that never returns.
 func (h *history) callOps(ops []porcupine.Operation, c *record) []porcupine.Operation {
 	ok := known(c)
-	add := func(in Input, out Output) {
-		ret := c.ret
+	jobOf := func(lease uint64) (string, bool) {
+		l, found := h.leases[lease]
+		return l.Job, found
+	}
+	acquired := func(gs []api.Grant, worker string, asked int, start bool) []JobOp {
+		if !ok {
+			return nil // what it granted is in the stream: orphanGrants
+		}
+		return h.acquireOps(c, gs, asked, worker, start)
+	}
+	for _, o := range CallOps(c.req, c.reply, c.err, ok, jobOf, acquired) {
+		out, ret := o.Out, c.ret
 		if !ok {
 			out, ret = Output{Unknown: true}, never
 		}
-		ops = append(ops, porcupine.Operation{ClientId: c.client, Input: in, Call: c.call, Output: out, Return: ret})
-	}
-	code := ""
-	if c.err != nil {
-		code = codeOf(c.err)
-	}
-	switch q := c.req.(type) {
-	case reqSubmit:
-		o := Output{Code: code}
-		if c.err == nil {
-			o.Created = c.reply.(bool)
-		}
-		add(Input{Op: OpSubmit, Job: q.job, JobKind: q.kind, Spec: q.spec}, o)
-	case reqRevoke:
-		in := Input{Op: OpCancel, Job: q.job}
-		if q.kill {
-			in.Op = OpKill
-		}
-		o := Output{Code: code}
-		if c.err == nil {
-			o.State = c.reply.(api.Job).State
-		}
-		add(in, o)
-	case reqJob:
-		if !ok {
-			return ops
-		}
-		o := Output{Code: code}
-		if c.err == nil {
-			j := c.reply.(api.Job)
-			o.State, o.Attempts = j.State, j.Attempts
-			if j.Lease != nil {
-				o.Lease = j.Lease.Lease
-			}
-		}
-		add(Input{Op: OpRead, Job: q.job}, o)
-	case reqStart:
-		if l, found := h.leases[q.lease]; found {
-			add(Input{Op: OpStart, Job: l.Job, Worker: q.worker, Lease: q.lease}, Output{Code: code})
-		}
-	case reqHeartbeat:
-		if !ok || c.err != nil {
-			return ops
-		}
-		for _, d := range c.reply.(api.HeartbeatReply).Leases {
-			if l, found := h.leases[d.Lease]; found {
-				add(Input{Op: OpBeat, Job: l.Job, Worker: q.worker, Lease: d.Lease}, Output{Directive: string(d.Directive)})
-			}
-		}
-	case reqLeases:
-		if !ok || c.err != nil {
-			return ops
-		}
-		for _, g := range c.reply.([]api.Grant) {
-			add(Input{Op: OpHolds, Job: g.Job.ID, Worker: q.worker, Lease: g.Lease}, Output{})
-		}
-	case reqReport:
-		if l, found := h.leases[q.lease]; found {
-			o := Output{Code: code}
-			var ae *api.Error
-			switch {
-			case c.err == nil:
-				o.Seq = c.reply.(api.ReportReply).Seq
-			case errors.As(c.err, &ae):
-				o.Seq = ae.StaleReportSeq
-			}
-			add(Input{Op: OpReport, Job: l.Job, Worker: q.r.Worker, Lease: q.lease,
-				Outcome: q.r.Outcome, Ref: q.r.Ref, Reason: q.r.Reason}, o)
-		}
-		if q.r.Next != nil && ok && c.err == nil {
-			ops = h.acquireOps(ops, c, q.r.Worker, q.r.Next.Start)
-		}
-	case reqAcquire:
-		if ok && c.err == nil {
-			ops = h.acquireOps(ops, c, q.worker, false)
-		}
+		ops = append(ops, porcupine.Operation{ClientId: c.client, Input: o.In, Call: c.call, Output: out, Return: ret})
 	}
 	return ops
 }
 
-// acquireOps appends the operations of answered acquire c by worker: one
-// per grant and, when it granted fewer than it asked for, a miss of every
-// other job that may have been queued while it was in flight.
-func (h *history) acquireOps(ops []porcupine.Operation, c *record, worker string, start bool) []porcupine.Operation {
-	gs, asked, _ := grantsOf(c)
+// acquireOps returns the operations of answered acquire c by worker, for up
+// to asked jobs, that granted gs: one per grant and, when it granted fewer
+// than it asked for, a miss of every other job that may have been queued
+// while it was in flight.
+func (h *history) acquireOps(c *record, gs []api.Grant, asked int, worker string, start bool) []JobOp {
+	var ops []JobOp
 	given := map[string]bool{}
 	for _, g := range gs {
 		given[g.Job.ID] = true
-		ops = append(ops, porcupine.Operation{ClientId: c.client, Call: c.call, Return: c.ret,
-			Input: Input{Op: OpAcquire, Job: g.Job.ID, Worker: worker, Start: start}, Output: Output{Lease: g.Lease}})
+		ops = append(ops, JobOp{Input{Op: OpAcquire, Job: g.Job.ID, Worker: worker, Start: start}, Output{Lease: g.Lease}})
 	}
 	if len(gs) >= asked {
 		return ops
 	}
 	for _, job := range h.jobs {
 		if !given[job] && h.mayBeQueued(job, c.call, c.ret) {
-			ops = append(ops, porcupine.Operation{ClientId: c.client, Call: c.call, Return: c.ret,
-				Input: Input{Op: OpMiss, Job: job, Worker: worker}, Output: Output{}})
+			ops = append(ops, JobOp{Input{Op: OpMiss, Job: job, Worker: worker}, Output{}})
 		}
 	}
 	return ops
@@ -359,14 +285,14 @@ func (h *history) orphanGrants(ops []porcupine.Operation) ([]porcupine.Operation
 			if _, _, ok := grantsOf(c); !ok || known(c) || (first != nil && c.call >= first.call) {
 				continue
 			}
-			switch q := c.req.(type) {
-			case reqAcquire:
-				if q.worker == e.Worker {
+			switch q := c.req; q.Op {
+			case OpAcquire:
+				if q.Worker == e.Worker {
 					first, start = c, false
 				}
-			case reqReport:
-				if q.r.Worker == e.Worker {
-					first, start = c, q.r.Next.Start
+			case OpReport:
+				if q.Report.Worker == e.Worker {
+					first, start = c, q.Report.Next.Start
 				}
 			}
 		}
@@ -400,7 +326,7 @@ func (h *history) expiries(ops []porcupine.Operation) ([]porcupine.Operation, er
 					to = min(to, c.ret) // after it
 				}
 			}
-			if q, ok := c.req.(reqReport); ok && c.err == nil && q.lease != 0 {
+			if q := c.req; q.Op == OpReport && c.err == nil && q.Lease != 0 {
 				if seq := c.reply.(api.ReportReply).Seq; seq > e.Seq {
 					to = min(to, c.ret) // the answer was recorded after the expiry
 				}
@@ -410,15 +336,7 @@ func (h *history) expiries(ops []porcupine.Operation) ([]porcupine.Operation, er
 			return nil, fmt.Errorf("linearize: the stream has lease %d expire at seq %d after a grant called at %v but before one that returned at %v: its order contradicts real time",
 				e.Lease, e.Seq, time.Duration(from), time.Duration(to))
 		}
-		state := "failed"
-		if i+1 < len(h.evs) && h.evs[i+1].Job == e.Job {
-			switch h.evs[i+1].Type {
-			case event.TypeQueued:
-				state = "queued"
-			case event.TypeCancelled:
-				state = "cancelled"
-			}
-		}
+		state := ExpiryState(h.evs, i)
 		ops = append(ops, porcupine.Operation{ClientId: 0, Call: from, Return: to,
 			Input: Input{Op: OpExpire, Job: e.Job, Lease: e.Lease}, Output: Output{State: state}})
 	}

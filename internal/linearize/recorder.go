@@ -41,38 +41,15 @@ type Recorder struct {
 	calls   []*record
 }
 
-// record is one call: what it asked (one of the req types), when, and what
-// it was answered. ret is -1 while it is in flight.
+// record is one call: what it asked, when, and what it was answered. ret
+// is -1 while it is in flight.
 type record struct {
 	client    int
-	req       any
+	req       Req
 	call, ret int64
 	reply     any
 	err       error
 }
-
-type (
-	reqSubmit struct{ job, kind, spec string }
-	reqJob    struct{ job string }
-	reqRevoke struct {
-		job  string
-		kill bool
-	}
-	reqAcquire struct {
-		worker string
-		max    int
-	}
-	reqHeartbeat struct{ worker string }
-	reqLeases    struct{ worker string }
-	reqStart     struct {
-		worker string
-		lease  uint64
-	}
-	reqReport struct {
-		lease uint64
-		r     api.Report
-	}
-)
 
 // NewRecorder returns a recorder whose clock starts now.
 func NewRecorder() *Recorder {
@@ -101,7 +78,7 @@ func (r *Recorder) Client(name string, d Daemon) Daemon {
 
 func (r *Recorder) now() int64 { return int64(time.Since(r.base)) }
 
-func (r *Recorder) begin(client int, req any) *record {
+func (r *Recorder) begin(client int, req Req) *record {
 	c := &record{client: client, req: req, ret: -1}
 	c.call = r.now()
 	r.mu.Lock()
@@ -125,63 +102,63 @@ type recorded struct {
 }
 
 func (c recorded) Submit(ctx context.Context, s api.Submit) (api.Job, bool, error) {
-	rec := c.r.begin(c.client, reqSubmit{job: s.ID, kind: s.Kind, spec: string(s.Spec)})
+	rec := c.r.begin(c.client, Req{Op: OpSubmit, Job: s.ID, Kind: s.Kind, Spec: string(s.Spec)})
 	j, created, err := c.d.Submit(ctx, s)
 	c.r.end(rec, created, err)
 	return j, created, err
 }
 
 func (c recorded) Job(ctx context.Context, id string) (api.Job, error) {
-	rec := c.r.begin(c.client, reqJob{job: id})
+	rec := c.r.begin(c.client, Req{Op: OpRead, Job: id})
 	j, err := c.d.Job(ctx, id)
 	c.r.end(rec, j, err)
 	return j, err
 }
 
 func (c recorded) Cancel(ctx context.Context, id string) (api.Job, error) {
-	rec := c.r.begin(c.client, reqRevoke{job: id})
+	rec := c.r.begin(c.client, Req{Op: OpCancel, Job: id})
 	j, err := c.d.Cancel(ctx, id)
 	c.r.end(rec, j, err)
 	return j, err
 }
 
 func (c recorded) Kill(ctx context.Context, id string) (api.Job, error) {
-	rec := c.r.begin(c.client, reqRevoke{job: id, kill: true})
+	rec := c.r.begin(c.client, Req{Op: OpKill, Job: id})
 	j, err := c.d.Kill(ctx, id)
 	c.r.end(rec, j, err)
 	return j, err
 }
 
 func (c recorded) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
-	rec := c.r.begin(c.client, reqAcquire{worker: worker, max: max})
+	rec := c.r.begin(c.client, Req{Op: OpAcquire, Worker: worker, Max: max})
 	gs, err := c.d.Acquire(ctx, worker, max, wait)
 	c.r.end(rec, gs, err)
 	return gs, err
 }
 
 func (c recorded) Heartbeat(ctx context.Context, worker string, leases []uint64) (api.HeartbeatReply, error) {
-	rec := c.r.begin(c.client, reqHeartbeat{worker: worker})
+	rec := c.r.begin(c.client, Req{Op: OpBeat, Worker: worker})
 	h, err := c.d.Heartbeat(ctx, worker, leases)
 	c.r.end(rec, h, err)
 	return h, err
 }
 
 func (c recorded) WorkerLeases(ctx context.Context, worker string) ([]api.Grant, error) {
-	rec := c.r.begin(c.client, reqLeases{worker: worker})
+	rec := c.r.begin(c.client, Req{Op: OpHolds, Worker: worker})
 	gs, err := c.d.WorkerLeases(ctx, worker)
 	c.r.end(rec, gs, err)
 	return gs, err
 }
 
 func (c recorded) Start(ctx context.Context, worker string, lease uint64) (api.Lease, error) {
-	rec := c.r.begin(c.client, reqStart{worker: worker, lease: lease})
+	rec := c.r.begin(c.client, Req{Op: OpStart, Worker: worker, Lease: lease})
 	l, err := c.d.Start(ctx, worker, lease)
 	c.r.end(rec, l, err)
 	return l, err
 }
 
 func (c recorded) Report(ctx context.Context, lease uint64, r api.Report) (api.ReportReply, error) {
-	rec := c.r.begin(c.client, reqReport{lease: lease, r: r})
+	rec := c.r.begin(c.client, Req{Op: OpReport, Lease: lease, Report: r})
 	a, err := c.d.Report(ctx, lease, r)
 	c.r.end(rec, a, err)
 	return a, err
