@@ -3,8 +3,10 @@
 // operations it judges (Input, Output, one job each), for whoever records a
 // history: the simulation (package sim) from its own simulated calls, and
 // real tests from their calls to real daemons (Recorder, with the finished
-// stream's events). It knows the API's vocabulary (package api), the event
-// log's (event) and the job's states (fsm), and nothing of the service or a
+// stream's events). Both read a call into operations the same way
+// (CallOps, ops.go), each bounding an acquire's misses in time by what it
+// knows. It knows the API's vocabulary (package api), the event log's
+// (event) and the job's states (fsm), and nothing of the service or a
 // store.
 package linearize
 
