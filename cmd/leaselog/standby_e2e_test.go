@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,15 +22,34 @@ import (
 
 // freeAddr is a loopback address nothing listens on now, for a daemon that
 // must listen on the same address as a standby and once active: a worker's
-// list of servers names it before it takes over.
+// list of servers names it before it takes over. Its port is below the
+// kernel's ephemeral range, which a listener on port 0 (every other test's)
+// or an outgoing connection is given from, so that none of them can take it
+// between this check and the daemon's listen.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := 32768 // Linux's default ip_local_port_range starts here
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	if low <= 10000 {
+		t.Skipf("the ephemeral port range starts at %d: no port below it to choose from", low)
+	}
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(10000+rand.IntN(low-10000)))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // taken: another
+		}
+		ln.Close()
+		return addr
+	}
+	t.Fatalf("no free port in 10000..%d after 100 tries", low-1)
+	return ""
 }
 
 // pollEvents polls c until the events of q satisfy ok, and returns them.
