@@ -206,14 +206,7 @@ func TestCheck(t *testing.T) {
 		}, stream(started, queued("j"), acquired("j", "w1")), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rec := NewRecorder()
-			s := &script{t: t}
-			d := rec.Client("c", s)
-			for _, mv := range c.moves {
-				s.answers = append(s.answers, mv.a)
-				mv.call(d)
-			}
-			res, err := rec.Check(c.evs, 10*time.Second)
+			res, err := played(t, c.moves).Check(c.evs, 10*time.Second)
 			if c.ok && err != nil {
 				t.Fatalf("a linearizable history refused: %v", err)
 			}
@@ -225,6 +218,19 @@ func TestCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// played records moves, each answered as it says, as the calls of one
+// client.
+func played(t *testing.T, moves []move) *Recorder {
+	rec := NewRecorder()
+	s := &script{t: t}
+	d := rec.Client("c", s)
+	for _, mv := range moves {
+		s.answers = append(s.answers, mv.a)
+		mv.call(d)
+	}
+	return rec
 }
 
 // TestOperationsNeedEveryCall: a job in the stream that no recorded call
@@ -240,14 +246,7 @@ func TestOperationsNeedEveryCall(t *testing.T) {
 		{"an unrecorded submission", nil},
 		{"an unrecorded acquire", []move{submit("j", "evaluation", true, nil)}},
 	} {
-		rec := NewRecorder()
-		s := &script{t: t}
-		d := rec.Client("c", s)
-		for _, mv := range c.moves {
-			s.answers = append(s.answers, mv.a)
-			mv.call(d)
-		}
-		_, err := rec.Operations(stream(started, queued("j"), acquired("j", "w1")))
+		_, err := played(t, c.moves).Operations(stream(started, queued("j"), acquired("j", "w1")))
 		if err == nil {
 			t.Errorf("%s: the operations were made (%v)", c.name, err)
 		}
