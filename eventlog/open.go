@@ -39,6 +39,14 @@ func Open(dir string, opts Options) (*Log, error) {
 		MemTableSize:       opts.memTableSize,
 		CacheSize:          opts.CacheSize,
 	}
+	if bg := opts.Background; bg != nil {
+		popts.EventListener = &pebble.EventListener{
+			FlushBegin:      func(pebble.FlushInfo) { bg.Enter() },
+			FlushEnd:        func(pebble.FlushInfo) { bg.Leave() },
+			CompactionBegin: func(pebble.CompactionInfo) { bg.Enter() },
+			CompactionEnd:   func(pebble.CompactionInfo) { bg.Leave() },
+		}
+	}
 	db, err := openPebble(dir, popts)
 	if err != nil {
 		release()

@@ -277,6 +277,10 @@ func (ss *serverSession) serve(h api.FrameHeader, body []byte, buf *[]byte) {
 	if op != nil {
 		c.route = op.route
 	}
+	if l := s.opts.Load; l != nil && (op == nil || !op.long) {
+		l.Enter()
+		defer l.Leave()
+	}
 	ctx := ss.ctx
 	c.status, _ = ss.answer(ctx, h.ID, c, func() (int, []byte) {
 		if op == nil {

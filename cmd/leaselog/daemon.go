@@ -15,6 +15,7 @@ import (
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/inprocess"
 	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/internal/procs"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/worker"
@@ -71,7 +72,13 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		}
 		id = a
 	}
-	st, err := openStore(ctx, cfg.Store, cfg.Lease(), id, eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit})
+	// nil: GOMAXPROCS stays as it is (set by the user, or one CPU).
+	gov, govTicker := procs.ForDaemon(logger)
+	eopts := eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit}
+	if gov != nil {
+		eopts.Background = gov.Load
+	}
+	st, err := openStore(ctx, cfg.Store, cfg.Lease(), id, eopts)
 	if err != nil {
 		if stop := stopped(ctx, "opening the store"); stop != nil { // jetstream's open waits on the network
 			return nil, errors.Join(stop, err)
@@ -126,6 +133,9 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		logger.Warn().Err(err).Msg("no boot id to announce")
 	}
 	sopts := server.Options{Auth: auth, Logger: logger, Metrics: metrics, BootID: bootID}
+	if gov != nil {
+		sopts.Load = gov.Load
+	}
 	if cfg.Capacity() > 0 {
 		sopts.Output = localOutput{dir: cfg.Workdir()}
 	}
@@ -135,6 +145,9 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 	runCtx, d.stopRun = context.WithCancel(context.Background())
 	svc := d.svc
 	d.goRun("sweeper", func() error { return svc.Run(runCtx) })
+	if gov != nil {
+		d.goRun("procs", func() error { defer govTicker.Stop(); gov.Run(runCtx); return nil })
+	}
 	if lost := st.lost(); lost != nil {
 		d.goRun("leadership", func() error {
 			select {
