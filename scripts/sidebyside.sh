@@ -7,11 +7,12 @@
 #
 #   scripts/sidebyside.sh            # 5 rounds, N=20000 (about 12 minutes)
 #   R=1 N=2000 scripts/sidebyside.sh # a quick look
+#   WS=1 scripts/sidebyside.sh       # one worker only (WS: the W values)
 #
 # PEERS is the harness's checkout (default ../shared/peers, copied and built
 # in a temporary directory); asynq needs redis-server on the PATH.
 set -euo pipefail
-R=${R:-5}; N=${N:-20000}
+R=${R:-5}; N=${N:-20000}; WS=${WS:-1 64}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PEERS=${PEERS:-$ROOT/../shared/peers}
 WORK=$(mktemp -d)
@@ -36,7 +37,7 @@ peer() { # name W
 		awk -F'|' '/\| (etcd|asynq-redis) /{gsub(/\([^)]*\)/,""); print $5+0, $7+0, $8+0}')
 }
 for r in $(seq "$R"); do
-	for W in 1 64; do
+	for W in $WS; do
 		p=asynq; [ "$W" = 64 ] && p=etcd
 		order="$p leaselog"; [ $((r % 2)) = 0 ] && order="leaselog $p"
 		for who in $order; do
