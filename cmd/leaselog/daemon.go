@@ -40,13 +40,22 @@ type daemon struct {
 	wg               sync.WaitGroup
 }
 
+// startOptions are what a daemon's start takes beside its configuration.
+type startOptions struct {
+	StoreLogger *zerolog.Logger
+	// GovernProcs sets the process's GOMAXPROCS by the daemon's load
+	// (internal/procs): for `serve`, whose process is the daemon's alone,
+	// not for a daemon sharing its process (demo, tests).
+	GovernProcs bool
+}
+
 // startDaemon opens the store, rebuilds the table, and starts serving. The
 // caller stops it with stop. It gives up between its stages once ctx is
 // done, with an error wrapping errStartStopped.
 //
-// storeLogger, if set, receives the store's own messages instead of logger
-// (serve watches them during start-up: see startWatch).
-func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLogger *zerolog.Logger) (*daemon, error) {
+// o.StoreLogger, if set, receives the store's own messages instead of
+// logger (serve watches them during start-up: see startWatch).
+func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o startOptions) (*daemon, error) {
 	// Refused before anything is written: a path in the way of the socket.
 	if network, addr, _ := splitListen(cfg.Server.Listen); network == "unix" {
 		if err := checkSocketPath(addr); err != nil {
@@ -58,8 +67,8 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 	}
 	metrics := server.NewMetrics(prometheus.NewRegistry())
 	slog := logger
-	if storeLogger != nil {
-		slog = *storeLogger
+	if o.StoreLogger != nil {
+		slog = *o.StoreLogger
 	}
 	logger.Info().Str("data", cfg.Store.Dir).Msg("opening the store")
 	// The leadership key of engine jetstream names this daemon by where
@@ -72,8 +81,11 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, storeLo
 		}
 		id = a
 	}
-	// nil: GOMAXPROCS stays as it is (set by the user, or one CPU).
-	gov, govTicker := procs.ForDaemon(logger)
+	var gov *procs.Governor
+	var govTicker *time.Ticker
+	if o.GovernProcs { // nil: GOMAXPROCS stays as it is (set by the user, or one CPU)
+		gov, govTicker = procs.ForDaemon(logger)
+	}
 	eopts := eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit}
 	if gov != nil {
 		eopts.Background = gov.Load

@@ -213,7 +213,7 @@ func (x *demo) run(ctx context.Context) error {
 }
 
 func (x *demo) start() error {
-	d, err := startDaemon(context.Background(), x.cfg, x.logger, nil)
+	d, err := startDaemon(context.Background(), x.cfg, x.logger, startOptions{})
 	if err != nil {
 		return err
 	}

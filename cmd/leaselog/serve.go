@@ -120,7 +120,7 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 	watch := newStartWatch()
 	storeLogger := logger.Hook(watch)
 	go func() {
-		d, err := startDaemon(ctx, cfg, logger, &storeLogger)
+		d, err := startDaemon(ctx, cfg, logger, startOptions{StoreLogger: &storeLogger, GovernProcs: true})
 		started <- result{d, err}
 	}()
 	var r result

@@ -52,7 +52,7 @@ func TestDaemonOnJetStream(t *testing.T) {
 	ns := runNATS(t)
 	cfg := jetStreamConfig(t, ns)
 	ctx := context.Background()
-	d, err := startDaemon(ctx, cfg, zerolog.Nop(), nil)
+	d, err := startDaemon(ctx, cfg, zerolog.Nop(), startOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestDaemonOnJetStream(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(cfg.Store.Dir, "cache")); err != nil {
 		t.Fatal(err)
 	}
-	d, err = startDaemon(ctx, cfg, zerolog.Nop(), nil)
+	d, err = startDaemon(ctx, cfg, zerolog.Nop(), startOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func jetStreamConfig(t *testing.T, ns *server.Server) Config {
 func TestStandbyDaemonTakesOver(t *testing.T) {
 	ns := runNATS(t)
 	ctx := context.Background()
-	a, err := startDaemon(ctx, jetStreamConfig(t, ns), zerolog.Nop(), nil)
+	a, err := startDaemon(ctx, jetStreamConfig(t, ns), zerolog.Nop(), startOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +119,13 @@ func TestStandbyDaemonTakesOver(t *testing.T) {
 	standby := make(chan started, 1)
 	var logs syncBuffer
 	go func() {
-		d, err := startDaemon(ctx, jetStreamConfig(t, ns), zerolog.New(&logs), nil)
+		d, err := startDaemon(ctx, jetStreamConfig(t, ns), zerolog.New(&logs), startOptions{})
 		standby <- started{d, err}
 	}()
 	cancelled, cancel := context.WithCancel(ctx)
 	third := make(chan error, 1)
 	go func() {
-		_, err := startDaemon(cancelled, jetStreamConfig(t, ns), zerolog.Nop(), nil)
+		_, err := startDaemon(cancelled, jetStreamConfig(t, ns), zerolog.Nop(), startOptions{})
 		third <- err
 	}()
 	cancel()
