@@ -113,7 +113,7 @@ func (l *Log) Stage(evs []event.Event, derive func(evs []event.Event) ([]Record,
 			return nil, fmt.Errorf("eventlog: append seq %d: %w", e.Seq, err)
 		}
 	}
-	what := fmt.Sprintf("seq %d..%d", first, first+uint64(len(evs))-1)
+	what := span{first: first, last: first + uint64(len(evs)) - 1}
 	if derive != nil {
 		recs, err := derive(evs)
 		if err == nil {
@@ -136,12 +136,30 @@ func (l *Log) Stage(evs []event.Event, derive func(evs []event.Event) ([]Record,
 	return &Commit{log: l, batch: b, first: first, last: l.mu.next - 1, replicated: replicated}, nil
 }
 
+// span names a batch in errors, formatted only when one is made: a name
+// made for every batch would be an allocation on every call.
+type span struct {
+	first, last uint64
+	imported    bool   // a replica's events, imported
+	other       string // a batch of no events: its name as it is
+}
+
+func (s span) String() string {
+	switch {
+	case s.other != "":
+		return s.other
+	case s.imported:
+		return fmt.Sprintf("import of seq %d..%d", s.first, s.last)
+	}
+	return fmt.Sprintf("seq %d..%d", s.first, s.last)
+}
+
 // applyLocked hands b to Pebble's commit pipeline without waiting for its
 // sync. what names the batch in errors. On error the log has failed, and b is
 // left to Pebble, which may still hold it. The caller holds mu, which keeps
 // every write of the log out of the pipeline once it has failed: Pebble's
 // pipeline does not survive some of its own failures (see wedged).
-func (l *Log) applyLocked(b *pebble.Batch, what string) (err error) {
+func (l *Log) applyLocked(b *pebble.Batch, what span) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			// Pebble panics when its WAL writer has already failed (a failed

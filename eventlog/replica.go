@@ -120,7 +120,7 @@ func (l *Log) importLocked(b *pebble.Batch, evs []event.Event, recs []Record, ma
 			return nil, fmt.Errorf("eventlog: import seq %d: %w", evs[i].Seq, err)
 		}
 	}
-	what := fmt.Sprintf("import of seq %d..%d", first, first+uint64(len(evs))-1)
+	what := span{first: first, last: first + uint64(len(evs)) - 1, imported: true}
 	err := l.addArchiveLocked(b, recs)
 	if err == nil {
 		err = b.Set(metaReplicaKey, marker, nil)
@@ -140,7 +140,7 @@ func (l *Log) importLocked(b *pebble.Batch, evs []event.Event, recs []Record, ma
 // publishLocked hands a staged batch to the Replica, if there is one, and
 // records its marker in b. The caller holds mu. An error fails the log: the
 // events may have reached the replica, and the caller may have folded them.
-func (l *Log) publishLocked(b *pebble.Batch, evs []event.Event, what string) (wait func() error, err error) {
+func (l *Log) publishLocked(b *pebble.Batch, evs []event.Event, what span) (wait func() error, err error) {
 	if l.opts.Replica == nil {
 		return nil, nil
 	}

@@ -70,7 +70,7 @@ func (l *Log) writeSynced(b *pebble.Batch, what string) error {
 		b.Close()
 		return err
 	}
-	err := l.applyLocked(b, what)
+	err := l.applyLocked(b, span{other: what})
 	if err == nil {
 		l.inflight.Add(1) // Close waits for the sync
 	}
