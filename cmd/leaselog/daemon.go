@@ -81,10 +81,9 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		}
 		id = a
 	}
-	var gov *procs.Governor
-	var govTicker *time.Ticker
-	if o.GovernProcs { // nil: GOMAXPROCS stays as it is (set by the user, or one CPU)
-		gov, govTicker = procs.ForDaemon(logger)
+	var gov *procs.Governor // nil: GOMAXPROCS stays as it is
+	if o.GovernProcs {
+		gov = procs.ForDaemon(logger) // nil too when set by the user, or on one CPU
 	}
 	eopts := eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit}
 	if gov != nil {
@@ -158,7 +157,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 	svc := d.svc
 	d.goRun("sweeper", func() error { return svc.Run(runCtx) })
 	if gov != nil {
-		d.goRun("procs", func() error { defer govTicker.Stop(); gov.Run(runCtx); return nil })
+		d.goRun("procs", func() error { gov.Run(runCtx); return nil })
 	}
 	if lost := st.lost(); lost != nil {
 		d.goRun("leadership", func() error {

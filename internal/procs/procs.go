@@ -106,27 +106,31 @@ type Governor struct {
 	Load  *Load
 	Max   int // the Ps under load: GOMAXPROCS as the process started
 	Quiet int // windows, Policy.Quiet
-	// Tick is when it looks: a time.Ticker's channel, or a test's.
+	// Tick is when it looks: a test's ticks; nil looks every Window.
 	Tick <-chan time.Time
 	// Set sets GOMAXPROCS: runtime.GOMAXPROCS, or a test's recorder.
 	Set    func(n int) int
 	Logger zerolog.Logger // each change, at debug level
 }
 
-// ForDaemon returns the governor of the daemon's process, looking every
-// Window, and the ticker to stop when it is done; nil when there is nothing
-// to govern: one CPU, or a GOMAXPROCS the user set.
-func ForDaemon(logger zerolog.Logger) (*Governor, *time.Ticker) {
+// ForDaemon returns the governor of the daemon's process; nil when there
+// is nothing to govern: one CPU, or a GOMAXPROCS the user set.
+func ForDaemon(logger zerolog.Logger) *Governor {
 	n := runtime.GOMAXPROCS(0)
 	if _, set := os.LookupEnv("GOMAXPROCS"); set || n < 2 {
-		return nil, nil
+		return nil
 	}
-	t := time.NewTicker(Window)
-	return &Governor{Load: NewLoad(), Max: n, Quiet: Quiet, Tick: t.C, Set: runtime.GOMAXPROCS, Logger: logger}, t
+	return &Governor{Load: NewLoad(), Max: n, Quiet: Quiet, Set: runtime.GOMAXPROCS, Logger: logger}
 }
 
 // Run governs until ctx ends, and leaves the process on Max Ps.
 func (g *Governor) Run(ctx context.Context) {
+	tick := g.Tick
+	if tick == nil {
+		t := time.NewTicker(Window)
+		defer t.Stop()
+		tick = t.C
+	}
 	policy := Policy{Quiet: g.Quiet}
 	low := false
 	apply := func(d Decision) {
@@ -159,7 +163,7 @@ func (g *Governor) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-g.Load.kick:
-		case <-g.Tick:
+		case <-tick:
 		}
 		apply(policy.Next(g.Load.takePeak(), low))
 	}
