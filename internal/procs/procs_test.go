@@ -162,13 +162,16 @@ func TestGovernorFollowsTheLoad(t *testing.T) {
 	l.Leave()
 	gv.look(5) // idle: stays down
 
-	// Work that came and went within a window is seen at the next look.
+	// From idle, two at once: the kick again, and down again after the
+	// quiet windows. (Work that comes and goes within a window is the
+	// Load's to see: TestLoadPeak. Here the test cannot tell which window
+	// an entry falls in but by a Set: a tick is taken before its look.)
 	l.Enter()
 	l.Enter()
-	gv.set(4) // the kick
+	gv.set(4)
 	l.Leave()
 	l.Leave()
-	gv.look(1)
+	gv.look(1) // the window that saw two
 	gv.look(3)
 	gv.set(1)
 }
