@@ -74,9 +74,9 @@ func hangUp(w http.ResponseWriter) {
 
 // decodeBody reads the request body into v, strictly: one JSON object, no
 // field v does not have, nothing after it, valid UTF-8, no key twice in an
-// object. An empty body is the empty object when emptyOK, else an error. The
-// Content-Type is not checked: curl -d sends a form type, and the body says
-// what it is.
+// object, nested at most MaxDepth deep. An empty body is the empty object
+// when emptyOK, else an error. The Content-Type is not checked: curl -d
+// sends a form type, and the body says what it is.
 func decodeBody(r *http.Request, v any, emptyOK bool) error {
 	buf := bodyBuffers.Get().(*[]byte)
 	defer putBodyBuffer(buf)
@@ -131,6 +131,11 @@ func decodeJSON(b []byte, v any, emptyOK bool) error {
 	if b[0] != '{' {
 		return badRequest("body must be a JSON object")
 	}
+	// Before any decoder, whose state grows with the depth: a body of 1 MiB
+	// could nest a million levels.
+	if err := checkDepth(b); err != nil {
+		return err
+	}
 	// The common body, one that obeys every rule, is decoded in one pass by
 	// encoding/json/v2, whose rules are these: valid UTF-8, no name twice,
 	// no member v lacks, nothing after the object. What it accepts,
@@ -144,6 +149,37 @@ func decodeJSON(b []byte, v any, emptyOK bool) error {
 	}
 	reflect.ValueOf(v).Elem().SetZero() // what the refused decode left half-set
 	return decodeObject(b, v)
+}
+
+// MaxDepth is how deeply a body's objects and arrays may nest, the body
+// itself being the first level: a job's spec or a report's result, free
+// JSON, may itself be 99 levels deep (97 in a batch). A body that nests
+// deeper is refused before any decoder reads it.
+const MaxDepth = 100
+
+// checkDepth refuses a body whose objects and arrays nest deeper than
+// MaxDepth, in one pass over its bytes that allocates nothing. Brackets in
+// strings are not counted; a body that is not JSON is left to the decoders,
+// which stop at its first syntax error.
+func checkDepth(b []byte) error {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '{', '[':
+			if depth++; depth > MaxDepth {
+				return badRequest("body: objects and arrays nested more than %d deep (at byte %d)", MaxDepth, i)
+			}
+		case '}', ']':
+			depth = max(depth-1, 0) // a bracket too many is a syntax error, not credit for more depth
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++ // the escaped byte, a quote perhaps
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // decodeObject decodes b, a body that starts with '{', into v with
@@ -268,63 +304,46 @@ func checkJSON(b []byte) error {
 
 // checkTokens is checkJSON's scan token by token, for a body that is not
 // valid JSON: a key given twice before the syntax error is named as such,
-// the syntax error left to the decoder.
+// the syntax error left to the decoder. It keeps what checkJSON keeps, the
+// keys of the open objects and the name of each, and builds a path only for
+// its message: its work and memory grow with the body, whatever its shape.
 func checkTokens(b []byte) error {
-	// One frame per open object or array: the keys an object has had, and
-	// its path for the message.
-	type frame struct {
-		keys map[string]bool // nil for an array
-		path string
-		key  bool // the next string of this object is a key
-	}
-	var stack []frame
+	var (
+		frames  []dupFrame
+		keys    [][]byte
+		last    []byte // the key read last: the name of an object or array it opens
+		wantKey bool   // the next string is a key: in an object, after { or a value
+	)
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber() // a number too big for a float64 is still JSON
-	var last string
 	for {
 		tok, err := d.Token()
-		if err == io.EOF {
-			return nil
-		}
 		if err != nil {
-			return nil // the decoder will name the syntax error
+			return nil // io.EOF, or a syntax error the decoder will name
 		}
-		top := len(stack) - 1
-		if k, ok := tok.(string); ok && top >= 0 && stack[top].keys != nil && stack[top].key {
-			if stack[top].keys[k] {
-				where := "the body"
-				if stack[top].path != "" {
-					where = stack[top].path
-				}
-				return badRequest("body: key %q given twice in %s", k, where)
+		if k, ok := tok.(string); ok && wantKey {
+			kb := []byte(k)
+			f := &frames[len(frames)-1]
+			if f.has(keys[f.keys:], kb) {
+				return badRequest("body: key %q given twice in %s", k, dupPath(frames))
 			}
-			stack[top].keys[k], stack[top].key, last = true, false, k
+			keys, last, wantKey = append(keys, kb), kb, false
 			continue
 		}
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
-			path := ""
-			if top >= 0 {
-				path = stack[top].path
-				if stack[top].keys != nil {
-					path = strings.TrimPrefix(path+"."+last, ".")
-				} else {
-					path += "[]"
-				}
+			f := dupFrame{obj: tok == json.Delim('{'), keys: len(keys)}
+			if n := len(frames); n > 0 && frames[n-1].obj {
+				f.name = last
 			}
-			f := frame{path: path}
-			if tok == json.Delim('{') {
-				f.keys, f.key = map[string]bool{}, true
-			}
-			stack = append(stack, f)
+			frames, wantKey = append(frames, f), f.obj
 			continue
 		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:top]
-			top--
+			f := &frames[len(frames)-1]
+			keys, frames = keys[:f.keys], frames[:len(frames)-1]
 		}
-		if top >= 0 && stack[top].keys != nil {
-			stack[top].key = true // a value ended: a key comes next
-		}
+		// A value ended: in an object, a key comes next.
+		wantKey = len(frames) > 0 && frames[len(frames)-1].obj
 	}
 }
 
@@ -367,20 +386,24 @@ func (f *dupFrame) has(seen [][]byte, k []byte) bool {
 }
 
 // dupPath names the innermost open object of frames for a message: "the
-// body", or its path from the body, as "spec.env[]".
+// body", or its path from the body, as "spec.env[]". It is built once, for
+// the message, in one pass.
 func dupPath(frames []dupFrame) string {
-	path := ""
+	var path strings.Builder
 	for i := 1; i < len(frames); i++ {
-		if frames[i-1].obj {
-			path = strings.TrimPrefix(path+"."+string(frames[i].name), ".")
-		} else {
-			path += "[]"
+		if !frames[i-1].obj {
+			path.WriteString("[]")
+			continue
 		}
+		if path.Len() > 0 {
+			path.WriteByte('.')
+		}
+		path.Write(frames[i].name)
 	}
-	if path == "" {
+	if path.Len() == 0 {
 		return "the body"
 	}
-	return path
+	return path.String()
 }
 
 // params returns the query parameters of r. A parameter not in allowed, or
