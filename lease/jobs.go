@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
@@ -177,8 +178,18 @@ func CheckID(what, id string) error {
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' || c == ':' || c == '@') {
-			return fmt.Errorf("%w: %s id %q: byte %q at %d is not a letter, digit or one of . _ - : @", ErrInvalid, what, id, c, i)
+			return fmt.Errorf("%w: %s id %q: %s is not an ASCII letter, digit or one of . _ - : @", ErrInvalid, what, id, charAt(id, i))
 		}
 	}
 	return nil
+}
+
+// charAt names the character of s that starts at byte i, for a message:
+// the character quoted, or the byte in hex where s is not UTF-8 (a byte
+// quoted as a character would read as Latin-1: 'æ' for the first of 日).
+func charAt(s string, i int) string {
+	if r, n := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || n > 1 {
+		return fmt.Sprintf("%q at byte %d", r, i)
+	}
+	return fmt.Sprintf("byte 0x%02x at %d (not UTF-8)", s[i], i)
 }

@@ -169,7 +169,7 @@ func TestAuthValidate(t *testing.T) {
 		{server.Auth{Admin: []string{""}}, "auth.admin[0]: a token must be at least 16 characters"},
 		{server.Auth{Admin: []string{adminTok}, Auditor: []string{adminTok}}, "auth.auditor[0]: the same token is given to admin[0]"},
 		{server.Auth{Workers: map[string]string{"w1": w1Tok, "w2": w1Tok}}, "auth.workers.w2: the same token is given to workers.w1"},
-		{server.Auth{Workers: map[string]string{"a b": w1Tok}}, `auth.workers.a b: invalid request: worker id "a b": byte ' ' at 1 is not a letter, digit or one of . _ - : @`},
+		{server.Auth{Workers: map[string]string{"a b": w1Tok}}, `auth.workers.a b: invalid request: worker id "a b": ' ' at byte 1 is not an ASCII letter, digit or one of . _ - : @`},
 		{server.Auth{Admin: []string{"                "}}, "auth.admin[0]: a token must not contain spaces or control characters (byte 0)"},
 		{server.Auth{Auditor: []string{" " + adminTok}}, "auth.auditor[0]: a token must not contain spaces or control characters (byte 0)"},
 		{server.Auth{Workers: map[string]string{"w1": w1Tok + "\n"}}, fmt.Sprintf("auth.workers.w1: a token must not contain spaces or control characters (byte %d)", len(w1Tok))},

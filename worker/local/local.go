@@ -74,6 +74,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -276,7 +277,12 @@ func checkJobID(id string) error {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case c == '.' || c == '_' || c == ':' || c == '@' || c == '-':
 		default:
-			return fmt.Errorf("job id %q: byte %q is not in [A-Za-z0-9._:@-]", id, c)
+			// Every byte before i is ASCII: i starts a character, or is
+			// not UTF-8 (a byte quoted as a character reads as Latin-1).
+			if r, n := utf8.DecodeRuneInString(id[i:]); r != utf8.RuneError || n > 1 {
+				return fmt.Errorf("job id %q: %q at byte %d is not in [A-Za-z0-9._:@-]", id, r, i)
+			}
+			return fmt.Errorf("job id %q: byte 0x%02x at %d (not UTF-8) is not in [A-Za-z0-9._:@-]", id, c, i)
 		}
 	}
 	return nil

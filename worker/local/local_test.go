@@ -289,7 +289,9 @@ func TestStartErrors(t *testing.T) {
 		{"no spec", api.Grant{Lease: 2, Job: api.Job{ID: "e"}}, "bad spec"},
 		{"no run", grant(t, "e", 3, api.Spec{}), "no run command"},
 		{"checkout without repo", grant(t, "e", 4, api.Spec{Run: "true", Checkout: &api.Checkout{}}), "without a repo"},
-		{"bad job id", grant(t, "../x", 5, api.Spec{Run: "true"}), "not in [A-Za-z0-9._:@-]"},
+		{"bad job id", grant(t, "../x", 5, api.Spec{Run: "true"}), `'/' at byte 2 is not in [A-Za-z0-9._:@-]`},
+		{"job id not ASCII", grant(t, "日本", 8, api.Spec{Run: "true"}), `'日' at byte 0 is not in`},
+		{"job id not UTF-8", grant(t, "j\xe6", 9, api.Spec{Run: "true"}), `byte 0xe6 at 1 (not UTF-8) is not in`},
 		{"empty job id", grant(t, "", 6, api.Spec{Run: "true"}), "job id is empty"},
 		{"not a repository", grant(t, "e", 7, api.Spec{Run: "true", Checkout: &api.Checkout{Repo: notRepo}}), "checkout"},
 	} {
