@@ -32,7 +32,10 @@ const (
 	CodeUnavailable  = "unavailable"
 	CodeTooLarge     = "body_too_large"
 	CodeBodyTimeout  = "body_timeout" // 408: the body did not arrive in time
-	CodeInternal     = "internal"
+	// CodeOutputRefused (409): a job's output file is not one the daemon
+	// reads (the job made it a link, a named pipe…).
+	CodeOutputRefused = "output_refused"
+	CodeInternal      = "internal"
 )
 
 // Retryable reports whether a call that failed with err may succeed if sent

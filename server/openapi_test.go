@@ -228,7 +228,8 @@ func (c *contract) unrouted(rq request, status int) {
 func TestOpenAPI(t *testing.T) {
 	doc, router := loadDoc(t)
 	waiting := make(chan struct{}, 1) // an acquire is about to wait
-	f := newFixtureHooked(t, server.Options{Auth: testAuth(), BootID: "6e1f6d5c-2b7b-4c43-9d38-0c5b3c8f1a2e"}, func(s *server.Server) {
+	out := fakeOutput{}
+	f := newFixtureHooked(t, server.Options{Auth: testAuth(), BootID: "6e1f6d5c-2b7b-4c43-9d38-0c5b3c8f1a2e", Output: out}, func(s *server.Server) {
 		server.SetWaitHook(s, func(ctx context.Context) context.Context {
 			select {
 			case waiting <- struct{}{}:
@@ -241,6 +242,11 @@ func TestOpenAPI(t *testing.T) {
 	rq := func(method, path, token string, body any) request {
 		return request{method: method, path: path, token: token, body: body}
 	}
+
+	// A job of the daemon's own worker, which made its stdout a named pipe
+	// (output_test.go): its output is refused, below.
+	f.submit("piped", event.KindRun)
+	out[fmt.Sprintf("piped/%d/stdout", f.grant("local"))] = refused
 
 	// Every operation but /healthz: 401 without a token, 403 with a token of
 	// the wrong role.
@@ -412,6 +418,7 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("GET", "/v1/jobs/q1/output", auditorTok, nil), http.StatusOK)                     // never ran: empty (output_test.go: bytes)
 	c.call(rq("GET", "/v1/jobs/j1/output?stream=stderr", auditorTok, nil), http.StatusNotFound) // ran on w1, not the daemon's worker
 	c.call(rq("GET", "/v1/jobs/j1/output?offset=-1", auditorTok, nil), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/jobs/piped/output", auditorTok, nil), http.StatusConflict)
 	c.call(rq("GET", "/v1/leases", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/leases?state=expired&kind=evaluation&worker=w2", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/leases?state=reported", auditorTok, nil), http.StatusOK)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,13 +18,21 @@ type OutputSource interface {
 	// Worker is the id of the worker whose runs the source reads.
 	Worker() string
 	// Output reads at most max bytes of stream ("stdout" or "stderr") of the
-	// run of lease of job from offset. An error wrapping ErrNoOutput says
-	// the run is not there (never started, or removed by retention).
-	Output(job string, lease uint64, stream string, offset int64, max int) ([]byte, error)
+	// run of lease of job from offset, and returns by the time ctx is done.
+	// An error wrapping ErrNoOutput says the run is not there (never
+	// started, or removed by retention); one wrapping ErrOutputRefused, that
+	// the stream's file is not one the source reads.
+	Output(ctx context.Context, job string, lease uint64, stream string, offset int64, max int) ([]byte, error)
 }
 
 // ErrNoOutput is the error of an OutputSource that has no run of a lease.
 var ErrNoOutput = errors.New("no output")
+
+// ErrOutputRefused is the error of an OutputSource that will not read a
+// run's stream: the job, which may write in its run directory, left
+// something else than a regular file there (a link to a file it should not
+// show, a named pipe no read of which would end).
+var ErrOutputRefused = errors.New("output refused")
 
 // MaxOutputChunk bounds the bytes of one answer of GET /v1/jobs/{id}/output:
 // a client reads a long output in chunks, by offset.
@@ -97,13 +106,18 @@ func (s *Server) output(w http.ResponseWriter, r *http.Request, c *call) error {
 			"lease %d of job %s ran on worker %s: its output is in that worker's run directory, on its machine (there: leaselog logs %s --workdir DIR)",
 			leaseID, c.job, l.Worker, c.job)}
 	}
-	b, err := src.Output(c.job, leaseID, stream, offset, MaxOutputChunk)
-	if errors.Is(err, ErrNoOutput) {
+	b, err := src.Output(r.Context(), c.job, leaseID, stream, offset, MaxOutputChunk)
+	switch {
+	case errors.Is(err, ErrNoOutput):
 		return &api.Error{Status: http.StatusNotFound, Code: api.CodeNotFound,
 			Message: fmt.Sprintf("the run directory of lease %d of job %s is gone (removed after its retention?)", leaseID, c.job)}
-	}
-	if err != nil {
-		return err
+	case errors.Is(err, ErrOutputRefused):
+		// The run is there but in a state that cannot be served: a
+		// conflict with the resource as it is, not a bad request.
+		return &api.Error{Status: http.StatusConflict, Code: api.CodeOutputRefused,
+			Message: fmt.Sprintf("lease %d of job %s: %v", leaseID, c.job, err)}
+	case err != nil:
+		return err // past the request's deadline: 503 (errorOf)
 	}
 	h.Set(HeaderOutputLease, strconv.FormatUint(leaseID, 10))
 	h.Set(HeaderOutputNext, strconv.FormatInt(offset+int64(len(b)), 10))

@@ -220,7 +220,7 @@ type output struct {
 
 func (o *output) Worker() string { return o.worker }
 
-func (o *output) Output(job string, _ uint64, stream string, offset int64, max int) ([]byte, error) {
+func (o *output) Output(_ context.Context, job string, _ uint64, stream string, offset int64, max int) ([]byte, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	b := []byte(o.text[job+"/"+stream])

@@ -15,6 +15,7 @@ import (
 	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/worker"
 	"github.com/leaselog/leaselog/worker/local"
+	"github.com/leaselog/leaselog/worker/local/supervise"
 )
 
 // logsPoll is how often `logs --follow` asks for more output.
@@ -100,7 +101,7 @@ type dirOutput struct {
 	wait bool // a job not started here yet is waited for, not an error
 }
 
-func (d dirOutput) read(_ context.Context, job string, lease uint64, stream string, offset int64) (chunk, error) {
+func (d dirOutput) read(ctx context.Context, job string, lease uint64, stream string, offset int64) (chunk, error) {
 	dir, found, err := local.FindRun(d.root, job, lease)
 	if errors.Is(err, local.ErrNoRun) && lease == 0 && d.wait {
 		return chunk{}, nil // not started here yet
@@ -109,7 +110,7 @@ func (d dirOutput) read(_ context.Context, job string, lease uint64, stream stri
 		return chunk{}, err
 	}
 	ended := local.RunEnded(dir) // before the bytes: once over, they are all
-	b, err := local.ReadOutput(dir, stream, offset, server.MaxOutputChunk)
+	b, err := local.ReadOutput(ctx, dir, stream, offset, server.MaxOutputChunk)
 	return chunk{data: b, lease: found, final: ended}, err
 }
 
@@ -223,16 +224,20 @@ type localOutput struct{ dir string }
 
 func (localOutput) Worker() string { return "local" }
 
-func (o localOutput) Output(job string, lease uint64, stream string, offset int64, max int) ([]byte, error) {
+func (o localOutput) Output(ctx context.Context, job string, lease uint64, stream string, offset int64, max int) ([]byte, error) {
 	dir, _, err := local.FindRun(o.dir, job, lease)
 	if err == nil {
 		var b []byte
-		if b, err = local.ReadOutput(dir, stream, offset, max); err == nil {
+		if b, err = local.ReadOutput(ctx, dir, stream, offset, max); err == nil {
 			return b, nil
 		}
 	}
-	if errors.Is(err, local.ErrNoRun) {
+	var kind *supervise.KindError
+	switch {
+	case errors.Is(err, local.ErrNoRun):
 		return nil, fmt.Errorf("%w: %w", server.ErrNoOutput, err)
+	case errors.As(err, &kind):
+		return nil, fmt.Errorf("%w: %w", server.ErrOutputRefused, err)
 	}
 	return nil, err
 }

@@ -122,7 +122,7 @@ func start(t *testing.T, e *Executor, g api.Grant) worker.Run {
 
 func track(t *testing.T, dir string, r worker.Run) {
 	t.Cleanup(func() {
-		if pid, err := readPid(filepath.Join(dir, stateDir, pidFile)); err == nil && groupAlive(pid, dir) {
+		if pid, err := readPid(dir); err == nil && groupAlive(pid, dir) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 		select {
@@ -225,7 +225,7 @@ func readState(t *testing.T, e *Executor, g api.Grant, name string) string {
 
 func pidOf(t *testing.T, e *Executor, g api.Grant) int {
 	t.Helper()
-	pid, err := readPid(filepath.Join(runDirOf(e, g), stateDir, pidFile))
+	pid, err := readPid(runDirOf(e, g))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,12 @@
 //	                            job's whole tree is gone (exit.tmp, then
 //	                            rename, so a reader never sees half of it)
 //
+// The job can write anywhere in its run directory, .leaselog included: what
+// leaselog reads there it opens through no link and without waiting on a
+// named pipe, and it takes regular files of one link only
+// (supervise.OpenIn); a checkout that brings a .leaselog of its own does
+// not start.
+//
 // Run directories, worktrees included, hold the whole state an agent left,
 // which auditors may want: they are kept for Options.Retention after their
 // job ended (a week by default in the CLI), then removed (RunRetention).
@@ -227,9 +233,14 @@ func (e *Executor) start(ctx context.Context, r *run, rawSpec json.RawMessage) e
 	return e.spawn(r)
 }
 
-// prepareState makes the .leaselog folder of a new run.
+// prepareState makes the .leaselog folder of a new run. One already there
+// came with the checkout: a repository's own .leaselog (a link to
+// elsewhere, say) would get leaselog's files written where it says, so the
+// run does not start.
 func prepareState(state string, rawSpec json.RawMessage) error {
-	if err := os.MkdirAll(state, 0o755); err != nil {
+	if err := os.Mkdir(state, 0o755); errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("the checkout has a %s of its own: it is leaselog's, in a run directory", stateDir)
+	} else if err != nil {
 		return err
 	}
 	// "*" ignores the folder's files and this file itself, so an agent's
@@ -237,7 +248,7 @@ func prepareState(state string, rawSpec json.RawMessage) error {
 	if err := os.WriteFile(filepath.Join(state, ".gitignore"), []byte("*\n"), 0o644); err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(state, specFile), rawSpec)
+	return supervise.WriteFileAtomic(filepath.Join(state, specFile), rawSpec)
 }
 
 // newRun validates a grant and returns the run it names, not yet started.
@@ -307,14 +318,11 @@ func parseSpec(raw json.RawMessage) (api.Spec, error) {
 	return s, nil
 }
 
-// writeFileAtomic writes a file whole or not at all (tmp, then rename), so a
-// reader after a crash never sees half of it.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+// readSmall reads the small regular file name of the .leaselog folder of
+// the run directory dir (supervise.ReadSmall: no link followed below dir's
+// parent, the root of the run directories).
+func readSmall(dir, name string, limit int64) ([]byte, error) {
+	return supervise.ReadSmall(filepath.Dir(dir), filepath.Base(dir)+"/"+stateDir+"/"+name, limit)
 }
 
 func fileExists(path string) bool {

@@ -71,6 +71,12 @@ func TestFailsWithExitStatus(t *testing.T) {
 func TestResult(t *testing.T) {
 	t.Parallel()
 	e, _ := newExecutor(t, t.TempDir(), time.Second)
+	// A JSON file of the worker's user, outside the run directory: a link
+	// to it must not make it the job's result.
+	outside := filepath.Join(t.TempDir(), "credentials.json")
+	if err := os.WriteFile(outside, []byte(`{"token": "s3cret"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for i, tc := range []struct {
 		name, run string
 		result    string
@@ -80,7 +86,9 @@ func TestResult(t *testing.T) {
 		{"invalid", `printf '{"score": 0.' > "$LEASELOG_RESULT"`, "", "result ignored: not valid JSON"},
 		{"empty", `: > "$LEASELOG_RESULT"`, "", ""},
 		{"too large", `head -c 1048577 /dev/zero | tr '\0' 1 > "$LEASELOG_RESULT"`, "", "result ignored: larger than 1048576 bytes"},
-		{"named pipe", `mkfifo "$LEASELOG_RESULT"`, "", "result ignored: result.json is not a regular file"},
+		{"named pipe", `mkfifo "$LEASELOG_RESULT"`, "", "result ignored: res-5/.leaselog/result.json is a named pipe, not a regular file"},
+		{"symbolic link", `ln -s ` + q(outside) + ` "$LEASELOG_RESULT"`, "", "result ignored: res-6/.leaselog/result.json is a symbolic link, not a regular file"},
+		{"hard link", `ln ` + q(outside) + ` "$LEASELOG_RESULT"`, "", "result ignored: res-7/.leaselog/result.json is a regular file with 2 links, not a file of its own"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := grant(t, "res", uint64(i+1), api.Spec{Run: tc.run})
@@ -308,6 +316,24 @@ func TestStartErrors(t *testing.T) {
 		await(t, start(t, e, g))
 		if _, err := e.Start(context.Background(), g); err == nil || !strings.Contains(err.Error(), "already exists") {
 			t.Fatalf("second start: %v", err)
+		}
+	})
+
+	// A repository that commits a .leaselog (here a link to a directory of
+	// the worker's user) does not get leaselog's files written there.
+	t.Run("checkout with a .leaselog", func(t *testing.T) {
+		repo, elsewhere := newRepo(t), t.TempDir()
+		if err := os.Symlink(elsewhere, filepath.Join(repo, ".leaselog")); err != nil {
+			t.Fatal(err)
+		}
+		gitT(t, repo, "add", ".leaselog")
+		gitT(t, repo, "commit", "-q", "-m", "a state folder of its own")
+		_, err := e.Start(context.Background(), grant(t, "own", 1, api.Spec{Run: "true", Checkout: &api.Checkout{Repo: repo}}))
+		if err == nil || !strings.Contains(err.Error(), "the checkout has a .leaselog of its own") {
+			t.Fatalf("Start: %v, want a refusal of the checkout's .leaselog", err)
+		}
+		if ents, err := os.ReadDir(elsewhere); err != nil || len(ents) != 0 {
+			t.Fatalf("written through the checkout's .leaselog: %v, %v", ents, err)
 		}
 	})
 

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -48,7 +49,7 @@ func TestReadOutputOfARunningJob(t *testing.T) {
 	}
 	read := func(stream string, offset int64, max int) string {
 		t.Helper()
-		b, err := ReadOutput(dir, stream, offset, max)
+		b, err := ReadOutput(context.Background(), dir, stream, offset, max)
 		if err != nil {
 			t.Fatalf("ReadOutput(%s, %d): %v", stream, offset, err)
 		}
@@ -100,14 +101,14 @@ func TestFindRunAndReadOutputRefuse(t *testing.T) {
 		t.Fatal("a job id with a slash accepted")
 	}
 	dir := filepath.Join(root, "j-2")
-	if b, err := ReadOutput(dir, "stdout", 0, 10); err != nil || len(b) != 0 {
+	if b, err := ReadOutput(context.Background(), dir, "stdout", 0, 10); err != nil || len(b) != 0 {
 		t.Fatalf("no output yet: %q, %v", b, err)
 	}
 	for _, tc := range []struct {
 		dir, stream string
 		offset      int64
 	}{{dir, "spec.json", 0}, {dir, "stdout", -1}, {filepath.Join(root, "gone-1"), "stdout", 0}} {
-		if _, err := ReadOutput(tc.dir, tc.stream, tc.offset, 10); err == nil {
+		if _, err := ReadOutput(context.Background(), tc.dir, tc.stream, tc.offset, 10); err == nil {
 			t.Errorf("ReadOutput(%s, %s, %d) accepted", tc.dir, tc.stream, tc.offset)
 		}
 	}

@@ -82,7 +82,7 @@ func (e *Executor) spawn(r *run) error {
 		return fmt.Errorf("run %s: %w", r.dir, err)
 	}
 	r.pid, r.owned = cmd.Process.Pid, true
-	if err := writeFileAtomic(r.path(pidFile), []byte(strconv.Itoa(r.pid)+"\n")); err != nil {
+	if err := supervise.WriteFileAtomic(r.path(pidFile), []byte(strconv.Itoa(r.pid)+"\n")); err != nil {
 		// A run no restart could find must not run on. The job is not
 		// started before the supervisor has set itself up, so killing the
 		// group kills everything.

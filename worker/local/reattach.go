@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,7 +59,7 @@ func (e *Executor) Reattach(ctx context.Context, g api.Grant) (worker.Run, bool,
 		e.release(r.dir)
 		return nil, false, fmt.Errorf("local: re-attach lease %d (job %s): %w", g.Lease, g.Job.ID, err)
 	}
-	if b, err := supervise.ReadSmall(r.path(stopFile), 64); err == nil {
+	if b, err := readSmall(r.dir, stopFile, 64); err == nil {
 		r.mu.mode = parseStopMode(string(b))
 	}
 
@@ -68,7 +69,7 @@ func (e *Executor) Reattach(ctx context.Context, g api.Grant) (worker.Run, bool,
 		r.finish("")
 		return r, true, nil
 	}
-	pid, err := readPid(r.path(pidFile))
+	pid, err := readPid(r.dir)
 	if err != nil {
 		// Started (the directory is there) but never got as far as its pid
 		// file: the daemon died inside Start.
@@ -155,14 +156,15 @@ func isSupervisor(pid int) bool {
 	return len(args) > 1 && args[1] == supervise.Marker
 }
 
-func readPid(path string) (int, error) {
-	b, err := supervise.ReadSmall(path, 64)
+// readPid reads the supervisor's pid from the run directory dir.
+func readPid(dir string) (int, error) {
+	b, err := readSmall(dir, pidFile, 64)
 	if err != nil {
 		return 0, err
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || pid <= 1 {
-		return 0, fmt.Errorf("%s: bad pid %q", path, b)
+		return 0, fmt.Errorf("%s: bad pid %q", filepath.Join(dir, stateDir, pidFile), b)
 	}
 	return pid, nil
 }

@@ -188,7 +188,7 @@ func TestJobSurvivesItsDaemon(t *testing.T) {
 
 	b, _ := newExecutor(t, dir, time.Second)
 	runDir := runDirOf(b, g)
-	pid, err := readPid(filepath.Join(runDir, stateDir, pidFile))
+	pid, err := readPid(runDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,7 +98,7 @@ func endedAt(dir string) (time.Time, bool) {
 	if _, err := os.Stat(filepath.Join(state, specFile)); err != nil {
 		return time.Time{}, false // not ours, or not prepared yet
 	}
-	if pid, err := readPid(filepath.Join(state, pidFile)); err == nil && groupAlive(pid, dir) {
+	if pid, err := readPid(dir); err == nil && groupAlive(pid, dir) {
 		return time.Time{}, false
 	}
 	var last time.Time

@@ -140,7 +140,7 @@ func (r *run) Stop(kill bool) {
 		return
 	}
 	r.mu.mode = want
-	if err := writeFileAtomic(r.path(stopFile), []byte(want.String()+"\n")); err != nil {
+	if err := supervise.WriteFileAtomic(r.path(stopFile), []byte(want.String()+"\n")); err != nil {
 		// Without the file the supervisor takes the signal for someone
 		// else's and forwards one SIGTERM: a cancel, at least.
 		r.log.Warn().Err(err).Msg("local: cannot record the stop; the supervisor will only forward a SIGTERM")
@@ -209,7 +209,7 @@ func (r *run) collect(detail string) worker.Outcome {
 
 	var out worker.Outcome
 	var notes []string
-	status, exitErr := readExit(r.path(exitFile))
+	status, exitErr := readExit(r.dir)
 	exited := ""
 	if exitErr == nil {
 		exited = "exit status " + strconv.Itoa(status)
@@ -245,7 +245,7 @@ func (r *run) collect(detail string) worker.Outcome {
 		notes = append(notes, exited)
 	}
 
-	result, note := readResult(r.path(resultFile))
+	result, note := readResult(r.dir)
 	out.Result = result
 	if note != "" {
 		notes = append(notes, note)
@@ -278,9 +278,9 @@ func nonEmpty(s string) []string {
 	return []string{s}
 }
 
-// readExit reads the status the supervisor wrote.
-func readExit(path string) (int, error) {
-	b, err := supervise.ReadSmall(path, 64)
+// readExit reads the status the supervisor wrote in the run directory dir.
+func readExit(dir string) (int, error) {
+	b, err := readSmall(dir, exitFile, 64)
 	if err != nil {
 		return 0, err
 	}
@@ -291,11 +291,12 @@ func readExit(path string) (int, error) {
 	return n, nil
 }
 
-// readResult reads the JSON a job left at $LEASELOG_RESULT. A result that is
-// not valid JSON, or too large to report, is left out, and the note says so:
-// the exit status still decides the outcome.
-func readResult(path string) (json.RawMessage, string) {
-	b, err := supervise.ReadSmall(path, maxResult)
+// readResult reads the JSON the job of the run directory dir left at
+// $LEASELOG_RESULT. A result that is not valid JSON, or too large to
+// report, or not a regular file, is left out, and the note says so: the
+// exit status still decides the outcome.
+func readResult(dir string) (json.RawMessage, string) {
+	b, err := readSmall(dir, resultFile, maxResult)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, ""

@@ -2,7 +2,9 @@
 // leads the job's session, runs its command, records how it ended, and holds
 // its fence. It owns the supervisor's side of the files it shares with
 // package local in a run's .leaselog folder (stop, fence, fenced, exit,
-// supervisor.log) and the way the supervisor is started.
+// supervisor.log), the way the supervisor is started, and the way both
+// sides open files of a run directory, which the job may have tampered with
+// (OpenIn, ReadSmall, WriteFileAtomic).
 //
 // The supervisor is the leaselog binary (or a test binary) run again with a
 // hidden marker argument, so that it needs nothing installed: every binary
@@ -45,7 +47,6 @@ package supervise
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,7 +152,7 @@ func Command(state string, grace time.Duration, run string, stdout, stderr *os.F
 // fence file of the .leaselog folder state, whole or not at all.
 func WriteFence(state string, c hostclock.Clock, at time.Time) error {
 	line := c.String() + " " + strconv.FormatInt(at.UnixNano(), 10) + "\n"
-	return writeFileAtomic(filepath.Join(state, FenceFile), []byte(line))
+	return WriteFileAtomic(filepath.Join(state, FenceFile), []byte(line))
 }
 
 // ErrNoFence is ReadFence's error when no deadline was set.
@@ -159,7 +160,7 @@ var ErrNoFence = errors.New("supervise: no fence deadline")
 
 // ReadFence reads the fence deadline of the .leaselog folder state.
 func ReadFence(state string) (hostclock.Clock, time.Time, error) {
-	b, err := ReadSmall(filepath.Join(state, FenceFile), 128)
+	b, err := ReadSmall(state, FenceFile, 128)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, time.Time{}, ErrNoFence
 	}
@@ -183,40 +184,3 @@ func ReadFence(state string) (hostclock.Clock, time.Time, error) {
 
 // FencedReason is the reason of a run its supervisor stopped at the fence.
 const FencedReason = "fence deadline passed; job stopped by its supervisor"
-
-// writeFileAtomic writes a file whole or not at all (tmp, then rename).
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// ErrTooLarge is what ReadSmall returns, wrapped, for a file past its limit.
-var ErrTooLarge = errors.New("file too large")
-
-// ReadSmall reads a small regular file of a run directory, of at most limit
-// bytes. The job can write in the folder, so anything else is refused: a
-// named pipe in place of a file must not hang its reader (the supervisor, or
-// the worker).
-func ReadSmall(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", filepath.Base(path))
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s: %w: over %d bytes", filepath.Base(path), ErrTooLarge, limit)
-	}
-	return b, nil
-}

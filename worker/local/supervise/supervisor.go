@@ -139,7 +139,7 @@ func (s *supervisor) run(cmd string) error {
 	// What the command left behind does not outlive it.
 	s.killTree()
 	s.log.Printf("job ended, status %d", s.status)
-	if err := writeFileAtomic(filepath.Join(s.state, ExitFile), []byte(strconv.Itoa(s.status)+"\n")); err != nil {
+	if err := WriteFileAtomic(filepath.Join(s.state, ExitFile), []byte(strconv.Itoa(s.status)+"\n")); err != nil {
 		return fmt.Errorf("record exit status: %w", err)
 	}
 	return nil
@@ -150,7 +150,7 @@ func (s *supervisor) onStop(sig os.Signal) (startGrace bool) {
 	if s.killed {
 		return false
 	}
-	b, err := ReadSmall(filepath.Join(s.state, StopFile), 64)
+	b, err := ReadSmall(s.state, StopFile, 64)
 	mode := strings.TrimSpace(string(b))
 	switch {
 	case err == nil && mode == "kill":
@@ -212,7 +212,7 @@ func (s *supervisor) checkFence() {
 	}
 	s.fenced = true
 	note := fmt.Sprintf("%s deadline %d passed at %d\n", c, at.UnixNano(), now.UnixNano())
-	if err := writeFileAtomic(filepath.Join(s.state, FencedFile), []byte(note)); err != nil {
+	if err := WriteFileAtomic(filepath.Join(s.state, FencedFile), []byte(note)); err != nil {
 		s.log.Printf("record the fence: %v", err)
 	}
 	s.log.Printf("fence: %s", strings.TrimSpace(note))
