@@ -140,7 +140,7 @@ func (s *Server) runSession(conn net.Conn, br *bufio.Reader, c *call) {
 		_ = conn.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
 		_, err := conn.Write(b)
 		return err
-	})
+	}, 0)
 	ss.read()
 	cancel()
 	ss.wg.Wait()
