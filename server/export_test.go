@@ -19,3 +19,14 @@ func SetStreamHook(s *Server, f func(stage string)) { s.streamHook = f }
 // it is upgraded, so that a test can cut it. Set it before s serves any
 // request.
 func SetSessionHook(s *Server, f func(net.Conn)) { s.sessionHook = f }
+
+// SetSessionBacklog sets how many bytes of a session's answers may wait for
+// its client before the daemon stops reading its frames (MaxSessionBacklog).
+// Set it before s serves any request.
+func SetSessionBacklog(s *Server, n int) { s.sessionBacklog = n }
+
+// The bounds of the log lines of refused calls.
+const (
+	LogBurst = logBurst
+	LogRate  = logRate
+)

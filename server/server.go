@@ -19,7 +19,8 @@
 // without a valid token gets its 401 then, with Connection: close, and its
 // body is never read; any other answer given before the body was read closes
 // the connection too. A body must arrive within Options.BodyTimeout (408).
-// LimitListener caps the connections a daemon holds open.
+// LimitListener caps the connections a daemon holds open. The log lines of
+// refused calls come at a bounded rate (lograte.go).
 package server
 
 import (
@@ -56,7 +57,8 @@ type Options struct {
 	// Auth is who may do what; nil serves everything to everyone (the serve
 	// command allows that only on loopback addresses and unix sockets).
 	Auth *Auth
-	// Logger receives one line per refused call (status >= 400).
+	// Logger receives one line per refused call (status >= 400), at a
+	// bounded rate (lograte.go).
 	Logger zerolog.Logger
 	// Registerer takes the server's metrics when Metrics is nil; nil means a
 	// private registry. GET /metrics serves Registerer if it is also a
@@ -73,7 +75,10 @@ type Options struct {
 	RequestTimeout time.Duration
 	// BodyTimeout bounds reading a request's body, from when its headers
 	// were read: a body slower than that is cut (408) and the connection
-	// closed. 0 means DefaultBodyTimeout (1 MiB in 10 s is 100 KiB/s).
+	// closed. 0 means DefaultBodyTimeout (1 MiB in 10 s is 100 KiB/s). In a
+	// worker session it bounds each frame in the same way — its header from
+	// its first byte, its body from its header — and the first frame from
+	// the upgrade.
 	BodyTimeout time.Duration
 	// MaxWait caps the wait_seconds of an acquire; 0 means DefaultMaxWait.
 	MaxWait time.Duration
@@ -124,6 +129,12 @@ type Server struct {
 	// sessionHook, set only by tests, is given each session's connection
 	// once upgraded.
 	sessionHook func(net.Conn)
+	// sessionBacklog is MaxSessionBacklog; tests lower it.
+	sessionBacklog int
+	// refusals and failures bound the log lines of refused calls (4xx) and
+	// of failed ones (5xx), each on its own so that a flood of one does not
+	// hide the other.
+	refusals, failures lineLimiter
 }
 
 // New returns the API over svc. It registers the server's metrics and panics
@@ -148,7 +159,8 @@ func New(svc *lease.Service, opts Options) *Server {
 	if opts.Clock == nil {
 		opts.Clock = lease.BoottimeClock()
 	}
-	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), routes: map[string]*route{}}
+	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), routes: map[string]*route{},
+		sessionBacklog: MaxSessionBacklog, refusals: newLineLimiter(), failures: newLineLimiter()}
 	if opts.Auth != nil {
 		s.auth = newAuthenticator(opts.Auth)
 	}
@@ -237,6 +249,10 @@ type call struct {
 	// received is when the request's headers were read, on Options.Clock.
 	received time.Time
 	body     *body // the request's body under its deadline; nil: none
+	// in is a worker call's body, read whole into inBuf (from bodyBuffers)
+	// until releaseBody gives it back.
+	in    []byte
+	inBuf *[]byte
 }
 
 // ServeHTTP serves the API. Every answer, routed or not, is JSON (but the
@@ -342,12 +358,26 @@ func (s *Server) record(c *call, method, path string, d time.Duration) {
 	if c.status < 400 {
 		return
 	}
+	// A client can make refusals as fast as it can send: their lines come
+	// at a bounded rate, and the next line says how many were not logged.
+	failed := c.status >= 500
+	lim := &s.refusals
+	if failed {
+		lim = &s.failures
+	}
+	ok, suppressed := lim.allow(s.opts.Clock.Now())
+	if !ok {
+		return
+	}
 	ev := s.log.Warn()
-	if c.status >= 500 {
+	if failed {
 		ev = s.log.Error()
 	}
 	if !ev.Enabled() {
 		return
+	}
+	if suppressed > 0 {
+		ev = ev.Uint64("suppressed", suppressed)
 	}
 	ev = ev.Str("method", method).Str("route", c.route).Str("path", path).
 		Int("status", c.status).Str("code", c.code)
