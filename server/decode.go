@@ -66,7 +66,8 @@ func (s *Server) watchBody(w http.ResponseWriter, r *http.Request, c *call) {
 // reading what is left of the request: Connection: close, and a read
 // deadline in the past so that net/http, which would read up to 256 KiB of an
 // unread body before closing, gives up at once. Called before the status line
-// is written.
+// is written. Over HTTP/1.1 the server then takes the connection and closes
+// it lingering (linger.go), so that the client reads the answer.
 func hangUp(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
 	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net"
+	"time"
 )
 
 // SetWaitHook makes s pass the context of every acquire's wait through f
@@ -25,8 +26,13 @@ func SetSessionHook(s *Server, f func(net.Conn)) { s.sessionHook = f }
 // Set it before s serves any request.
 func SetSessionBacklog(s *Server, n int) { s.sessionBacklog = n }
 
-// The bounds of the log lines of refused calls.
+// SetLinger bounds the time of s's lingering closes. Set it before s serves
+// any request.
+func SetLinger(s *Server, d time.Duration) { s.linger = d }
+
+// The bounds of the log lines of refused calls, and of a lingering close.
 const (
-	LogBurst = logBurst
-	LogRate  = logRate
+	LogBurst    = logBurst
+	LogRate     = logRate
+	LingerBytes = lingerBytes
 )

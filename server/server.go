@@ -17,10 +17,12 @@
 // Bad input is refused before the service is called, so a 400 never writes an
 // event. The handler runs as soon as a request's headers are read: a caller
 // without a valid token gets its 401 then, with Connection: close, and its
-// body is never read; any other answer given before the body was read closes
-// the connection too. A body must arrive within Options.BodyTimeout (408).
-// LimitListener caps the connections a daemon holds open. The log lines of
-// refused calls come at a bounded rate (lograte.go).
+// body is not read for the call; any other answer given before the body was
+// read closes the connection too, lingering (linger.go): what the client
+// still sends is read and dropped for a bounded time, so that it reads the
+// answer rather than a reset. A body must arrive within Options.BodyTimeout
+// (408). LimitListener caps the connections a daemon holds open. The log
+// lines of refused calls come at a bounded rate (lograte.go).
 package server
 
 import (
@@ -78,7 +80,8 @@ type Options struct {
 	// closed. 0 means DefaultBodyTimeout (1 MiB in 10 s is 100 KiB/s). In a
 	// worker session it bounds each frame in the same way — its header from
 	// its first byte, its body from its header — and the first frame from
-	// the upgrade.
+	// the upgrade. A lingering close lasts at most this long (and at most
+	// 2 s).
 	BodyTimeout time.Duration
 	// MaxWait caps the wait_seconds of an acquire; 0 means DefaultMaxWait.
 	MaxWait time.Duration
@@ -131,6 +134,9 @@ type Server struct {
 	sessionHook func(net.Conn)
 	// sessionBacklog is MaxSessionBacklog; tests lower it.
 	sessionBacklog int
+	// linger bounds a lingering close (linger.go): lingerTime, or the body
+	// timeout if shorter; tests shorten it.
+	linger time.Duration
 	// refusals and failures bound the log lines of refused calls (4xx) and
 	// of failed ones (5xx), each on its own so that a flood of one does not
 	// hide the other.
@@ -160,7 +166,8 @@ func New(svc *lease.Service, opts Options) *Server {
 		opts.Clock = lease.BoottimeClock()
 	}
 	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), routes: map[string]*route{},
-		sessionBacklog: MaxSessionBacklog, refusals: newLineLimiter(), failures: newLineLimiter()}
+		sessionBacklog: MaxSessionBacklog, refusals: newLineLimiter(), failures: newLineLimiter(),
+		linger: min(lingerTime, opts.BodyTimeout)}
 	if opts.Auth != nil {
 		s.auth = newAuthenticator(opts.Auth)
 	}
@@ -253,6 +260,9 @@ type call struct {
 	// until releaseBody gives it back.
 	in    []byte
 	inBuf *[]byte
+	// hungUp: the answer is the connection's last (hangUp), given before
+	// the body was read to its end.
+	hungUp bool
 }
 
 // ServeHTTP serves the API. Every answer, routed or not, is JSON (but the
@@ -349,6 +359,9 @@ func (s *Server) finish(w *recorder, r *http.Request, c *call, start time.Time, 
 		c.status = http.StatusOK
 	}
 	s.record(c, r.Method, r.URL.Path, time.Since(start))
+	if c.hungUp && c.pending() && !c.h2 {
+		s.lingerHTTP(w.ResponseWriter)
+	}
 }
 
 // record counts a call answered in d and, when it was refused, logs it: an
@@ -498,6 +511,7 @@ func (w *recorder) WriteHeader(status int) {
 		// sends GOAWAY for Connection: close, the streams in flight finish).
 		if status == http.StatusUnauthorized || (w.c.pending() && !w.c.h2) {
 			hangUp(w.ResponseWriter)
+			w.c.hungUp = true
 		}
 	}
 	w.ResponseWriter.WriteHeader(status)

@@ -23,7 +23,8 @@ package server
 // that does not arrive within Options.BodyTimeout (the header from its first
 // byte, the body from its header), or a header that cannot be read is
 // answered and ends the session: the stream of frames can no longer be
-// trusted.
+// trusted. The connection is then closed lingering (linger.go), so that the
+// client reads that answer rather than a reset.
 //
 // A session has no idle timeout between frames, unlike an HTTP connection
 // kept alive: it is a worker's, whose heartbeats or long polls keep it busy,
@@ -165,7 +166,15 @@ func (s *Server) runSession(conn net.Conn, br *bufio.Reader, c *call) {
 	ss.read()
 	cancel()
 	ss.wg.Wait()
-	_ = conn.Close()
+	// Every answer is written (or the writes failed). A session the daemon
+	// ended — a frame refused — may have frames unread behind it: linger,
+	// so that the client reads the refusal rather than a reset. One whose
+	// answers could not be written has nobody to tell.
+	if ss.frames.Err() != nil {
+		_ = conn.Close()
+		return
+	}
+	s.lingerClose(conn, br)
 }
 
 // readBy sets the read deadline of the session's connection, unless the
