@@ -157,8 +157,10 @@ func (p *sessionPool) dial(ctx context.Context) (*clientSession, error) {
 			resp.Body.Close()
 			return nil, fmt.Errorf("api: GET %s: 101 without a connection", path)
 		}
+		// Its backlog needs no bound of the writer's: at most
+		// maxSessionCalls frames are in flight, a slot each.
 		s := &clientSession{conn: conn, slots: make(chan struct{}, maxSessionCalls), pending: map[uint64]chan frameAnswer{},
-			frames: NewFrameWriter(func(b []byte) error { _, err := conn.Write(b); return err })}
+			frames: NewFrameWriter(func(b []byte) error { _, err := conn.Write(b); return err }, 0)}
 		go s.read(bufio.NewReaderSize(conn, 16<<10))
 		return s, nil
 	}

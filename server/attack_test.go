@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -439,4 +441,62 @@ func TestStreamKeepalive(t *testing.T) {
 	}
 	f.submit("j1", event.KindRun)
 	f.check(s.next(), 2)
+}
+
+// TestLongPollPinsNoBody: a long-poll acquire lets go of its body's buffer
+// once the body is decoded, before it waits: long polls of bodies near the
+// limit (valid JSON padded with spaces), over HTTP/1.1, h2c or a session,
+// do not hold those bodies' bytes while they wait.
+func TestLongPollPinsNoBody(t *testing.T) {
+	const polls = 24
+	acquire := `{"wait_seconds":60}`
+	body := acquire + strings.Repeat(" ", server.DefaultMaxBody-len(acquire))
+	for _, transport := range []string{"http", "h2c", "session"} {
+		t.Run(transport, func(t *testing.T) {
+			var waiting atomic.Int64
+			hook := func(s *server.Server) {
+				server.SetWaitHook(s, func(ctx context.Context) context.Context { waiting.Add(1); return ctx })
+			}
+			var f *fixture
+			if transport == "h2c" {
+				f = newH2CFixtureHooked(t, server.Options{}, 0, hook).fixture
+			} else {
+				f = newFixtureHooked(t, server.Options{}, hook)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			before := liveHeap()
+			if transport == "session" {
+				s := dialSession(t, f, "w0", "")
+				for i := range polls {
+					s.send(string(api.AppendRequest(nil, uint64(i+1), api.OpAcquire, fmt.Sprintf("w%d", i), "-", []byte(body))))
+				}
+			} else {
+				for i := range polls {
+					req := f.newRequest(ctx, request{method: "POST", path: fmt.Sprintf("/v1/workers/w%d/acquire", i), body: body})
+					go func() {
+						if resp, err := f.ts.Client().Do(req); err == nil {
+							resp.Body.Close()
+						}
+					}()
+				}
+			}
+			eventually(t, "every long poll waits", func() bool { return waiting.Load() == polls })
+			grew := liveHeap() - before
+			t.Logf("the live heap grew by %.1f MiB", float64(grew)/(1<<20))
+			if grew > polls*server.DefaultMaxBody/2 {
+				t.Fatalf("the live heap grew by %d MiB with %d long polls of 1 MiB bodies waiting: their bodies are held",
+					grew>>20, polls)
+			}
+		})
+	}
+}
+
+// liveHeap is the bytes of the heap that a collection leaves.
+func liveHeap() int64 {
+	runtime.GC()
+	runtime.GC() // what sync.Pool's victim cache kept is dropped by the second
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

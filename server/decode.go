@@ -66,7 +66,8 @@ func (s *Server) watchBody(w http.ResponseWriter, r *http.Request, c *call) {
 // reading what is left of the request: Connection: close, and a read
 // deadline in the past so that net/http, which would read up to 256 KiB of an
 // unread body before closing, gives up at once. Called before the status line
-// is written.
+// is written. Over HTTP/1.1 the server then takes the connection and closes
+// it lingering (linger.go), so that the client reads the answer.
 func hangUp(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
 	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
@@ -210,10 +211,27 @@ func decodeObject(b []byte, v any) error {
 var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // putBodyBuffer returns a buffer to the pool, unless a large body grew it:
-// the pool keeps what the common call needs, not the largest body seen.
+// the pool keeps what the common call needs, not the largest body seen. A
+// large one is emptied, so that whatever still holds b pins none of it.
 func putBodyBuffer(b *[]byte) {
-	if cap(*b) <= 64<<10 {
-		bodyBuffers.Put(b)
+	if cap(*b) > 64<<10 {
+		*b = nil
+		return
+	}
+	bodyBuffers.Put(b)
+}
+
+// holdBody makes b's bytes the call's body (c.in), which the call gives
+// back with releaseBody.
+func (c *call) holdBody(b *[]byte) { c.in, c.inBuf = *b, b }
+
+// releaseBody gives the call's body buffer back to the pool, once: a long
+// poll does so as soon as it has decoded its body, so that its wait pins
+// none of the body's bytes; c.in must not be read after.
+func (c *call) releaseBody() {
+	if c.inBuf != nil {
+		putBodyBuffer(c.inBuf)
+		c.in, c.inBuf = nil, nil
 	}
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net"
+	"time"
 )
 
 // SetWaitHook makes s pass the context of every acquire's wait through f
@@ -19,3 +20,19 @@ func SetStreamHook(s *Server, f func(stage string)) { s.streamHook = f }
 // it is upgraded, so that a test can cut it. Set it before s serves any
 // request.
 func SetSessionHook(s *Server, f func(net.Conn)) { s.sessionHook = f }
+
+// SetSessionBacklog sets how many bytes of a session's answers may wait for
+// its client before the daemon stops reading its frames (MaxSessionBacklog).
+// Set it before s serves any request.
+func SetSessionBacklog(s *Server, n int) { s.sessionBacklog = n }
+
+// SetLinger bounds the time of s's lingering closes. Set it before s serves
+// any request.
+func SetLinger(s *Server, d time.Duration) { s.linger = d }
+
+// The bounds of the log lines of refused calls, and of a lingering close.
+const (
+	LogBurst    = logBurst
+	LogRate     = logRate
+	LingerBytes = lingerBytes
+)

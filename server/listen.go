@@ -77,7 +77,9 @@ func DefaultMaxConns() int {
 // the open ones are served as before. Close unblocks a waiting Accept.
 //
 // The daemon's http.Server serves on it; with ReadHeaderTimeout and
-// IdleTimeout set, a connection that sends nothing gives its place back.
+// IdleTimeout set, a connection that sends nothing gives its place back, and
+// a worker session has deadlines of its own (session.go). A connection
+// closed lingering (linger.go) keeps its place until it is closed for good.
 func LimitListener(ln net.Listener, n int) net.Listener {
 	if n <= 0 {
 		n = DefaultMaxConns()

@@ -17,9 +17,12 @@
 // Bad input is refused before the service is called, so a 400 never writes an
 // event. The handler runs as soon as a request's headers are read: a caller
 // without a valid token gets its 401 then, with Connection: close, and its
-// body is never read; any other answer given before the body was read closes
-// the connection too. A body must arrive within Options.BodyTimeout (408).
-// LimitListener caps the connections a daemon holds open.
+// body is not read for the call; any other answer given before the body was
+// read closes the connection too, lingering (linger.go): what the client
+// still sends is read and dropped for a bounded time, so that it reads the
+// answer rather than a reset. A body must arrive within Options.BodyTimeout
+// (408). LimitListener caps the connections a daemon holds open. The log
+// lines of refused calls come at a bounded rate (lograte.go).
 package server
 
 import (
@@ -56,7 +59,8 @@ type Options struct {
 	// Auth is who may do what; nil serves everything to everyone (the serve
 	// command allows that only on loopback addresses and unix sockets).
 	Auth *Auth
-	// Logger receives one line per refused call (status >= 400).
+	// Logger receives one line per refused call (status >= 400), at a
+	// bounded rate (lograte.go).
 	Logger zerolog.Logger
 	// Registerer takes the server's metrics when Metrics is nil; nil means a
 	// private registry. GET /metrics serves Registerer if it is also a
@@ -73,7 +77,11 @@ type Options struct {
 	RequestTimeout time.Duration
 	// BodyTimeout bounds reading a request's body, from when its headers
 	// were read: a body slower than that is cut (408) and the connection
-	// closed. 0 means DefaultBodyTimeout (1 MiB in 10 s is 100 KiB/s).
+	// closed. 0 means DefaultBodyTimeout (1 MiB in 10 s is 100 KiB/s). In a
+	// worker session it bounds each frame in the same way — its header from
+	// its first byte, its body from its header — and the first frame from
+	// the upgrade. A lingering close lasts at most this long (and at most
+	// 2 s).
 	BodyTimeout time.Duration
 	// MaxWait caps the wait_seconds of an acquire; 0 means DefaultMaxWait.
 	MaxWait time.Duration
@@ -124,6 +132,15 @@ type Server struct {
 	// sessionHook, set only by tests, is given each session's connection
 	// once upgraded.
 	sessionHook func(net.Conn)
+	// sessionBacklog is MaxSessionBacklog; tests lower it.
+	sessionBacklog int
+	// linger bounds a lingering close (linger.go): lingerTime, or the body
+	// timeout if shorter; tests shorten it.
+	linger time.Duration
+	// refusals and failures bound the log lines of refused calls (4xx) and
+	// of failed ones (5xx), each on its own so that a flood of one does not
+	// hide the other.
+	refusals, failures lineLimiter
 }
 
 // New returns the API over svc. It registers the server's metrics and panics
@@ -148,7 +165,9 @@ func New(svc *lease.Service, opts Options) *Server {
 	if opts.Clock == nil {
 		opts.Clock = lease.BoottimeClock()
 	}
-	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), routes: map[string]*route{}}
+	s := &Server{svc: svc, opts: opts, log: opts.Logger, mux: http.NewServeMux(), routes: map[string]*route{},
+		sessionBacklog: MaxSessionBacklog, refusals: newLineLimiter(), failures: newLineLimiter(),
+		linger: min(lingerTime, opts.BodyTimeout)}
 	if opts.Auth != nil {
 		s.auth = newAuthenticator(opts.Auth)
 	}
@@ -237,6 +256,13 @@ type call struct {
 	// received is when the request's headers were read, on Options.Clock.
 	received time.Time
 	body     *body // the request's body under its deadline; nil: none
+	// in is a worker call's body, read whole into inBuf (from bodyBuffers)
+	// until releaseBody gives it back.
+	in    []byte
+	inBuf *[]byte
+	// hungUp: the answer is the connection's last (hangUp), given before
+	// the body was read to its end.
+	hungUp bool
 }
 
 // ServeHTTP serves the API. Every answer, routed or not, is JSON (but the
@@ -333,6 +359,9 @@ func (s *Server) finish(w *recorder, r *http.Request, c *call, start time.Time, 
 		c.status = http.StatusOK
 	}
 	s.record(c, r.Method, r.URL.Path, time.Since(start))
+	if c.hungUp && c.pending() && !c.h2 {
+		s.lingerHTTP(w.ResponseWriter)
+	}
 }
 
 // record counts a call answered in d and, when it was refused, logs it: an
@@ -342,12 +371,26 @@ func (s *Server) record(c *call, method, path string, d time.Duration) {
 	if c.status < 400 {
 		return
 	}
+	// A client can make refusals as fast as it can send: their lines come
+	// at a bounded rate, and the next line says how many were not logged.
+	failed := c.status >= 500
+	lim := &s.refusals
+	if failed {
+		lim = &s.failures
+	}
+	ok, suppressed := lim.allow(s.opts.Clock.Now())
+	if !ok {
+		return
+	}
 	ev := s.log.Warn()
-	if c.status >= 500 {
+	if failed {
 		ev = s.log.Error()
 	}
 	if !ev.Enabled() {
 		return
+	}
+	if suppressed > 0 {
+		ev = ev.Uint64("suppressed", suppressed)
 	}
 	ev = ev.Str("method", method).Str("route", c.route).Str("path", path).
 		Int("status", c.status).Str("code", c.code)
@@ -468,6 +511,7 @@ func (w *recorder) WriteHeader(status int) {
 		// sends GOAWAY for Connection: close, the streams in flight finish).
 		if status == http.StatusUnauthorized || (w.c.pending() && !w.c.h2) {
 			hangUp(w.ResponseWriter)
+			w.c.hungUp = true
 		}
 	}
 	w.ResponseWriter.WriteHeader(status)

@@ -15,25 +15,37 @@ package server
 // the frame's worker.
 // Frames are served concurrently, each by a goroutine of the session's, so
 // that a long-poll acquire does not hold the heartbeats behind it; at most MaxSessionCalls are in
-// flight, past which the daemon reads no further frame until one ends. A
-// frame over Options.MaxBody, a body that does not arrive within
-// Options.BodyTimeout, or a header that cannot be read is answered and ends
-// the session: the stream of frames can no longer be trusted.
+// flight, past which the daemon reads no further frame until one ends. Nor
+// does it read one while more than MaxSessionBacklog bytes of answers wait
+// for the client to take them: a client that does not read is not read,
+// and is cut when a write of its answers does not end within
+// Options.RequestTimeout. A frame over Options.MaxBody, a header or a body
+// that does not arrive within Options.BodyTimeout (the header from its first
+// byte, the body from its header), or a header that cannot be read is
+// answered and ends the session: the stream of frames can no longer be
+// trusted. The connection is then closed lingering (linger.go), so that the
+// client reads that answer rather than a reset.
 //
-// A session has no idle timeout, unlike an HTTP connection kept alive: it is
-// a worker, whose heartbeats or long polls keep it busy, and the daemon's
-// TCP keep-alive (Go's default on accepted connections) ends one whose peer
-// is gone without a word. It holds its place under LimitListener for as
-// long as it lasts, as any connection does.
+// A session has no idle timeout between frames, unlike an HTTP connection
+// kept alive: it is a worker's, whose heartbeats or long polls keep it busy,
+// and whose client keeps it open between calls; the daemon's TCP keep-alive
+// (Go's default on accepted connections) ends one whose peer is gone
+// without a word. But its first frame must begin within
+// Options.BodyTimeout of the upgrade, as an HTTP request's body must follow
+// its headers: a session that never sends a frame is no worker's, and would
+// only hold a place. It holds its place under LimitListener for as long as
+// it lasts, as any connection does.
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -45,6 +57,14 @@ import (
 // MaxSessionCalls is how many calls one session may have in flight, as an
 // HTTP/2 connection's streams (MaxStreams).
 const MaxSessionCalls = MaxStreams
+
+// MaxSessionBacklog is how many bytes of a session's answers may wait for
+// its client to read them before the daemon stops reading its frames: tens
+// of thousands of the common answers (a heartbeat's is ~100 bytes). The
+// calls in flight still finish and add their answers (their events are
+// durable anyway); their slots bound those, and a larger answer is written
+// all the same, the reads waiting for it.
+const MaxSessionBacklog = 4 << 20
 
 // sessionOp is an op a session's frames may name.
 type sessionOp struct {
@@ -111,12 +131,14 @@ type serverSession struct {
 	wg   sync.WaitGroup // the goroutines serving frames
 
 	frames *api.FrameWriter // its answers
+	// armed: a read deadline is set, for the frame being read; it is
+	// lifted only when the reader waits for the next frame.
+	armed bool
 }
 
 // runSession serves the frames of an upgraded connection until it ends.
 func (s *Server) runSession(conn net.Conn, br *bufio.Reader, c *call) {
-	// Undo the deadlines net/http left: a session waits for frames as long
-	// as the connection lasts.
+	// Undo the deadlines net/http left: read sets the session's own.
 	_ = conn.SetDeadline(time.Time{})
 	if _, err := io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+api.SessionProtocol+"\r\n\r\n"); err != nil {
 		_ = conn.Close()
@@ -129,9 +151,9 @@ func (s *Server) runSession(conn net.Conn, br *bufio.Reader, c *call) {
 	defer s.metrics.sessions.Dec()
 	ctx, cancel := context.WithCancel(s.base)
 	defer cancel()
-	// Close (or the end of the read loop) stops the reads: the calls in
-	// flight are answered, and the connection closed after them.
-	defer context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })()
+	// Close stops the reads: the calls in flight are answered, and the
+	// connection closed after them.
+	defer context.AfterFunc(s.base, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })()
 	ss := &serverSession{s: s, conn: conn, br: br, who: c.who, ctx: ctx,
 		slots: make(chan struct{}, MaxSessionCalls), idle: make(chan frame)}
 	ss.frames = api.NewFrameWriter(func(b []byte) error {
@@ -140,21 +162,68 @@ func (s *Server) runSession(conn net.Conn, br *bufio.Reader, c *call) {
 		_ = conn.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout))
 		_, err := conn.Write(b)
 		return err
-	})
+	}, s.sessionBacklog)
 	ss.read()
 	cancel()
 	ss.wg.Wait()
-	_ = conn.Close()
+	// Every answer is written (or the writes failed). A session the daemon
+	// ended — a frame refused — may have frames unread behind it: linger,
+	// so that the client reads the refusal rather than a reset. One whose
+	// answers could not be written has nobody to tell.
+	if ss.frames.Err() != nil {
+		_ = conn.Close()
+		return
+	}
+	s.lingerClose(conn, br)
+}
+
+// readBy sets the read deadline of the session's connection, unless the
+// server closes, whose deadline in the past must stay.
+func (ss *serverSession) readBy(t time.Time) {
+	_ = ss.conn.SetReadDeadline(t)
+	ss.armed = !t.IsZero()
+	if ss.s.base.Err() != nil {
+		_ = ss.conn.SetReadDeadline(time.Unix(1, 0))
+	}
 }
 
 // read reads frames and starts their calls until the connection ends or
 // its framing breaks.
+//
+// A frame that arrives whole, as a client writes them, is read from the
+// buffer with no deadline to set; one that arrives in pieces is read under
+// the body timeout, its header from its first byte. Deadlines are set on
+// the runtime's poller, not by a system call, and lifted only when the
+// reader waits for the next frame, once.
 func (ss *serverSession) read() {
-	for {
+	timeout := ss.s.opts.BodyTimeout
+	ss.readBy(time.Now().Add(timeout)) // the first frame's
+	for first := true; ; first = false {
+		// A client that leaves its answers unread is not read either.
+		if ss.frames.Wait(ss.ctx) != nil {
+			return
+		}
+		if ss.br.Buffered() == 0 {
+			if ss.armed && !first {
+				ss.readBy(time.Time{}) // between frames a session may idle
+			}
+			if _, err := ss.br.Peek(1); err != nil {
+				if first && ss.timedOut(err) {
+					ss.refuse(0, frameTimeoutError("no frame within %v of the upgrade", timeout))
+				}
+				return // the client hung up, or the server closes
+			}
+		}
+		if b, _ := ss.br.Peek(ss.br.Buffered()); bytes.IndexByte(b, '\n') < 0 {
+			ss.readBy(time.Now().Add(timeout)) // the rest of the header
+		}
 		line, err := ss.br.ReadSlice('\n')
 		if err != nil {
-			if errors.Is(err, bufio.ErrBufferFull) {
+			switch {
+			case errors.Is(err, bufio.ErrBufferFull):
 				ss.refuse(0, badRequest("frame header %q...: no line feed in its first %d bytes", line[:min(len(line), 40)], len(line)))
+			case ss.timedOut(err):
+				ss.refuse(0, frameTimeoutError("frame header %q...: not whole within %v of its first byte", line[:min(len(line), 40)], timeout))
 			}
 			return // the client hung up, or the server closes
 		}
@@ -172,11 +241,10 @@ func (ss *serverSession) read() {
 			return
 		}
 		buf := bodyBuffers.Get().(*[]byte)
-		body, err := ss.readBody(buf, h.Len)
-		if err != nil {
+		if err := ss.readBody(buf, h.Len); err != nil {
 			putBodyBuffer(buf)
-			if ss.ctx.Err() == nil && errors.Is(err, errBodyTimeout) {
-				ss.refuse(h.ID, bodyTimeoutError(err))
+			if ss.timedOut(err) {
+				ss.refuse(h.ID, bodyTimeoutError(fmt.Errorf("%w (%v)", errBodyTimeout, timeout)))
 			}
 			return
 		}
@@ -193,11 +261,11 @@ func (ss *serverSession) read() {
 			putBodyBuffer(buf)
 			return
 		}
+		f := frame{h: h, buf: buf}
 		if alone {
-			ss.serve(h, body, buf)
+			ss.serve(f)
 			continue
 		}
-		f := frame{h: h, body: body, buf: buf}
 		select {
 		case ss.idle <- f:
 		default:
@@ -206,17 +274,31 @@ func (ss *serverSession) read() {
 	}
 }
 
+// frameTimeoutError is the answer to a frame that did not arrive in time
+// (its body's is bodyTimeoutError's).
+func frameTimeoutError(format string, args ...any) *api.Error {
+	return &api.Error{Status: http.StatusRequestTimeout, Code: api.CodeBodyTimeout, Message: fmt.Sprintf(format, args...)}
+}
+
+// timedOut reports whether err is the session's read deadline passing, not
+// the server closing.
+func (ss *serverSession) timedOut(err error) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded) && ss.s.base.Err() == nil
+}
+
 // isLong says whether op is a long poll.
 func isLong(op string) bool {
 	o := sessionOps[op]
 	return o != nil && o.long
 }
 
-// frame is a request frame read whole: its header, and its body in buf.
+// frame is a request frame read whole: its header, and its body, the first
+// h.Len bytes of buf. It holds the body only through buf, which
+// putBodyBuffer empties when it drops a large one: a frame handed on to a
+// goroutine pins no body once its call let go of it.
 type frame struct {
-	h    api.FrameHeader
-	body []byte
-	buf  *[]byte // from bodyBuffers
+	h   api.FrameHeader
+	buf *[]byte // from bodyBuffers
 }
 
 // serveFrames serves f, then the frames handed to it while idle, until the
@@ -225,7 +307,7 @@ type frame struct {
 // not yet waiting is not seen idle, and the reader starts another.
 func (ss *serverSession) serveFrames(f frame) {
 	for {
-		ss.serve(f.h, f.body, f.buf)
+		ss.serve(f)
 		select {
 		case f = <-ss.idle:
 		case <-ss.ctx.Done():
@@ -236,26 +318,16 @@ func (ss *serverSession) serveFrames(f frame) {
 
 // readBody reads a frame's body of n bytes into buf, under the body
 // deadline when it is not already buffered.
-func (ss *serverSession) readBody(buf *[]byte, n int) ([]byte, error) {
+func (ss *serverSession) readBody(buf *[]byte, n int) error {
 	if cap(*buf) < n {
 		*buf = make([]byte, 0, n)
 	}
-	b := (*buf)[:n]
-	if ss.br.Buffered() >= n {
-		_, err := io.ReadFull(ss.br, b)
-		return b, err
+	*buf = (*buf)[:n]
+	if ss.br.Buffered() < n {
+		ss.readBy(time.Now().Add(ss.s.opts.BodyTimeout))
 	}
-	_ = ss.conn.SetReadDeadline(time.Now().Add(ss.s.opts.BodyTimeout))
-	_, err := io.ReadFull(ss.br, b)
-	_ = ss.conn.SetReadDeadline(time.Time{})
-	if ss.ctx.Err() != nil { // the server closes: its deadline was lifted above
-		return nil, ss.ctx.Err()
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		err = fmt.Errorf("%w (%v)", errBodyTimeout, ss.s.opts.BodyTimeout)
-	}
-	return b, err
+	_, err := io.ReadFull(ss.br, *buf)
+	return err
 }
 
 // refuse answers a frame that ends the session (id 0: the session itself),
@@ -267,12 +339,14 @@ func (ss *serverSession) refuse(id uint64, err error) {
 }
 
 // serve runs one frame's call and writes its answer.
-func (ss *serverSession) serve(h api.FrameHeader, body []byte, buf *[]byte) {
+func (ss *serverSession) serve(f frame) {
 	defer func() { <-ss.slots }()
-	defer putBodyBuffer(buf)
 	start := time.Now()
 	s := ss.s
+	h := f.h
 	c := &call{route: "SESSION " + h.Op, received: s.opts.Clock.Now(), worker: h.Worker, bound: h.Worker, who: ss.who}
+	c.holdBody(f.buf)
+	defer c.releaseBody()
 	op := sessionOps[h.Op]
 	if op != nil {
 		c.route = op.route
@@ -301,7 +375,7 @@ func (ss *serverSession) serve(h api.FrameHeader, body []byte, buf *[]byte) {
 			rctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
 			defer cancel()
 		}
-		v, err := op.run(s, rctx, c, h.Lease, body)
+		v, err := op.run(s, rctx, c, h.Lease, c.in)
 		if err != nil {
 			return s.errorJSON(rctx, c, err)
 		}

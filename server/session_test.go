@@ -296,7 +296,7 @@ func TestSessionAnswersAreTheHTTPAnswers(t *testing.T) {
 // it cannot parse, a body over the limit or too slow), the session ends
 // after that answer.
 func TestSessionBadFrames(t *testing.T) {
-	f := newFixture(t, server.Options{MaxBody: 1024, BodyTimeout: 50 * time.Millisecond})
+	f := newFixture(t, server.Options{MaxBody: 1024, BodyTimeout: 200 * time.Millisecond})
 	f.submit("j1", event.KindRun)
 	l := f.grant("w1")
 

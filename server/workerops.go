@@ -21,7 +21,9 @@ import (
 // decides and answers the same, byte for byte, whichever carried it.
 
 // workerOp is the core of one worker call: lease is the {lease} of the path
-// (start, report; "" for the others), body the request's body.
+// (start, report; "" for the others), body the request's body, c.in, which
+// the op may give back early with c.releaseBody (acquire does, before its
+// wait), and must not read after.
 type workerOp func(s *Server, ctx context.Context, c *call, lease string, body []byte) (any, error)
 
 // serveOp is the HTTP handler of a worker call: no query, the body read
@@ -31,12 +33,15 @@ func (s *Server) serveOp(w http.ResponseWriter, r *http.Request, c *call, op wor
 		return err
 	}
 	buf := bodyBuffers.Get().(*[]byte)
-	defer putBodyBuffer(buf)
 	b, err := readBody(r, buf)
 	if err != nil {
+		putBodyBuffer(buf)
 		return err
 	}
-	v, err := op(s, r.Context(), c, r.PathValue("lease"), b)
+	*buf = b
+	c.holdBody(buf)
+	defer c.releaseBody()
+	v, err := op(s, r.Context(), c, r.PathValue("lease"), c.in)
 	if err != nil {
 		return err
 	}
@@ -70,7 +75,9 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request, c *call) error {
 // wait is the call's.
 func (s *Server) acquireOp(ctx context.Context, c *call, _ string, body []byte) (any, error) {
 	var in api.Acquire
-	if err := decodeJSON(body, &in, true); err != nil {
+	err := decodeJSON(body, &in, true)
+	c.releaseBody() // the wait must not pin the body's bytes
+	if err != nil {
 		return nil, err
 	}
 	if err := lease.CheckID("worker", c.worker); err != nil {
