@@ -13,13 +13,14 @@
 //
 // The service also owns time: the sweeper that turns silence into
 // worker.unreachable and lease.expired, and the detection of the daemon's own
-// absence (daemon.started at Open; daemon.resumed, checked by every command
-// that records an event and by every sweep, before it touches a deadline) that
-// keeps a sleep or a stop from ever counting against a worker. Time comes from
-// a Clock: by default the daemon's own (the wall clock at Open, then
-// CLOCK_BOOTTIME's count, so that a wall-clock step never expires anything),
-// injected by tests and the simulation. The decisions are recorded as events,
-// so replay never reads a clock.
+// absence (daemon.started at Open, the time since the daemon was last alive,
+// which the sweeper's alive mark tells; daemon.resumed, checked by every
+// command that records an event and by every sweep, before it touches a
+// deadline) that keeps a sleep or a stop from ever counting against a worker,
+// and only those. Time comes from a Clock: by default the daemon's own (the
+// wall clock at Open, then CLOCK_BOOTTIME's count, so that a wall-clock step
+// never expires anything), injected by tests and the simulation. The
+// decisions are recorded as events, so replay never reads a clock.
 package lease
 
 import (
