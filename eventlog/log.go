@@ -11,8 +11,8 @@
 // one store in this process; logger.go routes Pebble's messages and its
 // Fatalf); append.go numbers, stages and group-commits events and waits for
 // their durability; iter.go reads them (Get, Iter, Query; readahead.go for
-// long scans); timeindex.go, snapshot.go and archive.go keep what their
-// names say; keys.go lays out the keyspace:
+// long scans); timeindex.go, snapshot.go, archive.go and alive.go keep
+// what their names say; keys.go lays out the keyspace:
 //
 //	'm' "format"                       -> format(1)              (meta: store format)
 //	'm' "timeindex"                    -> 1                      (the time index is whole)
@@ -26,7 +26,9 @@
 //	'r' seq(8)                         -> second(8)              (time index: runs by seq)
 //
 // Integers are big-endian, so that keys sort by number (a second has its sign
-// bit flipped, so that times before 1970 sort first).
+// bit flipped, so that times before 1970 sort first). Beside Pebble's files,
+// the file alive holds the daemon's last-alive mark (alive.go): not a key,
+// for Pebble keeps an unsynced write in the process until its next sync.
 //
 // The time index names the first event of each run of events that fall in
 // the same second, so that a query for a time window reads only the runs in
@@ -152,6 +154,15 @@ type Options struct {
 type Log struct {
 	db   *pebble.DB
 	opts Options
+	dir  string
+
+	// alive is the alive mark's file (alive.go), opened by the first PutAlive.
+	alive struct {
+		sync.Mutex
+		f      vfs.File
+		buf    [aliveLen]byte
+		closed bool
+	}
 
 	mu struct {
 		sync.Mutex

@@ -30,7 +30,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Log{opts: opts, waitCh: make(chan struct{}), release: release}
+	l := &Log{opts: opts, dir: dir, waitCh: make(chan struct{}), release: release}
 	popts := &pebble.Options{
 		FS:                 sizedWALs{opts.FS},
 		Logger:             pebbleLogger{l: opts.Logger, fatal: l.fatal},
@@ -151,6 +151,7 @@ func (l *Log) Close() error {
 	l.mu.closed = true
 	l.mu.Unlock()
 	l.inflight.Wait()
+	aerr := l.closeAlive()
 	wedged := l.wedged.Load()
 	failure := l.Err()
 	if wedged {
@@ -159,7 +160,10 @@ func (l *Log) Close() error {
 	err := l.db.Close()
 	l.release()
 	if err != nil {
-		return errors.Join(failure, fmt.Errorf("eventlog: close: %w", err))
+		return errors.Join(failure, fmt.Errorf("eventlog: close: %w", err), aerr)
+	}
+	if aerr != nil {
+		return errors.Join(failure, aerr)
 	}
 	return failure
 }

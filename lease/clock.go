@@ -41,11 +41,15 @@ type sleeper interface{ Slept() time.Duration }
 // wall clock only bridges restarts: it dates the life's start, and so the
 // downtime daemon.started records.
 //
-// Its start is never before the last event of the log, so that event times
-// stay monotone even across a restart after the wall clock stepped back: the
-// downtime then reads as none, which delays expiries and never causes one.
+// Its start is never before the last moment the previous life knew itself
+// alive (its last event, or its alive mark: Service.markAlive), so that
+// event times stay monotone even across a restart after the wall clock
+// stepped back, and the time between stays what it was on the clock of the
+// life that counted it: the downtime then reads as none, which delays
+// expiries and never causes one, and the up-time of the life before still
+// counts against a silent worker.
 type lifeClock struct {
-	start time.Time // the wall clock at Open (or the last event's time)
+	start time.Time // the wall clock at Open (or the last moment alive before)
 	boot  Clock     // CLOCK_BOOTTIME, or a test's stand-in
 	boot0 time.Time // boot's reading at Open
 	mono  Clock     // CLOCK_MONOTONIC, or a test's stand-in; nil: sleeps unseen

@@ -11,6 +11,7 @@ import (
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // The leases of fixture.busy: r1's is running, e1's acquired and killed.
@@ -219,6 +220,7 @@ type lifeFixture struct {
 	fs         vfs.FS
 	wall, boot *clocktest.Clock
 	mono       *clocktest.Clock // nil: the service sees no sleep but as a gap
+	cfg        timing.Config    // zero: leasetest.Timing
 	log        *eventlog.Log
 	svc        *lease.Service
 }
@@ -233,12 +235,16 @@ func newLifeFixture(t *testing.T, wall, boot *clocktest.Clock) *lifeFixture {
 // open opens the service (again, for a restart) on the fixture's store.
 func (f *lifeFixture) open() {
 	f.t.Helper()
-	f.log, f.svc = leasetest.Open(f.t, leasetest.FS(f.fs), leasetest.Service(func(o *lease.Options) {
+	opts := []leasetest.Option{leasetest.FS(f.fs), leasetest.Service(func(o *lease.Options) {
 		o.Wall, o.Boot = f.wall, f.boot
 		if f.mono != nil {
 			o.Mono = f.mono
 		}
-	}))
+	})}
+	if f.cfg != (timing.Config{}) {
+		opts = append(opts, leasetest.Config(f.cfg))
+	}
+	f.log, f.svc = leasetest.Open(f.t, opts...)
 }
 
 func (f *lifeFixture) must(err error) {

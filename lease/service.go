@@ -13,13 +13,14 @@
 //
 // The service also owns time: the sweeper that turns silence into
 // worker.unreachable and lease.expired, and the detection of the daemon's own
-// absence (daemon.started at Open; daemon.resumed, checked by every command
-// that records an event and by every sweep, before it touches a deadline) that
-// keeps a sleep or a stop from ever counting against a worker. Time comes from
-// a Clock: by default the daemon's own (the wall clock at Open, then
-// CLOCK_BOOTTIME's count, so that a wall-clock step never expires anything),
-// injected by tests and the simulation. The decisions are recorded as events,
-// so replay never reads a clock.
+// absence (daemon.started at Open, the time since the daemon was last alive,
+// which the sweeper's alive mark tells; daemon.resumed, checked by every
+// command that records an event and by every sweep, before it touches a
+// deadline) that keeps a sleep or a stop from ever counting against a worker,
+// and only those. Time comes from a Clock: by default the daemon's own (the
+// wall clock at Open, then CLOCK_BOOTTIME's count, so that a wall-clock step
+// never expires anything), injected by tests and the simulation. The
+// decisions are recorded as events, so replay never reads a clock.
 package lease
 
 import (
@@ -100,6 +101,8 @@ type Service struct {
 	// failed is set with mu.err: Err reads it without the mutex, which every
 	// API call would otherwise take once more.
 	failed atomic.Bool
+	// aliveFailing: the last alive mark the sweeper wrote failed (logged once).
+	aliveFailing atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -117,8 +120,13 @@ type Service struct {
 }
 
 // Open rebuilds the lease table from log (newest snapshot plus tail) and
-// records the start: daemon.started, with the downtime since the last event
-// as its gap, so that the downtime never counts against a worker.
+// records the start: daemon.started, with the downtime as its gap, so that
+// the downtime never counts against a worker. The downtime is the time since
+// the daemon was last alive: its last event or its alive mark (the sweeper's,
+// see markAlive), whichever is later — not the time since its last event,
+// which would count the time it ran and recorded nothing as its absence too,
+// so that a daemon restarted more often than toleration would never expire
+// a silent worker's lease.
 func Open(log *eventlog.Log, opts Options) (*Service, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
@@ -130,6 +138,7 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: open: %w", err)
 	}
+	alive := lastAlive(log, table, opts.Logger)
 	if opts.Clock == nil {
 		if opts.Wall == nil {
 			opts.Wall = SystemClock()
@@ -140,7 +149,7 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 				opts.Mono = MonotonicClock()
 			}
 		}
-		opts.Clock = newLifeClock(opts.Wall, opts.Boot, opts.Mono, table.LastTime())
+		opts.Clock = newLifeClock(opts.Wall, opts.Boot, opts.Mono, alive)
 	}
 	s := &Service{log: log, cfg: opts.Config, clock: opts.Clock, logger: opts.Logger,
 		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st}
@@ -156,7 +165,7 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 		now := t.clock()
 		var gap int64
 		if table.Seq() > 0 {
-			gap = max(0, now-table.LastTime())
+			gap = max(0, now-alive)
 		}
 		s.mu.lastSeen, s.mu.snapAt = now, now
 		_, err := t.stage(event.Event{Type: event.TypeDaemonStarted, Gap: gap, Reason: opts.StartReason})
@@ -166,6 +175,23 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// lastAlive is the last moment the daemon knew itself alive before this
+// start: its last event, or its alive mark when that is later (it ran on,
+// sweeping, after it). A mark that cannot be read is logged and left out:
+// the downtime then counts from the last event, longer than it was, which
+// delays expiries and never causes one.
+func lastAlive(log *eventlog.Log, table *projection.Table, logger zerolog.Logger) int64 {
+	last := table.LastTime()
+	at, ok, err := log.Alive()
+	switch {
+	case err != nil:
+		logger.Warn().Err(err).Msg("alive mark unreadable: the downtime counts from the last event")
+	case ok:
+		last = max(last, at)
+	}
+	return last
 }
 
 // Rebuilt says how Open rebuilt the table: from which snapshot, replaying

@@ -18,15 +18,16 @@ func (s *Service) now() int64 { return s.clock.Now().UnixNano() }
 // silent past grace_seconds becomes worker.unreachable, and every lease
 // silent past toleration_seconds expires: a run fails ("worker lost", not an
 // attempt); an evaluation goes back to the queue with a new token to come, or
-// is cancelled if it had been revoked.
+// is cancelled if it had been revoked. Last, the sweep's time becomes the
+// daemon's alive mark (markAlive).
 func (s *Service) Sweep() error {
-	_, err := command(context.Background(), s, "sweep", func(t *tx) (struct{}, error) {
+	now, err := command(context.Background(), s, "sweep", func(t *tx) (int64, error) {
 		t.noReadWait = true // a sweep answers no one
 		// The resume, if any, is its own batch, folded before the table
 		// judges silence: deadlines are then in present time, the gap taken
 		// out.
 		if err := t.resume(); err != nil {
-			return struct{}{}, err
+			return 0, err
 		}
 		now := t.clock()
 		var evs []event.Event
@@ -45,12 +46,32 @@ func (s *Service) Sweep() error {
 			evs = lost(evs, l, event.Event{Type: event.TypeExpired, Reason: reason}, event.ReasonLeaseExpired)
 		}
 		_, err := t.stage(evs...)
-		return struct{}{}, err
+		return now, err
 	})
 	if err != nil {
 		return err
 	}
+	s.markAlive(now)
 	return s.snapshot(false)
+}
+
+// markAlive records now, the time of a sweep that found the daemon present
+// (any absence before it recorded and durable), as the daemon's alive mark:
+// a start after a crash counts as its absence only the time since (Open),
+// not the time it ran on after its last event. The mark goes to the OS with
+// no sync and no event (eventlog's PutAlive): a process killed keeps it; a
+// host that loses power may keep an older one, which only lengthens the
+// absence counted. A write that fails is logged, once until one succeeds,
+// and changes nothing else: without the mark the absence counts from the
+// last event, as erring on the safe side does.
+func (s *Service) markAlive(now int64) {
+	if err := s.log.PutAlive(now); err != nil {
+		if !s.aliveFailing.Swap(true) {
+			s.logger.Warn().Err(err).Msg("alive mark not written: a restart will count the downtime from the last mark or event")
+		}
+		return
+	}
+	s.aliveFailing.Store(false)
 }
 
 // lost appends the events that end live lease l whose worker is lost: loss

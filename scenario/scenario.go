@@ -31,8 +31,10 @@
 //	tick D [beat=W,...]  the clock moves in sweeper steps and the daemon sweeps
 //	                     after each; the named workers heartbeat every renew
 //	sweep
-//	crash [unsynced=P]   the process dies; the store keeps what was synced (and
-//	                     P% of what was not); the daemon starts again
+//	crash [unsynced=P] [down=D]
+//	                     the process dies; the store keeps what was synced (and
+//	                     P% of what was not: 100 is a process killed on a host
+//	                     that runs on); the daemon starts again D later
 //	restart [down=D]     graceful stop, then start, D later (default 0)
 //	table | verify | leases [worker=W] | history job=J | query [type=T] [job=J] [worker=W]
 package scenario
@@ -262,13 +264,14 @@ func (r *Runner) do(c Command) (string, error) {
 			return "", err
 		}
 	case "crash":
-		pct := a.int("unsynced", 0)
+		pct, down := a.int("unsynced", 0), a.dur("down", 0)
 		if a.err != nil {
 			return "", a.err
 		}
 		if err := r.crash(pct); err != nil {
 			return "", err
 		}
+		r.clock.Advance(down)
 		if err := r.open(); err != nil {
 			return "error: " + err.Error() + "\n", nil
 		}

@@ -86,6 +86,10 @@ type params struct {
 	// host's CLOCK_MONOTONIC, which stands still while the host suspends —
 	// and then the daemon sleeps with it.
 	local bool
+	// crashLoop: once in the run the daemon crash-loops (faults.go). Drawn
+	// apart from the rest (loopDraw), so that a seed without a crash loop
+	// runs as it did before the mode was added.
+	crashLoop bool
 }
 
 func drawParams(r *rand.Rand, brk string) params {
@@ -112,8 +116,14 @@ func drawParams(r *rand.Rand, brk string) params {
 }
 
 func (p params) String() string {
-	return fmt.Sprintf("workers=%d capacity=%v drift=%.4f local=%v clients=%d jobs=%d drop=%.3f dup=%.3f late=%.3f latency≤%v faults every ~%v",
-		p.workers, p.capacity, p.drift, p.local, p.clients, p.jobs, p.pDrop, p.pDup, p.pLate, p.maxLatency, p.faultEvery)
+	return fmt.Sprintf("workers=%d capacity=%v drift=%.4f local=%v clients=%d jobs=%d drop=%.3f dup=%.3f late=%.3f latency≤%v faults every ~%v crash loop=%v",
+		p.workers, p.capacity, p.drift, p.local, p.clients, p.jobs, p.pDrop, p.pDup, p.pLate, p.maxLatency, p.faultEvery, p.crashLoop)
+}
+
+// loopDraw draws params.crashLoop for seed, from a stream of its own: a
+// quarter of the seeds crash-loop.
+func loopDraw(seed uint64) bool {
+	return rand.New(rand.NewPCG(seed, 0x6c6f6f70)).IntN(4) == 0
 }
 
 // upTo draws a duration in [0, bound], half the time from its last tenth:

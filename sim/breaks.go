@@ -17,6 +17,7 @@ var breaks = map[string]string{
 	"lost-as-attempt": "the worker reports a lost job as failed, an attempt",
 	"wall-deadlines":  "the daemon's deadlines run on its wall clock, which steps",
 	"sleep-unseen":    "the daemon does not see its host's sleeps shorter than grace",
+	"alive-unseen":    "a restart does not see the daemon's alive mark: it counts its absence from its last event",
 }
 
 // breaker carries out a worker's stop or a supervisor's kill, or breaks it.

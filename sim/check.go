@@ -47,7 +47,10 @@ import (
 //     wall clock steps; its stamps are not trusted); a sleep past grace is
 //     recorded as daemon.resumed by the first sweep, before anything else;
 //
-// plus liveness: once the faults stop, every job ends within livenessBound.
+// plus liveness: a live lease whose worker has been silent for toleration
+// of the daemon's up-time, plus a sweep period for each crash or sleep
+// since, has expired (uptime.go: a crash loop keeps no lease for ever); and
+// once the faults stop, every job ends within livenessBound.
 type checker struct {
 	s    *Sim
 	fold *projection.Table // every event appended, folded as it is seen
@@ -68,6 +71,7 @@ type checker struct {
 	deadline  time.Duration
 	checks    int           // table checks so far
 	resume    time.Duration // a sleep past grace whose daemon.resumed is still to come
+	uptime    uptime        // the daemon's up-time (uptime.go)
 }
 
 // rebuildEvery is how often (in table checks) the checker also rebuilds the
@@ -141,6 +145,7 @@ func (k *checker) afterDaemon(what string, before uint64) []event.Event {
 	if k.resume > 0 {
 		k.resumed(what, evs)
 	}
+	k.uptime.appended(k.s.now)
 	for i := range evs {
 		e := &evs[i]
 		k.s.stats.Appended++

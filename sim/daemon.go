@@ -152,6 +152,7 @@ func (d *daemon) sweep() {
 	}
 	d.stepped("sweep", before)
 	d.s.hist.sweep(d.s.now, d.s.check.eventsSince(before))
+	d.s.check.silentExpired()
 }
 
 // receive is a request arriving.
@@ -320,6 +321,7 @@ func (d *daemon) unpark(p *parked, err error) {
 func (d *daemon) sleep(dur time.Duration, host bool) {
 	d.s.stats.Sleeps++
 	d.asleep, d.sleptAt, d.hostSleep = true, d.s.now, host
+	d.s.check.uptime.stopped(d.s.now, true, false)
 	d.sweepGen++
 	gen := d.sweepGen // a crash and another sleep void this one's wake
 	d.s.tracef("FAULT daemon sleeps for %v", dur)
@@ -338,6 +340,7 @@ func (d *daemon) sleep(dur time.Duration, host bool) {
 func (d *daemon) wake() {
 	slept := d.s.now - d.sleptAt
 	d.asleep = false
+	d.s.check.uptime.started(d.s.now)
 	sweepFirst := d.s.rng.IntN(2) == 0
 	d.s.tracef("daemon wakes after %v (sweep first: %v)", slept, sweepFirst)
 	// A gap past grace is absence; so is a suspend of the daemon's host,
@@ -381,6 +384,7 @@ func (d *daemon) crash(downtime time.Duration, pct int) {
 	if d.asleep {
 		d.s.check.absent(d.sleptAt, d.s.now, d.s.now-d.sleptAt > grace)
 	}
+	d.s.check.uptime.stopped(d.s.now, pct == 100, d.asleep)
 	d.up, d.asleep, d.crashAt = false, false, d.s.now
 	d.sweepGen++
 	for _, c := range d.inbox {
@@ -425,6 +429,10 @@ func (d *daemon) restart() {
 		return
 	}
 	d.s.check.absent(d.crashAt, d.s.now, true)
+	d.s.check.uptime.started(d.s.now)
+	if d.s.brk.name == "alive-unseen" {
+		_ = d.fs.Remove("data/alive") // the start counts its absence from its last event
+	}
 	if err := d.open(); err != nil {
 		d.s.fail("restart: %v", err)
 	}

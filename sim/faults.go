@@ -25,6 +25,13 @@ import (
 //	wall step  8%   the daemon's wall clock steps by up to ±2×toleration, or
 //	                a day forward (wallstep.go)
 //
+// And in a quarter of the seeds, once, at a time drawn in the first half
+// minute, the daemon crash-loops (crashLoop): it is killed loopLives times,
+// each after a life of loopLife at most — far less than toleration — and
+// started again up to loopDown later. Most of the kills keep all the store
+// had written (a process killed: its host runs on), some only what was
+// synced (the power lost).
+//
 // Late and duplicate messages (reports among them) are the network's.
 type faults struct {
 	s      *Sim
@@ -33,7 +40,45 @@ type faults struct {
 
 func newFaults(s *Sim) *faults { return &faults{s: s} }
 
-func (f *faults) begin() { f.next() }
+func (f *faults) begin() {
+	f.next()
+	if s := f.s; s.p.crashLoop {
+		s.after(f.uniform(0, 30*time.Second), f.crashLoop)
+	}
+}
+
+// The crash loop's lives, each drawn: how many, how long each lasts, how
+// long the daemon stays down between two.
+const (
+	loopLives = 24
+	loopLife  = 4 * time.Second
+	loopDown  = 2 * time.Second
+)
+
+// crashLoop kills the daemon 8 to loopLives times, each life lasting up to
+// loopLife after its restart.
+func (f *faults) crashLoop() {
+	s := f.s
+	s.stats.CrashLoops++
+	lives := 8 + s.rng.IntN(loopLives-7)
+	s.tracef("FAULT the daemon crash-loops: %d lives", lives)
+	var kill func(left int)
+	kill = func(left int) {
+		if f.healed || left == 0 {
+			return
+		}
+		down := f.uniform(0, loopDown)
+		if d := s.daemon; d.up && !s.workers[0].mach.daemonHost() {
+			pct := 100
+			if s.rng.IntN(4) == 0 {
+				pct = []int{0, 50}[s.rng.IntN(2)]
+			}
+			d.crash(down, pct)
+		}
+		s.after(down+f.uniform(100*time.Millisecond, loopLife), func() { kill(left - 1) })
+	}
+	kill(lives)
+}
 
 func (f *faults) heal() { f.healed = true }
 

@@ -84,6 +84,7 @@ type Stats struct {
 	Suspends, WallSteps          int // hosts suspended; the daemon's wall clock stepped
 	LocalSuspends                int // the daemon's host suspended, with the local worker
 	Crashes, Sleeps, Partitions  int
+	CrashLoops                   int           // the daemon crash-looped (a loop's crashes count in Crashes)
 	Fenced, Supervised           int           // fences fallen in workers; jobs killed by supervisors
 	Lost, Dropped, Dup           int           // lost reports accepted
 	Healed                       time.Duration // when the faults stopped
@@ -226,6 +227,7 @@ func (s *Sim) run() error {
 	}
 	s.brk = brk
 	s.p = drawParams(s.rng, s.opts.Break)
+	s.p.crashLoop = loopDraw(s.opts.Seed)
 	s.hist = newHistory()
 	s.check = newChecker(s)
 	s.net = newNetwork(s)

@@ -162,6 +162,7 @@ func (t *totals) add(s Stats, l Linearizability) {
 	t.s.LongPauses += s.LongPauses
 	t.s.Deaths += s.Deaths
 	t.s.Crashes += s.Crashes
+	t.s.CrashLoops += s.CrashLoops
 	t.s.Sleeps += s.Sleeps
 	t.s.Partitions += s.Partitions
 	t.s.Fenced += s.Fenced
@@ -183,11 +184,11 @@ func (t *totals) String() string {
 	defer t.mu.Unlock()
 	s := t.s
 	return fmt.Sprintf("%d runs, %v simulated: %d events, %d appended; %d jobs, %d leases, %d expired, %d stale reports; "+
-		"%d pauses (%d past a renew), %d host suspends (%d of the daemon's host, with the local worker), %d aimed at a fence, %d deaths, %d partitions, %d daemon sleeps, %d crashes, %d wall-clock steps; "+
+		"%d pauses (%d past a renew), %d host suspends (%d of the daemon's host, with the local worker), %d aimed at a fence, %d deaths, %d partitions, %d daemon sleeps, %d crashes (%d crash loops), %d wall-clock steps; "+
 		"%d fences fell, %d jobs killed by their supervisor, %d losses reported; "+
 		"%d messages lost, %d duplicated; 0 overlaps (none excused); porcupine: %d operations in %v (slowest seed %v)",
 		t.runs, s.SimTime.Round(time.Second), s.Events, s.Appended, s.Jobs, s.Leases, s.Expired, s.Stale,
-		s.Pauses, s.LongPauses, s.Suspends, s.LocalSuspends, s.Aimed, s.Deaths, s.Partitions, s.Sleeps, s.Crashes, s.WallSteps,
+		s.Pauses, s.LongPauses, s.Suspends, s.LocalSuspends, s.Aimed, s.Deaths, s.Partitions, s.Sleeps, s.Crashes, s.CrashLoops, s.WallSteps,
 		s.Fenced, s.Supervised, s.Lost, s.Dropped, s.Dup,
 		t.ops, t.lin.Round(time.Millisecond), t.linMx.Round(time.Millisecond))
 }
