@@ -277,8 +277,15 @@ func (it *Iter) Close() error {
 	return nil
 }
 
-// Get returns the event with sequence number seq, copied.
+// Get returns the event with sequence number seq, copied. An event is
+// visible once the batch that wrote it is staged (as an archive record is:
+// see Archived); on a closed log Get returns ErrClosed.
 func (l *Log) Get(seq uint64) (event.Event, error) {
+	done, err := l.reading()
+	if err != nil {
+		return event.Event{}, err
+	}
+	defer done()
 	v, closer, err := l.db.Get(eventKey(nil, seq))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return event.Event{}, fmt.Errorf("eventlog: seq %d: %w", seq, ErrNotFound)

@@ -257,6 +257,9 @@ func TestReopenContinuesTheSequence(t *testing.T) {
 	if err := l.Append([]event.Event{{Type: event.TypeDaemonStarted}}); !errors.Is(err, eventlog.ErrClosed) {
 		t.Fatalf("append after close: %v", err)
 	}
+	if _, err := l.Get(1); !errors.Is(err, eventlog.ErrClosed) {
+		t.Fatalf("get after close: %v", err)
+	}
 	l = openMem(t, fs)
 	defer l.Close()
 	e := []event.Event{{Type: event.TypeDaemonStarted}}

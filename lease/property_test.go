@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand"
 	randv2 "math/rand/v2"
 	"os"
@@ -47,6 +48,7 @@ type harness struct {
 
 	tokens    map[string][]uint64     // job -> tokens granted, in order
 	accepted  map[uint64]lease.Answer // lease -> the first accepted answer
+	firsts    map[uint64]lease.Report // lease -> the report accepted first
 	stale     map[string]lease.Answer // stale report content -> its first answer
 	reports   map[uint64]bool         // leases ever reported
 	allLeases []uint64
@@ -56,7 +58,7 @@ type harness struct {
 func newHarness(t *rapid.T) *harness {
 	h := &harness{
 		t: t, fs: vfs.NewCrashableMem(), clock: clocktest.New(clocktest.Epoch), wall: clocktest.New(clocktest.Epoch),
-		tokens: map[string][]uint64{}, accepted: map[uint64]lease.Answer{}, stale: map[string]lease.Answer{},
+		tokens: map[string][]uint64{}, accepted: map[uint64]lease.Answer{}, firsts: map[uint64]lease.Report{}, stale: map[string]lease.Answer{},
 		reports: map[uint64]bool{}, holder: map[uint64]string{},
 	}
 	h.open()
@@ -107,7 +109,28 @@ var (
 	workerIDs = rapid.SampledFrom([]string{"w0", "w1", "w2"})
 	kinds     = rapid.SampledFrom([]event.Kind{event.KindRun, event.KindEvaluation})
 	outcomes  = rapid.SampledFrom([]event.Outcome{event.OutcomeSucceeded, event.OutcomeFailed, event.OutcomeCancelled, event.OutcomeKilled, event.OutcomeLost})
+	refs      = rapid.SampledFrom([]string{"", "refs/a", "refs/b"})
+	reasons   = rapid.SampledFrom([]string{"", "done", "report refused (400 bad_request: x); sent again without result and ref"})
+	results   = rapid.SampledFrom([]string{"", `{"a":1}`, `{"a":2}`})
 )
+
+// someReport draws a report: what it says, each part from a few values, so
+// that reports on one lease often say the same and often do not.
+func someReport(t *rapid.T) lease.Report {
+	r := lease.Report{Outcome: outcomes.Draw(t, "outcome"), Ref: refs.Draw(t, "ref"), Reason: reasons.Draw(t, "reason")}
+	if res := results.Draw(t, "result"); res != "" {
+		r.Result = []byte(res)
+	}
+	return r
+}
+
+// retryOf reports whether r, on a lease whose first accepted report was
+// first, is a retry of it: the same outcome, and a ref and a result each
+// left out or the first's; the reason is not compared.
+func retryOf(first, r lease.Report) bool {
+	return r.Outcome == first.Outcome && (r.Ref == "" || r.Ref == first.Ref) &&
+		(len(r.Result) == 0 || string(r.Result) == string(first.Result))
+}
 
 func (h *harness) someLease(t *rapid.T) uint64 {
 	if len(h.allLeases) == 0 || rapid.IntRange(0, 9).Draw(t, "unknown") == 0 {
@@ -186,7 +209,8 @@ func (h *harness) baseActions() map[string]func(*rapid.T) {
 				}
 			}
 		},
-		"report": func(t *rapid.T) { h.report(t) },
+		"report":       func(t *rapid.T) { h.report(t) },
+		"report-again": func(t *rapid.T) { h.reportAgain(t) },
 		"cancel": func(t *rapid.T) {
 			id := jobIDs.Draw(t, "job")
 			var err error
@@ -304,26 +328,64 @@ func (h *harness) baseActions() map[string]func(*rapid.T) {
 	}
 }
 
-// report sends a report and checks the answers: the first accepted answer of
-// a lease is its answer forever; a stale report changes nothing in the table,
-// is recorded, and the same stale report gets the same answer.
+// report sends a report and checks the answers (see judge).
 func (h *harness) report(t *rapid.T) {
 	w, id := h.call(t)
-	r := lease.Report{Outcome: outcomes.Draw(t, "outcome"), Ref: rapid.SampledFrom([]string{"", "refs/a", "refs/b"}).Draw(t, "ref")}
+	h.reportWith(t, w, id, someReport(t))
+}
+
+// reportAgain sends a report on a lease already reported, by its holder:
+// the first report, or one that differs from it in some of its parts.
+func (h *harness) reportAgain(t *rapid.T) {
+	if len(h.firsts) == 0 {
+		return
+	}
+	id := rapid.SampledFrom(slices.Sorted(maps.Keys(h.firsts))).Draw(t, "reported")
+	r, other := h.firsts[id], someReport(t)
+	if rapid.Bool().Draw(t, "other outcome") {
+		r.Outcome = other.Outcome
+	}
+	if rapid.Bool().Draw(t, "other ref") {
+		r.Ref = other.Ref
+	}
+	if rapid.Bool().Draw(t, "other result") {
+		r.Result = other.Result
+	}
+	r.Reason = other.Reason
+	h.reportWith(t, h.holder[id], id, r)
+}
+
+func (h *harness) reportWith(t *rapid.T, w string, id uint64, r lease.Report) {
 	_, jobsBefore, leasesBefore, workersBefore := h.table()
 	a, err := h.svc.Report(ctx, w, id, r)
+	h.judge(t, w, id, r, a, err, jobsBefore, leasesBefore, workersBefore)
+}
+
+// judge checks the answer a, err to worker w's report r on lease id: on a
+// lease already reported, a retry of its first report gets the first
+// answer, which never changes, and any other report is stale; a stale
+// report changes nothing in the table (as it was before: jobs, leases,
+// workers), is recorded with what it said, and the same stale report gets
+// the same answer.
+func (h *harness) judge(t *rapid.T, w string, id uint64, r lease.Report, a lease.Answer, err error,
+	jobsBefore []projection.Job, leasesBefore []projection.Lease, workersBefore []projection.Worker) {
+	first, reported := h.firsts[id]
 	switch {
 	case errors.Is(err, lease.ErrNotFound), errors.Is(err, lease.ErrWrongWorker):
 	case errors.Is(err, lease.ErrStaleLease):
+		if reported && retryOf(first, r) {
+			t.Fatalf("lease %d: a retry %+v of the first report %+v answered stale: %v", id, r, first, err)
+		}
 		_, jobs, leases, workers := h.table()
 		if !reflect.DeepEqual(jobs, jobsBefore) || !slices.Equal(leases, leasesBefore) || !slices.Equal(workers, workersBefore) {
 			t.Fatalf("stale report on lease %d changed the table", id)
 		}
 		rec, err := h.log.Get(a.Seq)
-		if err != nil || rec.Type != event.TypeStaleReport || rec.Lease != id || rec.Ref != r.Ref || rec.Outcome != r.Outcome || rec.Worker != w {
+		if err != nil || rec.Type != event.TypeStaleReport || rec.Lease != id || rec.Ref != r.Ref || rec.Outcome != r.Outcome ||
+			rec.Worker != w || rec.Reason != r.Reason || string(rec.Result) != string(r.Result) {
 			t.Fatalf("stale report answered seq %d, which holds %+v (%v)", a.Seq, rec, err)
 		}
-		key := fmt.Sprint(id, w, r.Outcome, r.Ref)
+		key := fmt.Sprint(id, w, r.Outcome, r.Ref, r.Reason, string(r.Result))
 		if first, ok := h.stale[key]; ok && first != a {
 			t.Fatalf("the same stale report answered %+v, then %+v", first, a)
 		}
@@ -331,8 +393,14 @@ func (h *harness) report(t *rapid.T) {
 	case err != nil:
 		t.Fatal(err)
 	default:
+		if reported && !retryOf(first, r) {
+			t.Fatalf("lease %d: a report %+v that differs from the first %+v answered %+v, not stale", id, r, first, a)
+		}
 		if first, ok := h.accepted[id]; ok && first != a {
 			t.Fatalf("lease %d: first answer %+v, now %+v", id, first, a)
+		}
+		if !reported {
+			h.firsts[id] = r
 		}
 		h.accepted[id] = a
 		h.reports[id] = true

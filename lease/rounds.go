@@ -22,12 +22,13 @@ import (
 // acquire is made only by the call that accepts the report — that ends the
 // live lease — and then its grants are returned, none (an empty, non-nil
 // slice) when no job is queued or the daemon is stopping; it never waits for
-// a job. A refused report (stale, another worker's, unknown) acquires
-// nothing, and so does a report repeated after it was accepted: grants is
-// nil. A worker that sends the same report again because it got no answer
-// (its first answer was lost) and gets nil so learns that the first may
-// have granted leases it never heard of: its lease list
-// (WorkerLeases) has them.
+// a job. A refused report (stale — a late claim that differs from an
+// accepted report included —, another worker's, unknown) acquires nothing,
+// and so does a retry of a report after it was accepted: it gets the first
+// answer, and grants is nil. A worker that sends the same report again
+// because it got no answer (its first answer was lost) and gets nil so
+// learns that the first may have granted leases it never heard of: its
+// lease list (WorkerLeases) has them.
 func (s *Service) ReportNext(ctx context.Context, worker string, id uint64, r Report, next AcquireOptions) (Answer, []Grant, error) {
 	if err := CheckID("worker", worker); err != nil {
 		return Answer{}, nil, err

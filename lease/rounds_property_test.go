@@ -28,27 +28,20 @@ func (h *harness) roundActions(a map[string]func(*rapid.T)) {
 	}
 	a["report-next"] = func(t *rapid.T) {
 		w, id := h.call(t)
-		r := lease.Report{Outcome: outcomes.Draw(t, "outcome")}
+		r := someReport(t)
 		_, before := h.accepted[id]
+		_, jobs, leases, workers := h.table()
 		ans, gs, err := h.svc.ReportNext(ctx, w, id, r, lease.AcquireOptions{Max: rapid.IntRange(1, 2).Draw(t, "max"), Start: rapid.Bool().Draw(t, "start")})
 		switch {
 		case err != nil && gs != nil:
 			t.Fatalf("a refused report (%v) acquired %v", err, gs)
-		case errors.Is(err, lease.ErrNotFound), errors.Is(err, lease.ErrWrongWorker), errors.Is(err, lease.ErrStaleLease):
-		case err != nil:
-			t.Fatal(err)
-		case before && gs != nil:
+		case err == nil && before && gs != nil:
 			t.Fatalf("a repeated report on lease %d acquired %v", id, gs)
-		case !before && gs == nil:
+		case err == nil && !before && gs == nil:
 			t.Fatalf("the report that ended lease %d made no acquire", id)
-		default:
-			if first, ok := h.accepted[id]; ok && first != ans {
-				t.Fatalf("lease %d: first answer %+v, now %+v", id, first, ans)
-			}
-			h.accepted[id] = ans
-			h.reports[id] = true
-			h.granted(t, w, gs)
 		}
+		h.granted(t, w, gs)
+		h.judge(t, w, id, r, ans, err, jobs, leases, workers)
 	}
 	a["submit-batch"] = func(t *rapid.T) {
 		items := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) lease.SubmitItem {

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/projection"
 )
@@ -288,10 +290,22 @@ const (
 // as lease.reported, an attempt; or, with OutcomeLost, as lease.lost, which
 // ends the lease exactly as an expiry does — a run fails ("worker lost"), an
 // evaluation is queued again (or cancelled, if revoked) — and is never an
-// attempt. On a lease already reported (or lost) it returns the first answer
-// and records nothing. On an expired lease it is refused with ErrStaleLease,
-// recorded once as lease.stale_report, and the returned Answer (Stale set)
-// names that record; the same stale report again gets the same.
+// attempt.
+//
+// On a lease already reported (or lost), a retry of that first report gets
+// its answer and records nothing. A retry is the holder's report (as every
+// report must be) with the first report's outcome, and a ref and a result
+// each absent or the first's, compared as normalised (see the limits above):
+// the report sent again after a lost answer, and the one a worker shortens
+// after a refusal (worker.Refused: no result, no ref, its reason rewritten —
+// the reason, free text, is never compared). Any other report — another
+// outcome, ref or result — is a late claim on a lease no longer held, and is
+// treated as a report on an expired lease.
+//
+// On an expired lease (or such a late claim) the report is refused with
+// ErrStaleLease, recorded once as lease.stale_report, and the returned
+// Answer (Stale set) names that record; the same stale report again gets
+// the same.
 func (s *Service) Report(ctx context.Context, worker string, id uint64, r Report) (Answer, error) {
 	if err := CheckID("worker", worker); err != nil {
 		return Answer{}, err
@@ -323,6 +337,10 @@ type reportDecision struct {
 	// accepted: the lease was live, and this report ends it (the first
 	// report of the lease, not a repeat).
 	accepted bool
+	// For a late claim on a lease already reported: the seq of its first
+	// report, and what this one says otherwise.
+	first   uint64
+	differs string
 }
 
 // reportLocked decides worker's report r on lease id (see Report).
@@ -343,22 +361,74 @@ func (s *Service) reportLocked(worker string, id uint64, r Report) (reportDecisi
 			d.evs = append(d.evs, event.Event{Type: event.TypeReported, Job: l.Job, Lease: id, Worker: worker,
 				Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result})
 		}
-	case l.ReportSeq != 0: // reported (or lost) already: the first answer, byte for byte
-	default:
-		d.a.Stale, d.answer = true, event.TypeStaleReport
-		e := event.Event{Type: event.TypeStaleReport, Job: l.Job, Lease: id, Worker: worker,
-			Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result}
-		seq, ok, err := s.staleLocked(projection.StaleKeyOf(&e))
+		return d, nil
+	case l.ReportSeq != 0: // reported (or lost) already
+		first, err := s.firstReportLocked(l)
 		if err != nil {
 			return reportDecision{}, err
 		}
-		if ok {
-			d.a.Seq = seq
-		} else {
-			d.evs = append(d.evs, e)
+		if d.differs = differs(first, r); d.differs == "" {
+			return d, nil // a retry: the first answer, byte for byte
 		}
+		d.first = l.ReportSeq
+	}
+	return s.staleReportLocked(d, worker, l, r)
+}
+
+// staleReportLocked decides r as a stale report on l: the answer of its
+// lease.stale_report, recorded now unless the same one was before.
+func (s *Service) staleReportLocked(d reportDecision, worker string, l projection.Lease, r Report) (reportDecision, error) {
+	d.a.Stale, d.a.Seq, d.answer = true, 0, event.TypeStaleReport
+	e := event.Event{Type: event.TypeStaleReport, Job: l.Job, Lease: l.ID, Worker: worker,
+		Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result}
+	seq, ok, err := s.staleLocked(projection.StaleKeyOf(&e))
+	if err != nil {
+		return reportDecision{}, err
+	}
+	if ok {
+		d.a.Seq = seq
+	} else {
+		d.evs = append(d.evs, e)
 	}
 	return d, nil
+}
+
+// firstReportLocked reads the first report of lease l, which was reported
+// (or lost): the event at l.ReportSeq. The log keeps every event, and the
+// lease, in the table or the archive, keeps that seq; so the first report is
+// there to compare with for as long as the log lives, across restarts and
+// snapshots, and no record needs to keep its content twice.
+func (s *Service) firstReportLocked(l projection.Lease) (event.Event, error) {
+	e, err := s.log.Get(l.ReportSeq)
+	if err != nil {
+		return event.Event{}, s.readFailedLocked(fmt.Errorf("lease: first report of lease %d: %w", l.ID, err))
+	}
+	if (e.Type != event.TypeReported && e.Type != event.TypeLost) || e.Lease != l.ID {
+		return event.Event{}, fmt.Errorf("lease: lease %d names seq %d as its first report, which holds %s of lease %d: %w",
+			l.ID, l.ReportSeq, e.Type, e.Lease, eventlog.ErrCorrupt)
+	}
+	return e, nil
+}
+
+// differs says what report r, normalised, says otherwise than first, the
+// lease.reported or lease.lost of the lease's first report: "outcome", "ref"
+// or "result"; "" when r is a retry of first. A ref or a result left out is
+// no difference (a worker sends its report again without them after a
+// refusal); the reason, free text, is not compared.
+func differs(first event.Event, r Report) string {
+	outcome := first.Outcome
+	if first.Type == event.TypeLost {
+		outcome = event.OutcomeLost
+	}
+	switch {
+	case r.Outcome != outcome:
+		return "outcome"
+	case r.Ref != "" && r.Ref != first.Ref:
+		return "ref"
+	case len(r.Result) > 0 && !bytes.Equal(r.Result, first.Result):
+		return "result"
+	}
+	return ""
 }
 
 // staged takes the seq of the answer from the events as staged.
@@ -374,6 +444,10 @@ func (d *reportDecision) staged(evs []event.Event) {
 func (d reportDecision) result(err error) (Answer, error) {
 	if err != nil {
 		return Answer{}, err
+	}
+	if d.a.Stale && d.first != 0 {
+		return d.a, fmt.Errorf("%w: lease %d of job %q was reported at seq %d, and this report's %s differs: a late claim; report kept as seq %d",
+			ErrStaleLease, d.a.Lease, d.a.Job, d.first, d.differs, d.a.Seq)
 	}
 	if d.a.Stale {
 		return d.a, fmt.Errorf("%w: lease %d of job %q is %s; report kept as seq %d", ErrStaleLease, d.a.Lease, d.a.Job, d.state, d.a.Seq)

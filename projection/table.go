@@ -362,8 +362,11 @@ func (t *Table) applyOnLease(e *event.Event) error {
 	return nil
 }
 
-// applyStale records a stale report: a report on a lease that expired. A
-// lease the table has retired into a store it cannot read (RetireRecord,
+// applyStale records a stale report: a report on a lease that expired, or a
+// late claim on one already reported (or lost) that differs from its first
+// report. That it differs is the service's to decide, against the first
+// report's event in the log; the fold, which reads nothing, holds the rest.
+// A lease the table has retired into a store it cannot read (RetireRecord,
 // RetireDrop) cannot be checked here; the service checked it against the
 // archive before it appended the report, and Verify, which folds in
 // RetireKeep, checks it again.
@@ -379,10 +382,8 @@ func (t *Table) applyStale(e *event.Event) error {
 		v = Lease{ID: e.Lease, State: fsm.Expired, Worker: e.Worker}
 	}
 	switch {
-	case v.State.Live() || v.State == fsm.Reported:
+	case v.State.Live():
 		return fmt.Errorf("lease %d is %s, not stale", v.ID, v.State)
-	case v.ReportSeq != 0:
-		return fmt.Errorf("lease %d was reported lost at seq %d, not stale", v.ID, v.ReportSeq)
 	case v.Worker != e.Worker:
 		return fmt.Errorf("lease %d belongs to worker %q, not %q", v.ID, v.Worker, e.Worker)
 	}

@@ -168,7 +168,7 @@ func TestApplyRefusesIllegalEvents(t *testing.T) {
 		{"lease of another worker", event.Event{Type: event.TypeHeartbeat, Job: "r2", Lease: 17, Worker: "w2"}, "belongs to worker"},
 		{"acquire of a job not queued", event.Event{Type: event.TypeAcquired, Job: "r2", Worker: "w1"}, "not allowed"},
 		{"acquire of a job that ended", event.Event{Type: event.TypeAcquired, Job: "r1", Worker: "w1"}, "unknown job"},
-		{"stale report on a reported lease", event.Event{Type: event.TypeStaleReport, Job: "r1", Lease: 5, Worker: "w1", Outcome: event.OutcomeSucceeded}, "not stale"},
+		{"stale report on a reported lease by another worker", event.Event{Type: event.TypeStaleReport, Job: "r1", Lease: 5, Worker: "w2", Outcome: event.OutcomeSucceeded}, "belongs to worker"},
 		{"stale report on a lease never granted", event.Event{Type: event.TypeStaleReport, Job: "r1", Lease: 4, Worker: "w1", Outcome: event.OutcomeSucceeded}, "unknown lease 4"},
 		{"acquire by an unreachable worker", event.Event{Type: event.TypeAcquired, Job: "e2", Worker: "w2"}, "unreachable"},
 		{"stale report on a live lease", event.Event{Type: event.TypeStaleReport, Job: "e1", Lease: 6, Worker: "w2", Outcome: event.OutcomeSucceeded, Ref: "refs/x"}, "recorded twice"},
@@ -200,7 +200,8 @@ func TestApplyRefusesIllegalEvents(t *testing.T) {
 // TestLostFoldsLikeExpiry: a lease its worker reports lost ends as an
 // expiry would end it — a run fails ("worker lost"), an evaluation is
 // expired and may be queued again — with no attempt counted, and the
-// lease.lost is the lease's answer, so a stale report on it is refused.
+// lease.lost is the lease's answer. A late claim on it (a report that
+// differs from the loss) is a stale report: recorded, changing nothing else.
 func TestLostFoldsLikeExpiry(t *testing.T) {
 	f := &folder{t: t, tab: projection.New()}
 	f.apply(
@@ -233,12 +234,40 @@ func TestLostFoldsLikeExpiry(t *testing.T) {
 	if q := tab.Queued(0); len(q) != 1 || q[0].ID != "e" {
 		t.Errorf("queue after the lost evaluation was queued again: %v", q)
 	}
-	before := tab.Snapshot()
-	stale := event.Event{Seq: tab.Seq() + 1, Type: event.TypeStaleReport, Job: "e", Lease: 4, Worker: "w", Outcome: event.OutcomeSucceeded}
-	if err := tab.Apply(&stale); err == nil || !strings.Contains(err.Error(), "reported lost") {
-		t.Errorf("stale report on a lost lease: %v", err)
+	before := tab.String()
+	f.apply(event.Event{Type: event.TypeStaleReport, Job: "e", Lease: 4, Worker: "w", Outcome: event.OutcomeSucceeded})
+	if want := withStale(before, tab.Seq()); tab.String() != want || tab.Count(event.TypeStaleReport) != 1 {
+		t.Errorf("a late claim on the lost lease folded as\n%s\nwant\n%s", tab, want)
 	}
-	if !bytes.Equal(before, tab.Snapshot()) {
+}
+
+// withStale is dump, a table's String, once the stale report of seq is
+// folded into it: the same table at seq, with that record.
+func withStale(dump string, seq uint64) string {
+	_, rest, _ := strings.Cut(dump, " ")
+	return fmt.Sprintf("seq=%d %s", seq, rest) + fmt.Sprintf("stale_report seq=%d\n", seq)
+}
+
+// TestStaleReportOnAReportedLease: a late claim on a lease already reported
+// (the service decides that it differs from the first report) is a stale
+// report: the fold records it, once per content, and changes nothing else;
+// it must come from the lease's worker, as every report.
+func TestStaleReportOnAReportedLease(t *testing.T) {
+	tab := sampleTable(t) // lease 5 of r1, reported by w1
+	f := &folder{t: t, tab: tab}
+	before := tab.String()
+	claim := event.Event{Type: event.TypeStaleReport, Job: "r1", Lease: 5, Worker: "w1", Outcome: event.OutcomeFailed, Ref: "refs/late"}
+	f.apply(claim)
+	if want := withStale(before, tab.Seq()); tab.String() != want {
+		t.Fatalf("a late claim on the reported lease folded as\n%s\nwant\n%s", tab, want)
+	}
+	snap := tab.Snapshot()
+	again := claim
+	again.Seq = tab.Seq() + 1
+	if err := tab.Apply(&again); err == nil || !strings.Contains(err.Error(), "recorded twice") {
+		t.Errorf("the same late claim folded again: %v", err)
+	}
+	if !bytes.Equal(snap, tab.Snapshot()) {
 		t.Error("the refused stale report changed the table")
 	}
 }

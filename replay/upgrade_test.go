@@ -108,6 +108,18 @@ func TestUpgradeFormat1Store(t *testing.T) {
 	if a.Seq != 16 || !a.Stale {
 		t.Fatalf("repeated stale report: %+v, %v; want the answer of seq 16", a, err)
 	}
+	// r1's report, written by the old build, is read from its log: a retry
+	// of it gets its answer, a report that says otherwise is a late claim.
+	l, err := svc.Lease(ctx, j.LastLease)
+	if err != nil || l.ReportSeq == 0 {
+		t.Fatalf("r1's lease from the archive: %+v, %v", l, err)
+	}
+	if a, err := svc.Report(ctx, l.Worker, l.ID, lease.Report{Outcome: j.Outcome, Reason: "sent again"}); err != nil || a.Stale || a.Seq != l.ReportSeq {
+		t.Fatalf("a retry of r1's report: %+v, %v; want the answer of seq %d", a, err, l.ReportSeq)
+	}
+	if a, err := svc.Report(ctx, l.Worker, l.ID, lease.Report{Outcome: j.Outcome, Ref: "refs/r1-late"}); !errors.Is(err, lease.ErrStaleLease) || !a.Stale || a.Seq <= 16 {
+		t.Fatalf("a late claim on r1's lease: %+v, %v; want it stale and kept", a, err)
+	}
 }
 
 // noMark is a log whose upgrade fails at its last write, the format mark.

@@ -33,7 +33,8 @@ var transports = []struct {
 
 // TestFencingOverBothTransports: the fencing rules hold over a worker
 // session exactly as over HTTP — a stale token refused and kept, a lease of
-// another worker refused, a report sent twice answered the same.
+// another worker refused, a report sent twice answered the same, a late claim
+// that differs from it refused and kept.
 func TestFencingOverBothTransports(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
@@ -109,6 +110,18 @@ func TestFencingOverBothTransports(t *testing.T) {
 			f.must(err)
 			if !a.Accepted || a != b {
 				t.Fatalf("a report sent twice: %+v then %+v, want one accepted answer twice", a, b)
+			}
+			// One that says otherwise is a late claim: stale, naming the
+			// record that keeps it, and the same again names the same.
+			var claim *api.Error
+			for i := range 2 {
+				_, err := w1.Report(ctx, l, api.Report{Worker: "w1", Outcome: "failed", Ref: "refs/claim"})
+				var e *api.Error
+				if !errors.As(err, &e) || e.Code != api.CodeStaleLease || e.StaleReportSeq <= a.Seq ||
+					(claim != nil && e.StaleReportSeq != claim.StaleReportSeq) {
+					t.Fatalf("late claim %d on the reported lease: %v, want stale_lease with its record's seq", i, err)
+				}
+				claim = e
 			}
 		})
 	}

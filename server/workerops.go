@@ -174,10 +174,12 @@ func (s *Server) startOp(ctx context.Context, c *call, leaseSeg string, body []b
 // records lease.lost and folds it like an expiry, never as an attempt.
 const outcomes = "succeeded, failed, cancelled, killed or lost"
 
-// reportOp: the live lease's first report is accepted; the same lease
-// reported again gets the first answer. A report on an expired lease is a
-// 409 stale_lease that names, in stale_report_seq, the lease.stale_report
-// event keeping it; the same stale report gets the same body.
+// reportOp: the live lease's first report is accepted; a retry of it gets
+// the first answer. A report on an expired lease, or a late claim on one
+// reported (a report that differs from its first: see lease.Service.Report),
+// is a 409 stale_lease that names, in stale_report_seq, the
+// lease.stale_report event keeping it; the same stale report gets the same
+// body.
 func (s *Server) reportOp(ctx context.Context, c *call, leaseSeg string, body []byte) (any, error) {
 	id, err := parseLease(c, leaseSeg)
 	if err != nil {

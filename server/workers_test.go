@@ -173,9 +173,11 @@ func TestStartAndUnknownLease(t *testing.T) {
 	wantError(t, f.do("POST", "/v1/leases/9999/report", "", api.Report{Worker: "w1", Outcome: "failed"}), http.StatusNotFound, api.CodeNotFound, "9999")
 }
 
-// TestReports: the same report twice gets the same body byte for byte; a
-// stale report is a 409 with stale_report_seq, the same again gets the same
-// body, and the log keeps one lease.stale_report.
+// TestReports: the same report twice gets the same body byte for byte, and
+// so does the worker's own report shortened after a refusal; a report on the
+// reported lease that says otherwise (a late claim), like a report on an
+// expired lease, is a 409 with stale_report_seq, the same again gets the same
+// body, and the log keeps one lease.stale_report for each, with its ref.
 func TestReports(t *testing.T) {
 	f := newFixture(t, server.Options{})
 	l := f.grantViaHTTP("w1", "j1")
@@ -192,13 +194,26 @@ func TestReports(t *testing.T) {
 	if second.status != http.StatusOK || !bytes.Equal(first.body, second.body) {
 		t.Fatalf("same report again: %s, first was %s", second, first)
 	}
-	// Whatever a later report on the reported lease says, it gets the first answer.
-	third := f.do("POST", path, "", api.Report{Worker: "w1", Outcome: "failed"})
-	if !bytes.Equal(first.body, third.body) {
-		t.Fatalf("another report on the reported lease: %s, first was %s", third, first)
+	shortened := api.Report{Worker: "w1", Outcome: "succeeded", Reason: "report refused (400 bad_request: x); sent again without result and ref"}
+	if third := f.do("POST", path, "", shortened); third.status != http.StatusOK || !bytes.Equal(first.body, third.body) {
+		t.Fatalf("the report shortened after a refusal: %s, first was %s", third, first)
 	}
 	if got := f.log.LastSeq(); got != last {
 		t.Fatalf("repeated reports grew the log from %d to %d", last, got)
+	}
+	// A report that says otherwise is a late claim: stale, and kept.
+	claim := api.Report{Worker: "w1", Outcome: "failed", Ref: "refs/leaselog/j1/claim"}
+	claimed := f.do("POST", path, "", claim)
+	eb := wantError(t, claimed, http.StatusConflict, api.CodeStaleLease, fmt.Sprintf("reported at seq %d", rr.Seq))
+	if eb.StaleReportSeq != last+1 || f.log.LastSeq() != last+1 {
+		t.Fatalf("stale_report_seq %d, log at %d; want the one event recorded, %d", eb.StaleReportSeq, f.log.LastSeq(), last+1)
+	}
+	if again := f.do("POST", path, "", claim); again.status != http.StatusConflict || !bytes.Equal(claimed.body, again.body) || f.log.LastSeq() != last+1 {
+		t.Fatalf("the same late claim again: %s, first was %s; log at %d", again, claimed, f.log.LastSeq())
+	}
+	claims := decode[api.Events](t, f.do("GET", "/v1/events?type=lease.stale_report&job=j1", "", nil), http.StatusOK)
+	if len(claims.Events) != 1 || claims.Events[0].Seq != eb.StaleReportSeq || claims.Events[0].Ref != claim.Ref || claims.Events[0].Outcome != "failed" {
+		t.Fatalf("late claims in the log: %+v", claims)
 	}
 	j := decode[api.Job](t, f.do("GET", "/v1/jobs/j1", "", nil), http.StatusOK)
 	if j.State != "reported" || j.Attempts != 1 || j.Outcome != "succeeded" || string(j.Result) != `{"score":1}` || j.Lease != nil {
@@ -211,7 +226,7 @@ func TestReports(t *testing.T) {
 	path2 := fmt.Sprintf("/v1/leases/%d/report", l2)
 	late := api.Report{Worker: "w1", Outcome: "succeeded", Ref: "refs/leaselog/j2/late"}
 	stale := f.do("POST", path2, "", late)
-	eb := wantError(t, stale, http.StatusConflict, api.CodeStaleLease, fmt.Sprint(l2))
+	eb = wantError(t, stale, http.StatusConflict, api.CodeStaleLease, fmt.Sprint(l2))
 	if eb.StaleReportSeq == 0 || eb.StaleReportSeq != f.log.LastSeq() {
 		t.Fatalf("stale_report_seq %d, log at %d", eb.StaleReportSeq, f.log.LastSeq())
 	}
@@ -219,7 +234,7 @@ func TestReports(t *testing.T) {
 	if again.status != http.StatusConflict || !bytes.Equal(stale.body, again.body) {
 		t.Fatalf("same stale report again: %s, first was %s", again, stale)
 	}
-	evs := decode[api.Events](t, f.do("GET", "/v1/events?type=lease.stale_report", "", nil), http.StatusOK)
+	evs := decode[api.Events](t, f.do("GET", "/v1/events?type=lease.stale_report&job=j2", "", nil), http.StatusOK)
 	if len(evs.Events) != 1 || evs.Events[0].Seq != eb.StaleReportSeq || evs.Events[0].Ref != late.Ref || evs.Events[0].Lease != l2 {
 		t.Fatalf("stale reports in the log: %+v", evs)
 	}

@@ -1,10 +1,8 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -36,7 +34,10 @@ import (
 //     (snapshot + tail) every rebuildEvery steps and after every crash;
 //  4. tokens of a job strictly grow; a stale call changes nothing and a stale
 //     report is always recorded (and the same one answered the same);
-//  5. a report on the current lease gets its first answer forever; attempts
+//  5. a report on the current lease gets its first answer forever, and so
+//     does every retry of it (its outcome, a ref and a result each left out
+//     or its own); a report on a lease reported that says otherwise is a
+//     late claim, stale (and so kept, as 4 says); attempts
 //     equal accepted reports that are not losses, at most one; a loss is
 //     folded as an expiry (a run fails, "worker lost"; an evaluation goes back
 //     to the queue, or is cancelled if it was revoked); a job its supervisor
@@ -368,72 +369,6 @@ func (k *checker) start(r reqStart, err error, before uint64) {
 		if evs := skipResumed(k.eventsSince(before)); len(evs) > 0 {
 			k.s.fail("start of lease %d by %s was refused (%v) and appended %s", r.lease, r.worker, err, evs[0].String())
 		}
-	}
-}
-
-// views is the table as the report check compares it.
-type views struct {
-	jobs    []projection.Job
-	leases  []projection.Lease
-	workers []projection.Worker
-}
-
-// views reads them through the service, which answers from the table and
-// the archive.
-func (k *checker) views() views {
-	var v views
-	d := k.s.daemon
-	_ = d.svc.View(bg, func(t *projection.Table) { v.workers = t.Workers() })
-	var err error
-	if v.jobs, err = d.svc.Jobs(bg, projection.JobFilter{}); err != nil {
-		k.s.fail("list jobs: %v", err)
-	}
-	for _, st := range []fsm.State{fsm.Acquired, fsm.Running, fsm.Reported, fsm.Expired} {
-		ls, err := d.svc.Leases(bg, projection.LeaseFilter{State: st})
-		if err != nil {
-			k.s.fail("list %s leases: %v", st, err)
-		}
-		v.leases = append(v.leases, ls...)
-	}
-	return v
-}
-
-// report: a stale report changes nothing in the table, is recorded with
-// what it said, and the same one is answered the same; an accepted report's
-// answer never changes.
-func (k *checker) report(r reqReport, before views, reply any, err error) {
-	var ae *api.Error
-	switch {
-	case err == nil:
-		a := reply.(api.ReportReply)
-		first, answered := k.answers[r.lease]
-		if answered && first != a.Seq {
-			k.s.fail("lease %d: first answer seq %d, now seq %d", r.lease, first, a.Seq)
-		}
-		k.answers[r.lease] = a.Seq
-		// The first answer is this report's own record: lease.lost for a
-		// loss, lease.reported for the rest.
-		e, gerr := k.s.daemon.log.Get(a.Seq)
-		lost := e.Type == event.TypeLost
-		if gerr != nil || (e.Type != event.TypeReported && !lost) || e.Lease != r.lease ||
-			(!answered && lost != (r.r.Outcome == event.OutcomeLost.String())) {
-			k.s.fail("report on lease %d (%s) answered seq %d, which holds %s (%v)", r.lease, r.r.Outcome, a.Seq, e.String(), gerr)
-		}
-	case errors.As(err, &ae) && ae.Code == api.CodeStaleLease:
-		after := k.views()
-		if !reflect.DeepEqual(after.jobs, before.jobs) || !slices.Equal(after.leases, before.leases) || !slices.Equal(after.workers, before.workers) {
-			k.s.fail("a stale report on lease %d changed the table", r.lease)
-		}
-		e, gerr := k.s.daemon.log.Get(ae.StaleReportSeq)
-		if gerr != nil || e.Type != event.TypeStaleReport || e.Lease != r.lease || e.Worker != r.r.Worker ||
-			e.Outcome.String() != r.r.Outcome || e.Ref != r.r.Ref || e.Reason != r.r.Reason {
-			k.s.fail("stale report on lease %d answered seq %d, which holds %s (%v)", r.lease, ae.StaleReportSeq, e.String(), gerr)
-		}
-		key := fmt.Sprint(r.lease, r.r.Worker, r.r.Outcome, r.r.Ref, r.r.Reason, string(r.r.Result))
-		if first, ok := k.stale[key]; ok && first != ae.StaleReportSeq {
-			k.s.fail("the same stale report on lease %d answered seq %d, then seq %d", r.lease, first, ae.StaleReportSeq)
-		}
-		k.stale[key] = ae.StaleReportSeq
 	}
 }
 

@@ -2,15 +2,18 @@ package sim
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/worker"
 )
 
 // client is an executor using the daemon: it submits jobs (again until
 // answered: submission is idempotent), submits some twice and one with
 // another spec, cancels and kills some, and reads jobs. Its calls cross the
-// same network as the workers'.
+// same network as the workers'. It also sends, in a worker's name, a second
+// report on a lease that worker saw reported (again).
 type client struct {
 	s       *Sim
 	idx     int
@@ -20,6 +23,13 @@ type client struct {
 	kinds   map[string]string
 	healed  bool
 	pending int // submissions sent again until answered, not answered yet
+	again   int // second reports sent
+}
+
+// sentReport is a report a worker sent on a lease.
+type sentReport struct {
+	lease uint64
+	r     api.Report
 }
 
 const clientTimeout = 2 * time.Second
@@ -100,7 +110,49 @@ func (c *client) act() {
 		c.send(reqRevoke{job: id})
 	case n < 17:
 		c.send(reqRevoke{job: id, kill: true})
+	default:
+		c.reportAgain(id)
 	}
+}
+
+// refusedContent is the refusal a worker shortens its report after (see
+// worker.Refused).
+var refusedContent = &api.Error{Status: http.StatusBadRequest, Code: api.CodeBadRequest, Message: "result: invalid JSON"}
+
+// reportAgain sends a second report on the lease of job id that its worker
+// saw reported, in that worker's name, as a worker (or a second process of
+// it) might, with the next acquire it carried if it did: the same report
+// again or the one worker.Refused makes of it after a refusal for its
+// content — without result and ref (both retries: the first answer,
+// acquiring nothing), or, for a report with neither, as lost (a late claim
+// unless it was lost) —, or one that says another outcome or another ref (a
+// late claim: stale, kept, acquiring nothing). They come in turn, drawing
+// nothing; the client's draws that did nothing before send them.
+func (c *client) reportAgain(id string) {
+	first, ok := c.s.accepted[id]
+	if !ok {
+		return
+	}
+	r := first.r
+	turn := c.again % 4
+	c.again++
+	switch turn {
+	case 1:
+		o, do := worker.Refused(worker.Outcome{Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result}, refusedContent)
+		if do != worker.Resend {
+			return // a lost report with nothing to leave out: nothing to send
+		}
+		r = api.Report{Worker: r.Worker, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result, Next: r.Next}
+	case 2:
+		r.Outcome = "failed"
+		if first.r.Outcome == "failed" {
+			r.Outcome = "succeeded"
+		}
+	case 3:
+		r.Ref += "-claimed"
+	}
+	c.s.stats.Again++
+	c.send(reqReport{first.lease, r})
 }
 
 func (c *client) send(req request) {

@@ -379,7 +379,11 @@ func (d *daemon) crash(downtime time.Duration, pct int) {
 	d.crashes++
 	d.s.tracef("FAULT daemon crashes (unsynced kept: %d%%), down for %v", pct, downtime)
 	snap := d.s.check.snapshot()
-	clone := d.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(d.s.rng.Uint64(), d.s.rng.Uint64()))})
+	clone, err := crashImage(d.fs, pct, rand.New(rand.NewPCG(d.s.rng.Uint64(), d.s.rng.Uint64())))
+	if err != nil {
+		d.s.fail("crash: %v", err)
+		return
+	}
 	_ = d.log.Close()
 	if d.asleep {
 		d.s.check.absent(d.sleptAt, d.s.now, d.s.now-d.sleptAt > grace)

@@ -7,9 +7,10 @@ import (
 
 // TestDeterministic: one seed, one run. Two runs of a seed trace the same
 // steps, faults and events, byte for byte — what makes a failing seed worth
-// printing.
+// printing. Seed 14 crash-loops, and five of its crashes keep half of what
+// was not synced (crashImage).
 func TestDeterministic(t *testing.T) {
-	for _, seed := range []uint64{3, 17, 95} {
+	for _, seed := range []uint64{3, 14, 17, 95} {
 		a := Run(Options{Seed: seed, Trace: true})
 		b := Run(Options{Seed: seed, Trace: true})
 		if a.Err != nil || b.Err != nil {

@@ -21,7 +21,10 @@
 // by a loop shaped like Worker's goroutines, each on its host's drifting
 // boottime clock. Their jobs are simulated runs, each under a simulated
 // supervisor that kills it at its fence deadline whatever the worker does;
-// their execution intervals are tracked on the global clock.
+// their execution intervals are tracked on the global clock. The clients
+// submit, cancel, kill and read, and send in a worker's name a second
+// report on a lease it saw reported: the same, shortened as after a
+// refusal, or saying otherwise (a late claim).
 //
 // Faults are drawn per seed: worker pauses and deaths (with restarts that
 // re-attach; the jobs outlive the worker's process, and their run
@@ -87,6 +90,7 @@ type Stats struct {
 	CrashLoops                   int           // the daemon crash-looped (a loop's crashes count in Crashes)
 	Fenced, Supervised           int           // fences fallen in workers; jobs killed by supervisors
 	Lost, Dropped, Dup           int           // lost reports accepted
+	Again, Claims                int           // reports on a lease already reported: sent again (second reports), refused as late claims
 	Healed                       time.Duration // when the faults stopped
 	Quiet                        time.Duration // when every job had ended
 }
@@ -115,6 +119,9 @@ type Sim struct {
 	healed bool
 	err    error
 	stats  Stats
+	// accepted is, per job, the report of its lease that its worker saw
+	// accepted: what a client sends again (client.again).
+	accepted map[string]sentReport
 }
 
 // action is one thing that happens at a time. An action for a worker runs only
@@ -188,7 +195,7 @@ func Run(opts Options) *Result {
 	if opts.Steps <= 0 {
 		opts.Steps = DefaultSteps
 	}
-	s := &Sim{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))}
+	s := &Sim{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)), accepted: map[string]sentReport{}}
 	if opts.Trace {
 		s.trace = &strings.Builder{}
 	}

@@ -322,6 +322,9 @@ func (w *simWorker) report(h *worker.Held, o worker.Outcome) {
 			sent = w.local()
 			w.call(reqReport{g.Lease, r}, w.core.CallTimeout(), done)
 		}, func(reply any, err error) {
+			if err == nil {
+				w.s.accepted[g.Job.ID] = sentReport{lease: g.Lease, r: r}
+			}
 			if err == nil && r.Next != nil {
 				w.reportedNext(h, reply.(api.ReportReply), sent)
 				return

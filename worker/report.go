@@ -100,6 +100,11 @@ const maxReason = 512
 //  2. then, if that too is refused, as lost (the daemon folds it like an
 //     expiry: never an attempt, an evaluation runs again);
 //  3. and a lost report that is refused even so is left to expire (Expire).
+//
+// A daemon that took the report already (its answer was lost) answers step
+// 1 with the first answer: the same outcome, and no result or ref to differ,
+// is a retry of it. Step 2 on a lease it took is a late claim, another
+// outcome: stale (kept for auditors), which ends the report (Final).
 func Refused(o Outcome, err error) (next Outcome, do Refusal) {
 	var e *api.Error
 	if !errors.As(err, &e) {

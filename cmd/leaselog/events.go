@@ -73,7 +73,7 @@ func (m *Main) auditCommand() *cobra.Command {
 	var f eventFlags
 	stale := &cobra.Command{
 		Use:   "stale-reports [--job J] [--worker W] [--since D] [--limit N | --all]",
-		Short: "Reports refused because their lease had expired, with the ref of their commits",
+		Short: "Reports refused as stale — their lease had expired, or was reported otherwise — with the ref of their commits",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.page.check(cmd); err != nil {

@@ -30,7 +30,9 @@ import (
 // jobs share nothing the model tracks). It knows no clock: expiry is an
 // operation of its own (the sweeper's decision), and a lost report ends a
 // lease exactly as an expiry does (lostState), answered like a report and
-// never an attempt. It does not know sequence
+// never an attempt. A report on a lease already reported is a retry of the
+// first (its answer) or a late claim (stale), by what it says (retryOf). It
+// does not know sequence
 // numbers either: a report's answer, a stale report's record and a token
 // granted by an acquire whose answer nobody saw are bound when first
 // observed, and must be the same ever after; tokens must grow.
@@ -63,6 +65,7 @@ type Input struct {
 	Lease                uint64
 	JobKind, Spec        string
 	Outcome, Ref, Reason string
+	Result               string // OpReport: the result as compact JSON; "" for none
 }
 
 // Output is an operation's answer; Unknown when nobody saw it (the call may
@@ -86,7 +89,19 @@ type mlease struct {
 	reported bool
 	mode     event.RevokeMode
 	answer   uint64 // the accepted report's seq, 0 until observed
+	first    said   // what the accepted report said
 	stale    []staleAnswer
+}
+
+// said is what a report says that tells a retry from a late claim.
+type said struct{ outcome, ref, result string }
+
+// retryOf reports whether report in, on a lease reported first with first,
+// is a retry of it: the same outcome, and a ref and a result each left out
+// or the first's. The reason, free text, is not compared.
+func retryOf(first said, in Input) bool {
+	return in.Outcome == first.outcome && (in.Ref == "" || in.Ref == first.ref) &&
+		(in.Result == "" || in.Result == first.result)
 }
 
 type staleAnswer struct {
@@ -238,6 +253,7 @@ func stepJob(j mjob, in Input, out Output) (bool, mjob) {
 			j = j.clone()
 			l := &j.leases[i]
 			l.live, l.reported, l.answer = false, true, out.Seq
+			l.first = said{in.Outcome, in.Ref, in.Result}
 			if in.Outcome == event.OutcomeLost.String() {
 				// A loss ends the lease as an expiry does, and answers like
 				// a report: never an attempt.
@@ -247,7 +263,7 @@ func stepJob(j mjob, in Input, out Output) (bool, mjob) {
 			j.state = fsm.Reported
 			j.attempts++
 			return true, j
-		case j.leases[i].reported:
+		case j.leases[i].reported && retryOf(j.leases[i].first, in):
 			if unknown {
 				return true, j
 			}
@@ -259,14 +275,14 @@ func stepJob(j mjob, in Input, out Output) (bool, mjob) {
 				j.leases[i].answer = out.Seq
 			}
 			return j.leases[i].answer == out.Seq, j
-		default: // ended without a report: stale
+		default: // ended without a report, or a late claim on one reported: stale
 			if unknown {
 				return true, j
 			}
 			if out.Code != api.CodeStaleLease {
 				return false, j
 			}
-			key := in.Outcome + "\x00" + in.Ref + "\x00" + in.Reason
+			key := in.Outcome + "\x00" + in.Ref + "\x00" + in.Reason + "\x00" + in.Result
 			for _, s := range j.leases[i].stale {
 				if s.key == key {
 					return s.seq == out.Seq, j
@@ -346,7 +362,7 @@ func equal(a, b any) bool {
 	for i := range x.leases {
 		l, m := x.leases[i], y.leases[i]
 		if l.token != m.token || l.worker != m.worker || l.live != m.live || l.reported != m.reported ||
-			l.mode != m.mode || l.answer != m.answer || !slices.Equal(l.stale, m.stale) {
+			l.mode != m.mode || l.answer != m.answer || l.first != m.first || !slices.Equal(l.stale, m.stale) {
 			return false
 		}
 	}

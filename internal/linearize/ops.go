@@ -1,6 +1,8 @@
 package linearize
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 
 	"github.com/leaselog/leaselog/api"
@@ -113,7 +115,7 @@ func CallOps(q Req, reply any, err error, known bool, jobOf func(lease uint64) (
 			}
 			r := q.Report
 			ops = append(ops, JobOp{Input{Op: OpReport, Job: job, Worker: r.Worker, Lease: q.Lease,
-				Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason}, o})
+				Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: compactResult(r.Result)}, o})
 		}
 		// The acquire it carried, made by the processing that accepted it;
 		// an answer without its next repeats an earlier one, which made it.
@@ -125,6 +127,22 @@ func CallOps(q Req, reply any, err error, known bool, jobOf func(lease uint64) (
 		return ops
 	}
 	return nil
+}
+
+// compactResult is a report's result as the daemon compares it: compact
+// JSON, "" for none (or null). (The daemon also drops a result past its
+// limit and cuts a ref or reason past theirs; the callers checked here send
+// none so long.) A result that is not JSON is kept as sent: the daemon
+// refuses it.
+func compactResult(r json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, r); err != nil {
+		return string(r)
+	}
+	if b.String() == "null" {
+		return ""
+	}
+	return b.String()
 }
 
 func codeOf(err error) string {

@@ -96,9 +96,13 @@ func start(worker string, lease uint64) move {
 }
 
 func report(worker string, lease, seq uint64, err error) move {
-	return move{func(d Daemon) {
-		_, _ = d.Report(ctx, lease, api.Report{Worker: worker, Outcome: "succeeded"})
-	}, answer{api.ReportReply{Accepted: err == nil, Lease: lease, Seq: seq}, err}}
+	return reportSaying(api.Report{Worker: worker, Outcome: "succeeded"}, lease, seq, err)
+}
+
+// reportSaying is a report that says r, answered seq or refused with err.
+func reportSaying(r api.Report, lease, seq uint64, err error) move {
+	return move{func(d Daemon) { _, _ = d.Report(ctx, lease, r) },
+		answer{api.ReportReply{Accepted: err == nil, Lease: lease, Seq: seq}, err}}
 }
 
 // reportNext is a report carrying the next acquire, answered with next (nil:
@@ -152,12 +156,38 @@ func TestCheck(t *testing.T) {
 		return stream(started, queued("j"), acquired("j", "w1"), ev(event.TypeRunning, "j", 3),
 			ev(event.TypeExpired, "j", 3), queued("j"), acquired("j", "w2"), last)
 	}
+	// j: queued (2), granted to w1 (3), running (4), reported (5) saying
+	// first; then last.
+	reported := func(last ...event.Event) []event.Event {
+		return stream(append([]event.Event{started, queued("j"), acquired("j", "w1"), ev(event.TypeRunning, "j", 3),
+			ev(event.TypeReported, "j", 3)}, last...)...)
+	}
+	first := api.Report{Worker: "w1", Outcome: "succeeded", Ref: "refs/a", Result: []byte(`{"a": 1}`)}
+	shortened := api.Report{Worker: "w1", Outcome: "succeeded", Reason: "report refused (400 bad_request: x); sent again without result and ref"}
+	claim := api.Report{Worker: "w1", Outcome: "failed", Ref: "refs/a"}
+	claimStale := &api.Error{Status: http.StatusConflict, Code: api.CodeStaleLease, StaleReportSeq: 6}
+	reportedThen := func(last ...move) []move {
+		return append([]move{submit("j", "evaluation", true, nil), acquire("w1", grant("j", 3)), start("w1", 3),
+			reportSaying(first, 3, 5, nil)}, last...)
+	}
 	for _, c := range []struct {
 		name  string
 		moves []move
 		evs   []event.Event
 		ok    bool
 	}{
+		{"a retry shortened after a refusal answered with the first", reportedThen(
+			reportSaying(shortened, 3, 5, nil), reportSaying(api.Report{Worker: "w1", Outcome: "succeeded", Result: []byte(`{"a":1}`)}, 3, 5, nil),
+		), reported(), true},
+		{"a retry answered stale", reportedThen(
+			reportSaying(shortened, 3, 0, claimStale),
+		), reported(ev(event.TypeStaleReport, "j", 3)), false},
+		{"a late claim on a reported lease refused stale, twice", reportedThen(
+			reportSaying(claim, 3, 0, claimStale), reportSaying(claim, 3, 0, claimStale),
+		), reported(ev(event.TypeStaleReport, "j", 3)), true},
+		{"a late claim on a reported lease answered with the first", reportedThen(
+			reportSaying(claim, 3, 5, nil),
+		), reported(), false},
 		{"a job's life", []move{
 			submit("j", "evaluation", true, nil), acquire("w1", grant("j", 3)), start("w1", 3),
 			report("w1", 3, 5, nil), read("j", api.Job{State: "reported", Attempts: 1}, nil),

@@ -163,8 +163,10 @@ class Client:
 
     def stale_reports(self, job: Optional[str] = None, worker: Optional[str] = None, since: Any = None,
                       until: Any = None, *, limit: Optional[int] = None) -> Iterator[Event]:
-        """The reports that came on leases that had expired (``lease.stale_report``
-        events): what ``leaselog audit stale-reports`` lists."""
+        """The reports refused as stale (``lease.stale_report`` events): on
+        leases that had expired, and late claims on leases already reported
+        that differ from the first report. What ``leaselog audit
+        stale-reports`` lists."""
         return self.events(STALE_REPORT, job=job, worker=worker, since=since, until=until, limit=limit)
 
     def follow(self, type: Optional[str] = None, job: Optional[str] = None, worker: Optional[str] = None,
@@ -278,7 +280,10 @@ class WorkerClient:
     def report(self, lease: int, outcome: str, *, reason: Optional[str] = None, ref: Optional[str] = None,
                result: Any = None, next_max: int = 0, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Report what the lease's job came to: succeeded, failed, cancelled,
-        killed or lost. A report on an expired lease raises
+        killed or lost. A retry of an accepted report (its outcome, and a
+        ref and a result each left out or its own) gets the first answer. A
+        report on an expired lease, or one on a lease already reported that
+        says otherwise (another outcome, ref or result), raises
         :class:`errors.StaleLease`, whose ``stale_report_seq`` names the
         ``lease.stale_report`` event that keeps it.
 
