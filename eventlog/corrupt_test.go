@@ -84,20 +84,3 @@ func TestCorruptStorageIsNamed(t *testing.T) {
 		t.Fatalf("short snapshot: %v", err)
 	}
 }
-
-func TestOpenRefusesNewerStore(t *testing.T) {
-	fs := vfs.NewMem()
-	l, err := Open("data", Options{FS: fs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.db.Set(metaFormatKey, []byte{storeFormat + 1}, pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Open("data", Options{FS: fs}); !errors.Is(err, ErrNewerFormat) {
-		t.Fatalf("open of a newer store: %v", err)
-	}
-}

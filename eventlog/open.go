@@ -8,6 +8,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/leaselog/leaselog/event"
 )
 
 // Open opens (creating if needed) the log stored in dir.
@@ -26,6 +28,44 @@ func Open(dir string, opts Options) (*Log, error) {
 		// short-lived heartbeat records and fewer L0 files to compact.
 		opts.memTableSize = 64 << 20
 	}
+	if !opts.ReadOnly {
+		if err := checkReadable(dir, opts); err != nil {
+			return nil, err
+		}
+	}
+	return open(dir, opts)
+}
+
+// checkReadable refuses, before anything is written, a store this build
+// cannot read: one whose format, or whose last record's version, is newer
+// than this build's. Opened for writing, Pebble writes as it opens (a new
+// MANIFEST and OPTIONS, its write-ahead log replayed into a table, a new
+// log), and an older build must leave a newer build's store as it found it,
+// so the store is first opened read-only, which writes nothing to its files
+// (Pebble's LOCK is made if missing, empty; it holds no data), and checked
+// as every open checks it. A store that is not there yet is made by the
+// open that follows.
+//
+// A newer build's store is told by its format key, and by its last record:
+// a build that changes what it stores in a way an older one cannot read
+// raises the store format (keys.go), and a newer record version is where
+// the newest writes are, at the end of the log.
+func checkReadable(dir string, opts Options) error {
+	exists, err := Exists(dir, opts.FS)
+	if err != nil || !exists {
+		return err
+	}
+	ro := opts
+	ro.ReadOnly, ro.Replica, ro.OnCommit, ro.Background = true, nil, nil, nil
+	l, err := open(dir, ro)
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+// open opens the store once the options have their defaults.
+func open(dir string, opts Options) (*Log, error) {
 	release, err := claimStore(opts.FS, dir)
 	if err != nil {
 		return nil, err
@@ -66,6 +106,9 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	last, err := l.lastEventSeq()
+	if err == nil {
+		err = l.checkLastRecord(last)
+	}
 	if err != nil {
 		l.closeDB()
 		return nil, err
@@ -119,6 +162,25 @@ func (l *Log) checkFormat() error {
 		return fmt.Errorf("eventlog: store format %d (this build reads up to %d): %w", v[0], storeFormat, ErrNewerFormat)
 	}
 	l.format.Store(int32(v[0]))
+	return nil
+}
+
+// checkLastRecord refuses a store whose last event is a record of a newer
+// version than this build reads. A record it cannot read for another reason
+// is left to the reads that meet it, which name it.
+func (l *Log) checkLastRecord(last uint64) error {
+	if last == 0 {
+		return nil
+	}
+	v, closer, err := l.db.Get(eventKey(nil, last))
+	if err != nil {
+		return fmt.Errorf("eventlog: get seq %d: %w", last, err)
+	}
+	defer closer.Close()
+	var e event.Event
+	if err := event.DecodeAliased(last, v, &e); errors.Is(err, ErrNewerFormat) {
+		return fmt.Errorf("eventlog: store of format %d: %w", l.format.Load(), err)
+	}
 	return nil
 }
 

@@ -4,6 +4,11 @@ package testutil
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -72,4 +77,29 @@ func Parallel(b *testing.B, n int, op func(g, i int) error) []time.Duration {
 	wg.Wait()
 	b.StopTimer()
 	return lat
+}
+
+// DirSums returns the SHA-256 of every file under dir, by its path relative
+// to dir: equal sums before and after a call show that it wrote nothing
+// there (no file changed, none came or went).
+func DirSums(t testing.TB, dir string) map[string]string {
+	t.Helper()
+	sums := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		sum := sha256.Sum256(b)
+		sums[rel] = hex.EncodeToString(sum[:])
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sums
 }
