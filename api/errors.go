@@ -35,7 +35,11 @@ const (
 	// CodeOutputRefused (409): a job's output file is not one the daemon
 	// reads (the job made it a link, a named pipe…).
 	CodeOutputRefused = "output_refused"
-	CodeInternal      = "internal"
+	// CodeBackupElsewhere (409): the daemon's store is not backed up
+	// through the daemon (engine jetstream: the log is the NATS stream; the
+	// message names the tool that backs it up).
+	CodeBackupElsewhere = "backup_elsewhere"
+	CodeInternal        = "internal"
 )
 
 // Retryable reports whether a call that failed with err may succeed if sent

@@ -76,6 +76,7 @@ func TestAuthRoles(t *testing.T) {
 		{"POST", "/v1/jobs", auditorTok, api.Submit{ID: "j3", Kind: "run"}, http.StatusForbidden},
 		{"POST", "/v1/jobs/q2/cancel", auditorTok, nil, http.StatusForbidden},
 		{"POST", "/v1/jobs/q2/kill", auditorTok, nil, http.StatusForbidden},
+		{"POST", api.BackupPath, auditorTok, api.BackupRequest{To: "/b1"}, http.StatusForbidden},
 		{"POST", "/v1/workers/w1/acquire", auditorTok, `{}`, http.StatusForbidden},
 		{"POST", start, auditorTok, api.Start{Worker: "w1"}, http.StatusForbidden},
 
@@ -87,6 +88,9 @@ func TestAuthRoles(t *testing.T) {
 		{"GET", "/metrics", w1Tok, nil, http.StatusForbidden},
 		{"POST", "/v1/jobs", w1Tok, api.Submit{ID: "j4", Kind: "run"}, http.StatusForbidden},
 		{"POST", "/v1/jobs/q2/kill", w1Tok, nil, http.StatusForbidden},
+		{"POST", api.BackupPath, w1Tok, api.BackupRequest{To: "/b1"}, http.StatusForbidden},
+		{"POST", api.BackupPath, "", api.BackupRequest{To: "/b1"}, http.StatusUnauthorized},
+		{"POST", api.BackupPath, adminTok, api.BackupRequest{To: "/b1"}, http.StatusOK},
 		{"POST", "/v1/workers/w2/acquire", w1Tok, `{}`, http.StatusForbidden},
 		{"POST", "/v1/workers/w2/heartbeat", w1Tok, api.Heartbeat{Leases: []uint64{l}}, http.StatusForbidden},
 		{"GET", "/v1/workers/w2/leases", w1Tok, nil, http.StatusForbidden},

@@ -109,6 +109,7 @@ var errorStatus = []struct {
 	{[]error{lease.ErrStaleLease}, http.StatusConflict, api.CodeStaleLease},
 	{[]error{lease.ErrJobExists}, http.StatusConflict, api.CodeJobExists},
 	{[]error{lease.ErrStopping}, http.StatusServiceUnavailable, api.CodeStopping},
+	{[]error{ErrBackupElsewhere}, http.StatusConflict, api.CodeBackupElsewhere},
 	// The command that finds the log failed gets the log's own error; the
 	// service fails with it and refuses every later one.
 	{[]error{lease.ErrFailed, eventlog.ErrFailed, eventlog.ErrClosed}, http.StatusServiceUnavailable, api.CodeUnavailable},

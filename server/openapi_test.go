@@ -22,6 +22,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -274,6 +275,7 @@ func TestOpenAPI(t *testing.T) {
 		{"GET", "/v1/workers", nil, w2Tok},
 		{"GET", "/v1/events", nil, w2Tok},
 		{"GET", "/v1/events/stream", nil, w1Tok},
+		{"POST", api.BackupPath, api.BackupRequest{To: "/b0"}, auditorTok},
 	} {
 		c.call(rq(op.method, op.path, "", op.body), http.StatusUnauthorized)
 		c.call(rq(op.method, op.path, op.wrong, op.body), http.StatusForbidden)
@@ -464,6 +466,19 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("GET", "/v1/events/stream?token=nope", "", nil), http.StatusUnauthorized)
 	c.call(rq("GET", "/metrics", auditorTok, nil), http.StatusOK)
 
+	// Operations: a backup, and the ones refused (backup_test.go).
+	b := decode[api.Backup](t, c.call(rq("POST", api.BackupPath, adminTok, api.BackupRequest{To: "/b1"}), http.StatusOK), http.StatusOK)
+	if b.To != "/b1" || b.Seq != f.log.DurableSeq() || b.Files == 0 {
+		t.Errorf("backup: %+v, log at %d", b, f.log.DurableSeq())
+	}
+	c.call(rq("POST", api.BackupPath, adminTok, api.BackupRequest{To: "/b1"}), http.StatusBadRequest) // not empty now
+	c.call(rq("POST", api.BackupPath, adminTok, api.BackupRequest{To: "b2"}), http.StatusBadRequest)
+	elsewhere := newFixture(t, server.Options{Auth: testAuth(), Backup: func(string) (eventlog.CheckpointInfo, error) {
+		return eventlog.CheckpointInfo{}, fmt.Errorf("%w: back the stream up with NATS", server.ErrBackupElsewhere)
+	}})
+	ce := &contract{t: t, f: elsewhere, doc: doc, router: router, seen: c.seen}
+	ce.call(rq("POST", api.BackupPath, adminTok, api.BackupRequest{To: "/b2"}), http.StatusConflict)
+
 	// Bodies that never finish: 408, on every operation that reads one.
 	slow := newFixture(t, server.Options{Auth: testAuth(), BodyTimeout: 50 * time.Millisecond})
 	cs := &contract{t: t, f: slow, doc: doc, router: router, seen: c.seen}
@@ -479,6 +494,7 @@ func TestOpenAPI(t *testing.T) {
 		{"/v1/workers/w1/heartbeat", w1Tok, api.Heartbeat{Leases: []uint64{1}}},
 		{"/v1/leases/1/start", w1Tok, api.Start{Worker: "w1"}},
 		{"/v1/leases/1/report", w1Tok, report},
+		{api.BackupPath, adminTok, api.BackupRequest{To: "/s1"}},
 	} {
 		cs.slow(rq("POST", op.path, op.token, op.body))
 	}
@@ -519,6 +535,7 @@ func TestOpenAPI(t *testing.T) {
 		{"GET", "/v1/workers", auditorTok, nil},
 		{"GET", "/v1/events", auditorTok, nil},
 		{"GET", "/v1/events/stream", auditorTok, nil},
+		{"POST", api.BackupPath, adminTok, api.BackupRequest{To: "/b3"}},
 	} {
 		c.call(rq(op.method, op.path, op.token, op.body), http.StatusServiceUnavailable)
 	}

@@ -42,6 +42,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -107,6 +108,10 @@ type Options struct {
 		Enter()
 		Leave()
 	}
+	// Backup, if set, writes the backups of POST /v1/admin/backup; nil is
+	// the service's (lease.Service.Backup). A daemon whose store is backed
+	// up elsewhere refuses there with ErrBackupElsewhere.
+	Backup func(dir string) (eventlog.CheckpointInfo, error)
 }
 
 // Server is the HTTP API. It is an http.Handler, safe for concurrent use.
@@ -200,6 +205,8 @@ func New(svc *lease.Service, opts Options) *Server {
 	s.handle("GET /v1/events", read, false, s.listEvents)
 	s.handle("GET /v1/events/stream", read, true, s.stream).queryToken = true
 	s.handle("GET /v1/workers", read, false, s.listWorkers)
+
+	s.handle("POST "+api.BackupPath, admin, false, s.backup)
 
 	// The dashboard's files need no token: its pages send one on their calls.
 	s.handle("GET /ui/", open, false, serveDashboard).whenFailed = true
