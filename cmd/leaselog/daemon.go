@@ -97,7 +97,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		if errors.Is(err, eventlog.ErrLocked) {
 			return nil, fmt.Errorf("serve: %s is in use by another leaselog serve (one daemon per data directory): %w", cfg.Store.Dir, err)
 		}
-		return nil, fmt.Errorf("serve: %w", err)
+		return nil, fmt.Errorf("serve: %w", newerStore(cfg.Store.Dir, err))
 	}
 	log := st.log
 	d := &daemon{logger: logger, log: log, closer: st.close, errs: make(chan error, 4)}
@@ -143,7 +143,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		// Workers then fence on CLOCK_BOOTTIME, which can only fence sooner.
 		logger.Warn().Err(err).Msg("no boot id to announce")
 	}
-	sopts := server.Options{Auth: auth, Logger: logger, Metrics: metrics, BootID: bootID}
+	sopts := server.Options{Auth: auth, Logger: logger, Metrics: metrics, BootID: bootID, Backup: st.backup()}
 	if gov != nil {
 		sopts.Load = gov.Load
 	}

@@ -57,7 +57,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	root.AddCommand(
 		m.serveCommand(), m.workerCommand(),
 		m.submitCommand(), m.revokeCommand(false), m.revokeCommand(true), m.jobsCommand(), m.leasesCommand(),
-		m.eventsCommand(), m.auditCommand(), m.logsCommand(),
+		m.eventsCommand(), m.auditCommand(), m.logsCommand(), m.backupCommand(),
 		m.replayCommand(), m.demoCommand(), m.benchCommand(), m.versionCommand(),
 	)
 	err := explainUnreachable(root.ExecuteContext(ctx))

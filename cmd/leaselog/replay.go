@@ -84,7 +84,7 @@ them and exits with status 1.`,
 					os.Exit(eventlog.ExitFatal)
 				}})
 			if err != nil {
-				return fmt.Errorf("replay: %w", err)
+				return fmt.Errorf("replay: %w", newerStore(dir, err))
 			}
 			defer log.Close()
 			if verify {

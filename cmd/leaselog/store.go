@@ -14,7 +14,9 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/internal/buildinfo"
 	"github.com/leaselog/leaselog/jetstream"
+	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/timing"
 )
 
@@ -67,9 +69,10 @@ func (c StoreConfig) checkEngine() error {
 // store is the log the daemon opened, with what its engine adds: for
 // jetstream, the leadership among the daemons on one stream.
 type store struct {
-	log   *eventlog.Log
-	close func() error // closes the log (and the engine's connection)
-	js    *jetstream.Store
+	log    *eventlog.Log
+	close  func() error // closes the log (and the engine's connection)
+	js     *jetstream.Store
+	stream string // engine jetstream: the stream's name
 }
 
 // openStore opens the log of the configured engine, with opts. A jetstream
@@ -98,7 +101,36 @@ func openStore(ctx context.Context, c StoreConfig, t timing.Config, id string, o
 	if err != nil {
 		return nil, err
 	}
-	return &store{log: s.Log(), close: s.Close, js: s}, nil
+	return &store{log: s.Log(), close: s.Close, js: s, stream: stream}, nil
+}
+
+// newerStore explains err, an open of the store in dir, when the store is
+// of a newer leaselog: which build this is, and that the store was left as
+// it was (eventlog checks before anything is written).
+func newerStore(dir string, err error) error {
+	if !errors.Is(err, eventlog.ErrNewerFormat) {
+		return err
+	}
+	return fmt.Errorf("the store in %s was written by a newer leaselog than this one (leaselog %s, which reads store formats up to %d) "+
+		"and was left as it was: run a leaselog that reads it: %w", dir, buildinfo.Get().Version, eventlog.CurrentFormat, err)
+}
+
+// backup is how the daemon answers POST /v1/admin/backup (server.Options.Backup):
+// nil for the Pebble engine, whose store the service copies. A jetstream
+// daemon refuses: its log is the stream, which NATS backs up, and its store
+// a cache that a restored stream rebuilds (docs/cluster.md §5). A copy of
+// the cache would hold the log as this daemon knows it, but restored as a
+// cache against another stream it is deleted and rebuilt, and as a Pebble
+// store it is no longer the cluster's: not what a backup of the cluster is.
+func (s *store) backup() func(string) (eventlog.CheckpointInfo, error) {
+	if s.js == nil {
+		return nil
+	}
+	return func(string) (eventlog.CheckpointInfo, error) {
+		return eventlog.CheckpointInfo{}, fmt.Errorf("%w: its log is the NATS JetStream stream %s (engine jetstream) and its store a cache of it: "+
+			"back the stream up with NATS (`nats stream backup %s DIR`, restored with `nats stream restore DIR`); the daemons rebuild their caches from it",
+			server.ErrBackupElsewhere, s.stream, s.stream)
+	}
 }
 
 // campaign waits, as a standby that keeps its cache current, until this
