@@ -2,8 +2,6 @@ package replay_test
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,11 +10,8 @@ import (
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
-	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/replay"
-	"github.com/leaselog/leaselog/timing"
 )
 
 // TestUpgradeFormat1Store: a store written by the build before the archive
@@ -25,22 +20,10 @@ import (
 // and two snapshots of the older version) opens, rebuilds by folding the
 // whole log, writes the archive of what ended, and is upgraded; the full fold
 // is the same before and after, Verify checks the archive, and the service
-// answers for the jobs that ended from it.
+// answers for every job, lease and stale report of the log (checkIntact),
+// those that ended from the archive.
 func TestUpgradeFormat1Store(t *testing.T) {
-	dir := t.TempDir()
-	files, err := os.ReadDir("testdata/format1-store")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(filepath.Join("testdata/format1-store", f.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := copyStore(t, "format1-store")
 	open := func(readOnly bool) *eventlog.Log {
 		t.Helper()
 		log, err := eventlog.Open(dir, eventlog.Options{Logger: zerolog.Nop(), ReadOnly: readOnly})
@@ -95,7 +78,7 @@ func TestUpgradeFormat1Store(t *testing.T) {
 	}
 	log.Close()
 
-	_, svc := leasetest.Open(t, leasetest.Disk(dir), leasetest.Config(timing.Default()), leasetest.Clock(clocktest.New(clocktest.Epoch)))
+	_, svc := checkIntact(t, dir)
 	if got := svc.Rebuilt(); got.Upgraded != 0 {
 		t.Fatalf("second open upgraded again: %d records", got.Upgraded)
 	}
@@ -130,4 +113,42 @@ func (l noMark) PutArchive(recs []eventlog.Record, upgrade bool) error {
 		return errors.New("disk full")
 	}
 	return l.Log.PutArchive(recs, false)
+}
+
+// TestUpgradeFormat2Store: a store written by the build of format 2
+// (testdata/format2-store, written by TestWriteStoreFixture: every type of
+// event, jobs ended every way, a stale report, a live lease, a queued job,
+// snapshots, the archive) opens with every job, lease and stale report as
+// its log has them, as a store of the current format.
+func TestUpgradeFormat2Store(t *testing.T) {
+	dir := copyStore(t, "format2-store")
+	if full := fullFold(t, nil, dir); full.Seq() == 0 {
+		t.Fatal("an empty store")
+	}
+	ro, err := eventlog.Open(dir, eventlog.Options{Logger: zerolog.Nop(), ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ro.Format() != 2 {
+		t.Fatalf("testdata store is of format %d, want 2", ro.Format())
+	}
+	ro.Close()
+	log, svc := checkIntact(t, dir)
+	if log.Format() != eventlog.CurrentFormat {
+		t.Fatalf("opened, the store is of format %d, want %d", log.Format(), eventlog.CurrentFormat)
+	}
+	// Its live lease goes on where it was.
+	l, err := svc.Lease(ctx, 31)
+	if err != nil || l.Job != "l1" || !l.Live() {
+		t.Fatalf("l1's lease: %+v, %v", l, err)
+	}
+	if _, err := svc.Heartbeat(ctx, "w1", []uint64{31}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replay.Verify(log); err != nil {
+		t.Fatalf("verify once written by this build: %v", err)
+	}
 }
