@@ -35,6 +35,11 @@ var metaTimeIndexKey = []byte{prefixMeta, 't', 'i', 'm', 'e', 'i', 'n', 'd', 'e'
 // Format 2 added the archive: a store of format 1 has events whose archive
 // records were never written, and is upgraded by the first rebuild that
 // writes them (Log.PutArchive).
+//
+// A build that stores anything an older build cannot read raises it, so that
+// the older build refuses the store before writing to it (checkReadable), and
+// commits a store of the new format under replay/testdata for every later
+// build to open (replay's TestWriteStoreFixture).
 const storeFormat = 2
 
 func eventKey(dst []byte, seq uint64) []byte {

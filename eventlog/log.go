@@ -12,7 +12,8 @@
 // Fatalf); append.go numbers, stages and group-commits events and waits for
 // their durability; iter.go reads them (Get, Iter, Query; readahead.go for
 // long scans); timeindex.go, snapshot.go, archive.go and alive.go keep
-// what their names say; keys.go lays out the keyspace:
+// what their names say; checkpoint.go copies the running store (a backup);
+// keys.go lays out the keyspace:
 //
 //	'm' "format"                       -> format(1)              (meta: store format)
 //	'm' "timeindex"                    -> 1                      (the time index is whole)
@@ -50,7 +51,9 @@
 // them (WaitDurable), so that nothing they answer can be undone by a crash.
 //
 // One Log per store: a second Open, from another process or from this one,
-// returns ErrLocked.
+// returns ErrLocked. Open refuses a store a newer build wrote (its format,
+// or its last record's version, past this build's) before anything is
+// written to it (open.go).
 //
 // The log is fail-stop. The first write that cannot be made durable (a failed
 // WAL write or sync, a snapshot's or an archive write's included), a panic out
