@@ -156,6 +156,12 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("outcome(%d)", uint8(o))
 }
 
+// ReportOutcomes are the outcomes a job can come to, in a lease.reported:
+// every outcome but lost, a worker's word that it lost the job (lease.lost).
+func ReportOutcomes() []Outcome {
+	return []Outcome{OutcomeSucceeded, OutcomeFailed, OutcomeCancelled, OutcomeKilled}
+}
+
 // ParseOutcome is the inverse of Outcome.String.
 func ParseOutcome(s string) (Outcome, error) {
 	for o := OutcomeSucceeded; o <= OutcomeLost; o++ {

@@ -242,7 +242,7 @@ func (r *Runner) do(c Command) (string, error) {
 			fmt.Fprintf(&b, "job %s %s\n", j.ID, j.State)
 		}
 	case "stop":
-		if err := r.svc.Stop(ctx); err != nil {
+		if err := r.svc.Stop(ctx, lease.CancelQueued); err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
 		}
 	case "advance":
@@ -280,7 +280,7 @@ func (r *Runner) do(c Command) (string, error) {
 		if a.err != nil {
 			return "", a.err
 		}
-		if err := r.svc.Stop(ctx); err != nil {
+		if err := r.svc.Stop(ctx, lease.CancelQueued); err != nil {
 			return "", fmt.Errorf("stop: %w", err)
 		}
 		if err := r.svc.Close(); err != nil {

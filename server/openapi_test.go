@@ -22,6 +22,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -488,7 +489,7 @@ func TestOpenAPI(t *testing.T) {
 	c.unrouted(rq("DELETE", "/v1/jobs", adminTok, nil), http.StatusMethodNotAllowed)
 
 	// A stopping daemon refuses new work.
-	f.must(f.svc.Stop(context.Background()))
+	f.must(f.svc.Stop(context.Background(), lease.CancelQueued))
 	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "late", Kind: "run"}), http.StatusServiceUnavailable)
 	c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, api.Acquire{WaitSeconds: 1}), http.StatusServiceUnavailable)
 

@@ -247,7 +247,7 @@ func (d *daemon) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var errs []error
-	if err := d.svc.Stop(ctx); err != nil {
+	if err := d.svc.Stop(ctx, lease.CancelQueued); err != nil {
 		errs = append(errs, fmt.Errorf("stop: %w", err))
 	}
 	d.api.Close() // end event streams and long polls: Shutdown waits for every request

@@ -194,7 +194,7 @@ func (d *Driver) Round(r int) []Step {
 			if _, _, err := d.Svc.Submit(ctx, id("stopped"), event.KindRun, nil); err != nil {
 				return err
 			}
-			return d.Svc.Stop(ctx)
+			return d.Svc.Stop(ctx, lease.CancelQueued)
 		}},
 		{"close", d.Close},
 		{"open", func() error {
