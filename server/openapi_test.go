@@ -303,6 +303,13 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("GET", "/v1/jobs", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs?state=queued&kind=run", adminTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs?state=done", auditorTok, nil), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/jobs?state=reported&outcome=failed", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/jobs?outcome=lost", auditorTok, nil), http.StatusBadRequest)
+	// A cap on requeues: the job answers with it; a bad one is refused.
+	two := 2
+	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "capped", Kind: "evaluation", MaxRequeues: &two}), http.StatusCreated)
+	c.call(rq("POST", "/v1/jobs", adminTok, `{"id":"capped2","kind":"evaluation","max_requeues":-1}`), http.StatusBadRequest)
+	c.call(rq("POST", "/v1/jobs/capped/cancel", adminTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs/j1", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs/nope", auditorTok, nil), http.StatusNotFound)
 	c.call(rq("GET", "/v1/jobs/a%20b", auditorTok, nil), http.StatusBadRequest)
