@@ -16,15 +16,15 @@ type Req struct {
 	Job    string // OpSubmit, OpRead, OpCancel, OpKill
 	Kind   string // OpSubmit: the job's kind
 	Spec   string // OpSubmit
-	// MaxRequeues is the cap a submission names (OpSubmit), nil for none:
-	// the daemon's default, which the model takes as no cap (the callers
-	// checked here run daemons without one).
-	MaxRequeues *int
 	Worker string // OpAcquire, OpStart, OpBeat, OpHolds (OpReport: Report.Worker)
 	Lease  uint64 // OpStart, OpReport
 	Max    int    // OpAcquire
 	Start  bool   // OpAcquire: the grants come back running
 	Report api.Report
+	// MaxRequeues is the cap a submission names (OpSubmit), nil for none:
+	// the daemon's default, which the model takes as no cap (the callers
+	// checked here run daemons without one).
+	MaxRequeues *int
 }
 
 // JobOp is one operation of a call on one job, before its times.
