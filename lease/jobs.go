@@ -40,8 +40,8 @@ func (s *Service) SubmitItem(ctx context.Context, it SubmitItem) (projection.Job
 // a mistake, and no cap at all is 0.
 const MaxRequeuesLimit = 1_000_000
 
-// checkMaxRequeues checks a cap on requeues, given or the daemon's default,
-// for a job of kind k.
+// checkMaxRequeues checks the cap on requeues a submission names for a job
+// of kind k. (Open checks the daemon's default.)
 func checkMaxRequeues(n int, k event.Kind) error {
 	switch {
 	case n < 0 || n > MaxRequeuesLimit:
