@@ -27,6 +27,9 @@ type Job struct {
 	Lease     *Lease          `json:"lease"` // the live lease, or null
 	Submitted time.Time       `json:"submitted"`
 	Updated   time.Time       `json:"updated"`
+	// MaxRequeues caps an evaluation's requeues after losses; 0 (absent):
+	// no cap.
+	MaxRequeues int `json:"max_requeues,omitempty"`
 }
 
 // Lease is a lease as the API shows it.
@@ -66,6 +69,11 @@ type Submit struct {
 	ID   string          `json:"id"`
 	Kind string          `json:"kind"`
 	Spec json.RawMessage `json:"spec,omitempty"`
+	// MaxRequeues caps how many times an evaluation is queued again after
+	// its worker is lost; lost once more, it fails ("lost N times"). nil:
+	// the daemon's default (plugins.executor.max_requeues); 0: no cap. A run
+	// takes none: a loss fails it.
+	MaxRequeues *int `json:"max_requeues,omitempty"`
 }
 
 // Spec is the part of a job spec leaselog's own workers understand. Executors

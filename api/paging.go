@@ -20,12 +20,13 @@ const (
 	MaxLimit     = 1000
 )
 
-// JobQuery selects jobs: by state and kind (empty: any), a page of Limit
-// (0: the daemon's default) after the cursor After ("" : the start).
+// JobQuery selects jobs: by state, kind and outcome (empty: any; an
+// outcome selects jobs reported with it), a page of Limit (0: the daemon's
+// default) after the cursor After ("" : the start).
 type JobQuery struct {
-	State, Kind string
-	Limit       int
-	After       string
+	State, Kind, Outcome string
+	Limit                int
+	After                string
 }
 
 // LeaseQuery selects leases: live ones unless State is set, by Worker and
@@ -53,7 +54,7 @@ func limitArg(n int) string {
 // JobsPage returns one page of jobs, by id.
 func (c *Client) JobsPage(ctx context.Context, q JobQuery) (Jobs, error) {
 	var js Jobs
-	_, err := c.do(ctx, http.MethodGet, "/v1/jobs"+query("state", q.State, "kind", q.Kind, "limit", limitArg(q.Limit), "after", q.After), nil, &js)
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs"+query("state", q.State, "kind", q.Kind, "outcome", q.Outcome, "limit", limitArg(q.Limit), "after", q.After), nil, &js)
 	return js, err
 }
 

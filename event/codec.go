@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"unsafe"
 )
 
@@ -35,6 +36,9 @@ const (
 	tagGap     = 9
 	tagSpec    = 10
 	tagResult  = 11
+	// tagMaxRequeues came with lease.failed: a reader before it skips the
+	// field, and so reads every job as uncapped.
+	tagMaxRequeues = 12
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -72,6 +76,7 @@ func AppendRecord(dst []byte, e *Event) []byte {
 	}
 	dst = appendBytes(dst, tagSpec, e.Spec)
 	dst = appendBytes(dst, tagResult, e.Result)
+	dst = appendUvarintField(dst, tagMaxRequeues, uint64(e.MaxRequeues))
 	binary.LittleEndian.PutUint32(dst[start:], recordChecksum(e.Seq, dst[start+4:]))
 	return dst
 }
@@ -193,6 +198,13 @@ func DecodeAliased(seq uint64, b []byte, e *Event) error {
 			e.Spec = nonEmpty(data)
 		case tagResult:
 			e.Result = nonEmpty(data)
+		case tagMaxRequeues:
+			var v uint64
+			v, err = uvarintField(data)
+			if err == nil && v > math.MaxUint32 {
+				err = fmt.Errorf("value %d out of range", v)
+			}
+			e.MaxRequeues = uint32(v)
 		default:
 			// A field from a newer writer: skipping it is what keeps old readers working.
 		}

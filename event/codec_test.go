@@ -15,7 +15,7 @@ func sampleEvents() []Event {
 	id := ulid.MustParse("01JH0000000000000000000000")
 	return []Event{
 		{Seq: 1, ID: id, Type: TypeDaemonStarted, Time: 1},
-		{Seq: 2, ID: id, Type: TypeQueued, Time: 1e18, Job: "j1", Kind: KindRun, Spec: []byte(`{"run":"make"}`)},
+		{Seq: 2, ID: id, Type: TypeQueued, Time: 1e18, Job: "j1", Kind: KindEvaluation, Spec: []byte(`{"run":"make"}`), MaxRequeues: 1<<32 - 1},
 		{Seq: 3, ID: id, Type: TypeAcquired, Time: 1e18 + 5, Job: "j1", Lease: 3, Worker: "w1"},
 		{Seq: 4, ID: id, Type: TypeRevoked, Time: -7, Job: "j1", Lease: 3, Worker: "w1", Mode: RevokeKill},
 		{Seq: 5, ID: id, Type: TypeReported, Time: 9, Job: "j1", Lease: 3, Worker: "w1", Outcome: OutcomeKilled,
@@ -90,6 +90,30 @@ func TestDecodeSkipsUnknownFields(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, e) {
 		t.Errorf("got %+v, want %+v", got, e)
+	}
+}
+
+// TestDecodeMaxRequeues: a record written before max_requeues (no field 12)
+// is an uncapped job; a cap past 32 bits is corrupt, naming its seq.
+func TestDecodeMaxRequeues(t *testing.T) {
+	e := sampleEvents()[1]
+	e.MaxRequeues = 0
+	old := AppendRecord(nil, &e)
+	if got, err := Decode(e.Seq, old); err != nil || got.MaxRequeues != 0 {
+		t.Fatalf("a record without the field: %+v, %v", got, err)
+	}
+	big := binary.AppendUvarint([]byte{tagMaxRequeues, 5}, 1<<32)
+	b := append(bytes.Clone(old), big...)
+	binary.LittleEndian.PutUint32(b, recordChecksum(e.Seq, b[4:]))
+	if _, err := Decode(e.Seq, b); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "seq 2") {
+		t.Fatalf("a cap of 2^32: %v, want ErrCorrupt naming seq 2", err)
+	}
+	if got := e.String(); strings.Contains(got, "max_requeues") {
+		t.Errorf("String of an uncapped job %q names max_requeues", got)
+	}
+	e.MaxRequeues = 3
+	if got := e.String(); !strings.HasSuffix(got, " max_requeues=3") {
+		t.Errorf("String %q does not end with max_requeues=3", got)
 	}
 }
 

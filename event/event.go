@@ -13,7 +13,9 @@ import (
 type Type uint8
 
 // The event types of DESIGN §3. TypeLost (lease.lost) is a worker's word that
-// it lost a live lease's job; it came after the others, hence its number.
+// it lost a live lease's job, and TypeFailed (lease.failed) the end of an
+// evaluation lost once more than its max_requeues allows; they came after the
+// others, hence their numbers.
 const (
 	TypeQueued Type = iota + 1
 	TypeAcquired
@@ -30,6 +32,7 @@ const (
 	TypeDaemonStopping
 	TypeDaemonResumed
 	TypeLost
+	TypeFailed
 
 	typeEnd // one past the last known type
 )
@@ -54,6 +57,7 @@ var typeNames = [...]string{
 	TypeDaemonStopping:    "daemon.stopping",
 	TypeDaemonResumed:     "daemon.resumed",
 	TypeLost:              "lease.lost",
+	TypeFailed:            "lease.failed",
 }
 
 // Types lists every known type in numeric order.
@@ -152,6 +156,12 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("outcome(%d)", uint8(o))
 }
 
+// ReportOutcomes are the outcomes a job can come to, in a lease.reported:
+// every outcome but lost, a worker's word that it lost the job (lease.lost).
+func ReportOutcomes() []Outcome {
+	return []Outcome{OutcomeSucceeded, OutcomeFailed, OutcomeCancelled, OutcomeKilled}
+}
+
 // ParseOutcome is the inverse of Outcome.String.
 func ParseOutcome(s string) (Outcome, error) {
 	for o := OutcomeSucceeded; o <= OutcomeLost; o++ {
@@ -206,6 +216,11 @@ type Event struct {
 	Gap     int64  // absence in nanoseconds (daemon.started, daemon.resumed)
 	Spec    []byte // job spec, JSON (lease.queued on submission)
 	Result  []byte // report result, JSON
+	// MaxRequeues is an evaluation's cap on being queued again after losses
+	// (lease.queued on submission; 0: no cap), as the submission decided it:
+	// the daemon's default recorded when the submission named none, so that
+	// a later change of the default rewrites no history.
+	MaxRequeues uint32
 }
 
 // Clone returns a copy of e that shares no memory with it.
@@ -261,6 +276,9 @@ func (e *Event) String() string {
 	if len(e.Result) != 0 {
 		fmt.Fprintf(&b, " result=%s", e.Result)
 	}
+	if e.MaxRequeues != 0 {
+		fmt.Fprintf(&b, " max_requeues=%d", e.MaxRequeues)
+	}
 	return b.String()
 }
 
@@ -272,6 +290,11 @@ const (
 	ReasonLeaseExpired  = "lease expired"        // an evaluation's lease expired: queued again
 	ReasonRevokedLost   = "revoked; worker lost" // a revoked evaluation's lease expired or was lost: not queued again
 	ReasonDaemonStopped = "daemon stopped"       // queued when the daemon stopped
+	ReasonQueueKept     = "queued jobs kept"     // daemon.stopping of a stop that left the queue for the next start
 	ReasonCancelled     = "cancelled"            // a client cancelled it while queued
 	ReasonKilled        = "killed"               // a client killed it while queued
 )
+
+// LostTimes is the reason of lease.failed: an evaluation lost n times, once
+// more than its max_requeues allowed it to be queued again.
+func LostTimes(n int) string { return fmt.Sprintf("lost %d times", n) }

@@ -10,7 +10,8 @@
 // The machine is per kind, because an expiry ends a run (failed, "worker
 // lost") but sends an evaluation back to the queue (expired, then queued). A
 // loss the worker reports itself (lease.lost) moves a job exactly as an
-// expiry does.
+// expiry does. An evaluation lost once more than its max_requeues allows
+// ends failed (lease.failed) instead of queued again.
 package fsm
 
 import (
@@ -124,6 +125,8 @@ func Declaration(k event.Kind) lfsm.Events {
 			ev(event.TypeLost, Expired, Acquired, Running),
 			ev(event.TypeQueued, Queued, Expired),
 			ev(event.TypeCancelled, Cancelled, Queued, Expired),
+			// One loss more than its cap allows requeues: a poison job ends.
+			ev(event.TypeFailed, Failed, Expired),
 		)
 	default:
 		return nil

@@ -62,6 +62,11 @@ func TestLeasesPageEdges(t *testing.T) {
 		{event.KindEvaluation, Running, event.TypeLost, Expired, true},
 		{event.KindEvaluation, Queued, event.TypeLost, None, false},
 		{event.KindRun, Reported, event.TypeLost, None, false},
+		// A poison evaluation: lost once more than its cap allows, it fails.
+		{event.KindEvaluation, Expired, event.TypeFailed, Failed, true},
+		{event.KindEvaluation, Queued, event.TypeFailed, None, false},
+		{event.KindEvaluation, Running, event.TypeFailed, None, false},
+		{event.KindRun, Failed, event.TypeFailed, None, false},
 		{event.KindRun, Expired, event.TypeQueued, None, false},
 		{event.KindRun, Reported, event.TypeReported, None, false},
 		{event.KindRun, Queued, event.TypeRunning, None, false},

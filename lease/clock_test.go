@@ -44,7 +44,7 @@ func TestEveryCommandRecordsAbsenceFirst(t *testing.T) {
 		{"submit", func(s *lease.Service) error { _, _, err := s.Submit(ctx, "new", event.KindRun, nil); return err }},
 		{"cancel", func(s *lease.Service) error { _, err := s.Cancel(ctx, "q1"); return err }},
 		{"kill", func(s *lease.Service) error { _, err := s.Kill(ctx, "r1"); return err }},
-		{"stop", func(s *lease.Service) error { return s.Stop(ctx) }},
+		{"stop", func(s *lease.Service) error { return s.Stop(ctx, lease.CancelQueued) }},
 		{"sweep", func(s *lease.Service) error { return s.Sweep() }},
 		{"nothing to record", func(s *lease.Service) error { _, err := s.Heartbeat(ctx, "w1", []uint64{999}); return err }},
 	} {

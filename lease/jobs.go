@@ -15,46 +15,41 @@ import (
 // MaxSpecLen bounds a job spec.
 const MaxSpecLen = 256 << 10
 
-// Submit queues a new job. Submission is idempotent on the id the executor
-// chose: the same id with the same kind and spec returns the existing job
-// (created false) and records nothing; with a different kind or spec it is
-// refused with ErrJobExists. The spec must be a JSON object; it is stored in
-// canonical form (keys sorted, no spaces), so two encodings of the same object
-// are the same spec.
+// Submit queues a new job, with the daemon's default cap on requeues if it
+// is an evaluation: SubmitBatch with one item, its answer and error.
+// Submission is idempotent on the id the executor chose: the same id with
+// the same kind and spec returns the existing job (created false) and
+// records nothing; with a different kind or spec it is refused with
+// ErrJobExists. The spec must be a JSON object; it is stored in canonical
+// form (keys sorted, no spaces), so two encodings of the same object are the
+// same spec.
 func (s *Service) Submit(ctx context.Context, id string, kind event.Kind, spec []byte) (projection.Job, bool, error) {
-	if err := CheckID("job", id); err != nil {
-		return projection.Job{}, false, err
-	}
-	if kind != event.KindRun && kind != event.KindEvaluation {
-		return projection.Job{}, false, fmt.Errorf("%w: kind must be run or evaluation", ErrInvalid)
-	}
-	spec, err := canonicalSpec(spec)
+	return s.SubmitItem(ctx, SubmitItem{ID: id, Kind: kind, Spec: spec})
+}
+
+// SubmitItem is Submit of one item, which may name its cap on requeues.
+func (s *Service) SubmitItem(ctx context.Context, it SubmitItem) (projection.Job, bool, error) {
+	res, err := s.SubmitBatch(ctx, []SubmitItem{it})
 	if err != nil {
 		return projection.Job{}, false, err
 	}
-	type submitted struct {
-		job     projection.Job
-		created bool
+	return res[0].Job, res[0].Created, res[0].Err
+}
+
+// MaxRequeuesLimit bounds a cap on requeues (max_requeues): a larger one is
+// a mistake, and no cap at all is 0.
+const MaxRequeuesLimit = 1_000_000
+
+// checkMaxRequeues checks the cap on requeues a submission names for a job
+// of kind k. (Open checks the daemon's default.)
+func checkMaxRequeues(n int, k event.Kind) error {
+	switch {
+	case n < 0 || n > MaxRequeuesLimit:
+		return fmt.Errorf("%w: max_requeues %d: want 0 (no cap) to %d", ErrInvalid, n, MaxRequeuesLimit)
+	case n != 0 && k == event.KindRun:
+		return fmt.Errorf("%w: max_requeues %d on a run: a run is never queued again (a loss fails it), only an evaluation is", ErrInvalid, n)
 	}
-	r, err := command(ctx, s, "submit", func(t *tx) (submitted, error) {
-		j, ok, err := s.jobLocked(id)
-		switch {
-		case err != nil:
-			return submitted{}, err
-		case ok && (j.Kind != kind || !bytes.Equal(j.Spec, spec)):
-			return submitted{job: j}, fmt.Errorf("%w: job %q exists as a %s with spec %s", ErrJobExists, id, j.Kind, j.Spec)
-		case ok:
-			return submitted{job: j}, nil // the same job: a read
-		case s.mu.stopping:
-			return submitted{}, ErrStopping
-		}
-		if _, err := t.stage(event.Event{Type: event.TypeQueued, Job: id, Kind: kind, Spec: spec}); err != nil {
-			return submitted{}, err
-		}
-		j, _ = s.mu.table.Job(id)
-		return submitted{job: j, created: true}, nil
-	})
-	return r.job, r.created, err
+	return nil
 }
 
 func canonicalSpec(spec []byte) ([]byte, error) {
@@ -138,12 +133,26 @@ func (s *Service) revoke(ctx context.Context, id string, mode event.RevokeMode) 
 	})
 }
 
+// QueuePolicy says what a graceful stop does with the jobs still queued.
+type QueuePolicy uint8
+
+const (
+	// CancelQueued cancels them ("daemon stopped"): the Leases page's rule,
+	// and the default.
+	CancelQueued QueuePolicy = iota
+	// KeepQueued leaves them queued, in their order, for the workers of the
+	// next start: a deploy or an upgrade loses nothing of the queue.
+	KeepQueued
+)
+
 // Stop is the graceful stop of the daemon: every queued job is cancelled
-// (reason "daemon stopped") and daemon.stopping is recorded. Leases in flight
-// stay: their agents keep running, and their workers re-attach after the
-// restart. After Stop, submissions and acquires are refused with ErrStopping,
-// and waiting acquires return empty.
-func (s *Service) Stop(ctx context.Context) error {
+// (reason "daemon stopped"), or with KeepQueued left queued, and
+// daemon.stopping is recorded (with KeepQueued, reason "queued jobs kept").
+// Leases in flight stay: their agents keep running, and their workers
+// re-attach after the restart. After Stop, submissions and acquires are
+// refused with ErrStopping, and waiting acquires return empty; a second
+// Stop records nothing.
+func (s *Service) Stop(ctx context.Context, queued QueuePolicy) error {
 	_, err := command(ctx, s, "stop", func(t *tx) (struct{}, error) {
 		if s.mu.stopping {
 			t.noReadWait = true
@@ -151,11 +160,15 @@ func (s *Service) Stop(ctx context.Context) error {
 		}
 		s.mu.stopping = true
 		var evs []event.Event
-		for _, j := range s.mu.table.Queued(0) {
-			evs = append(evs, event.Event{Type: event.TypeCancelled, Job: j.ID, Reason: event.ReasonDaemonStopped})
+		stopping := event.Event{Type: event.TypeDaemonStopping}
+		if queued == KeepQueued {
+			stopping.Reason = event.ReasonQueueKept
+		} else {
+			for _, j := range s.mu.table.Queued(0) {
+				evs = append(evs, event.Event{Type: event.TypeCancelled, Job: j.ID, Reason: event.ReasonDaemonStopped})
+			}
 		}
-		evs = append(evs, event.Event{Type: event.TypeDaemonStopping})
-		_, err := t.stage(evs...)
+		_, err := t.stage(append(evs, stopping)...)
 		s.wakeLocked() // every waiting acquire: it will find the daemon stopping
 		return struct{}{}, err
 	})

@@ -166,7 +166,12 @@ func (h *harness) baseActions() map[string]func(*rapid.T) {
 	return map[string]func(*rapid.T){
 		"submit": func(t *rapid.T) {
 			spec := rapid.SampledFrom([]string{`{"run":"a"}`, `{"run":"b"}`}).Draw(t, "spec")
-			_, _, err := h.svc.Submit(ctx, jobIDs.Draw(t, "job"), kinds.Draw(t, "kind"), []byte(spec))
+			it := lease.SubmitItem{ID: jobIDs.Draw(t, "job"), Kind: kinds.Draw(t, "kind"), Spec: []byte(spec)}
+			// An evaluation with a small cap, lost a few times, fails.
+			if n := rapid.IntRange(-1, 2).Draw(t, "max_requeues"); n >= 0 && it.Kind == event.KindEvaluation {
+				it.MaxRequeues = &n
+			}
+			_, _, err := h.svc.SubmitItem(ctx, it)
 			if err != nil && !errors.Is(err, lease.ErrJobExists) && !errors.Is(err, lease.ErrStopping) {
 				t.Fatal(err)
 			}
@@ -315,7 +320,8 @@ func (h *harness) baseActions() map[string]func(*rapid.T) {
 			}
 		},
 		"stop": func(t *rapid.T) {
-			if err := h.svc.Stop(ctx); err != nil {
+			queued := rapid.SampledFrom([]lease.QueuePolicy{lease.CancelQueued, lease.KeepQueued}).Draw(t, "queued")
+			if err := h.svc.Stop(ctx, queued); err != nil {
 				t.Fatal(err)
 			}
 			if err := h.svc.Close(); err != nil {
@@ -476,6 +482,27 @@ func (h *harness) check(t *rapid.T) {
 		}
 		if (j.State == fsm.Reported) != (j.Attempts == 1) {
 			t.Fatalf("job %s is %s with %d attempts", j.ID, j.State, j.Attempts)
+		}
+	}
+
+	// A capped evaluation is queued again after a loss at most its cap
+	// times, and fails on the loss after that: lost cap+1 times.
+	queued := map[string]int{}
+	it = h.log.Query(eventlog.Query{Type: event.TypeQueued})
+	for it.Next() {
+		queued[strings.Clone(it.Event().Job)]++
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		requeues := queued[j.ID] - 1
+		if j.MaxRequeues != 0 && requeues > j.MaxRequeues {
+			t.Fatalf("job %s queued again %d times, max_requeues %d", j.ID, requeues, j.MaxRequeues)
+		}
+		if poisoned := j.State == fsm.Failed && j.Kind == event.KindEvaluation; poisoned &&
+			(requeues != j.MaxRequeues || j.Leases != requeues+1 || j.Reason != event.LostTimes(j.Leases)) {
+			t.Fatalf("evaluation %s failed %q after %d requeues and %d leases, max_requeues %d", j.ID, j.Reason, requeues, j.Leases, j.MaxRequeues)
 		}
 	}
 }

@@ -81,17 +81,18 @@ func (s *Service) Seq(ctx context.Context) (uint64, error) {
 // keeps, and a walk of the live leases and the workers only, so that reading
 // them costs what is live, not the length of the history.
 type Counts struct {
-	Seq         uint64                 // the last event the table holds
-	Leases      map[fsm.State]int      // live leases, by state (acquired, running)
-	Jobs        map[fsm.State]int      // jobs, by each state of fsm.States
-	Events      [event.NumTypes]uint64 // events, by type
-	Reachable   int                    // workers the table knows, by reachability
+	Seq         uint64                   // the last event the table holds
+	Leases      map[fsm.State]int        // live leases, by state (acquired, running)
+	Jobs        map[fsm.State]int        // jobs, by each state of fsm.States
+	Events      [event.NumTypes]uint64   // events, by type
+	Reported    map[event.Outcome]uint64 // jobs reported, by outcome (succeeded, failed, cancelled, killed)
+	Reachable   int                      // workers the table knows, by reachability
 	Unreachable int
 }
 
 // Counts returns the table's counts, once the events they count are durable.
 func (s *Service) Counts(ctx context.Context) (Counts, error) {
-	c := Counts{Leases: map[fsm.State]int{}, Jobs: map[fsm.State]int{}}
+	c := Counts{Leases: map[fsm.State]int{}, Jobs: map[fsm.State]int{}, Reported: map[event.Outcome]uint64{}}
 	err := s.read(ctx, func(t *projection.Table) {
 		for _, st := range fsm.States() {
 			if st.Live() {
@@ -101,6 +102,9 @@ func (s *Service) Counts(ctx context.Context) (Counts, error) {
 		}
 		for _, typ := range event.Types() {
 			c.Events[typ] = t.Count(typ)
+		}
+		for _, o := range event.ReportOutcomes() {
+			c.Reported[o] = t.Reported(o)
 		}
 		for _, w := range t.Workers() {
 			if w.Unreachable {

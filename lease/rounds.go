@@ -86,6 +86,11 @@ type SubmitItem struct {
 	ID   string
 	Kind event.Kind
 	Spec []byte
+	// MaxRequeues caps how many times an evaluation is queued again after
+	// its worker is lost: lost once more, it fails ("lost N times"). nil
+	// is the daemon's default (Options.MaxRequeues), 0 no cap; a run has
+	// none. The cap decided is recorded in the job's lease.queued.
+	MaxRequeues *int
 }
 
 // Submitted is one job's answer in a SubmitBatch: the job (with its live
@@ -99,19 +104,22 @@ type Submitted struct {
 
 // SubmitBatch submits items in one command and one batch of the log: each
 // item is decided as Submit decides it, in order, and answered in its place.
-// An item Submit would refuse (a malformed id, kind or spec, an id taken by
-// another kind or spec — by an item before it in the batch too —, or a new
-// job while the daemon stops) is refused on its own, in its Submitted.Err,
-// and records nothing; the other items are kept. The same job twice in a
-// batch is created once and answered created only the first time. The call
-// itself is refused (ErrInvalid, recording nothing) for a batch of no item
-// or of more than MaxSubmitBatch.
+// An item Submit would refuse (a malformed id, kind, spec or cap, an id
+// taken by another kind or spec or a cap named otherwise — by an item before
+// it in the batch too —, or a new job while the daemon stops) is refused on
+// its own, in its Submitted.Err, and records nothing; the other items are
+// kept. The same job twice in a batch is created once and answered created
+// only the first time. An item that names no cap is the job that exists,
+// whatever its cap; one that names one must name the job's. The call itself
+// is refused (ErrInvalid, recording nothing) for a batch of no item or of
+// more than MaxSubmitBatch.
 func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submitted, error) {
 	if len(items) == 0 || len(items) > MaxSubmitBatch {
 		return nil, fmt.Errorf("%w: a batch holds 1 to %d jobs, this one %d", ErrInvalid, MaxSubmitBatch, len(items))
 	}
 	out := make([]Submitted, len(items))
 	specs := make([][]byte, len(items))
+	caps := make([]int, len(items))
 	for i, it := range items {
 		var err error
 		switch {
@@ -119,7 +127,13 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 			err = CheckID("job", it.ID)
 		case it.Kind != event.KindRun && it.Kind != event.KindEvaluation:
 			err = fmt.Errorf("%w: kind must be run or evaluation", ErrInvalid)
-		default:
+		case it.MaxRequeues != nil:
+			caps[i] = *it.MaxRequeues
+			err = checkMaxRequeues(caps[i], it.Kind)
+		case it.Kind == event.KindEvaluation:
+			caps[i] = s.maxRequeues
+		}
+		if err == nil {
 			specs[i], err = canonicalSpec(it.Spec)
 		}
 		out[i].Err = err
@@ -134,7 +148,7 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 			spec := specs[i]
 			j, ok := s.mu.table.Job(it.ID)
 			if first, queued := batch[it.ID]; queued {
-				j, ok = projection.Job{ID: it.ID, Kind: items[first].Kind, Spec: specs[first]}, true
+				j, ok = projection.Job{ID: it.ID, Kind: items[first].Kind, Spec: specs[first], MaxRequeues: caps[first]}, true
 			} else if !ok {
 				var err error
 				if j, ok, err = s.jobLocked(it.ID); err != nil {
@@ -144,6 +158,8 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 			switch {
 			case ok && (j.Kind != it.Kind || !bytes.Equal(j.Spec, spec)):
 				out[i].Err = fmt.Errorf("%w: job %q exists as a %s with spec %s", ErrJobExists, it.ID, j.Kind, j.Spec)
+			case ok && it.MaxRequeues != nil && *it.MaxRequeues != j.MaxRequeues:
+				out[i].Err = fmt.Errorf("%w: job %q exists with max_requeues %d", ErrJobExists, it.ID, j.MaxRequeues)
 			case ok:
 				// The same job: answered below, as the table has it.
 			case s.mu.stopping:
@@ -151,7 +167,7 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 			default:
 				batch[it.ID] = i
 				out[i].Created = true
-				evs = append(evs, event.Event{Type: event.TypeQueued, Job: it.ID, Kind: it.Kind, Spec: spec})
+				evs = append(evs, event.Event{Type: event.TypeQueued, Job: it.ID, Kind: it.Kind, Spec: spec, MaxRequeues: uint32(caps[i])})
 			}
 		}
 		if _, err := t.stage(evs...); err != nil { // nothing new: a read

@@ -117,7 +117,7 @@ func TestAcquireStartRefusedAsAcquire(t *testing.T) {
 	_, err = f.svc.AcquireWith(ctx, "w0", lease.AcquireOptions{Max: 1, Start: true})
 	f.must(err)
 	wantTypes(t, "acquire with start of an unreachable worker", f.typesAfter(before), "worker.reachable", "lease.acquired r2", "lease.running r2")
-	f.must(f.svc.Stop(ctx))
+	f.must(f.svc.Stop(ctx, lease.CancelQueued))
 	if _, err := f.svc.AcquireWith(ctx, "w1", lease.AcquireOptions{Max: 1, Start: true}); !errors.Is(err, lease.ErrStopping) {
 		t.Fatalf("acquire with start while stopping: %v, want ErrStopping", err)
 	}
@@ -194,7 +194,7 @@ func TestReportNextStoppingAndLost(t *testing.T) {
 	gs, err = f.svc.Acquire(ctx, "w1", 1)
 	f.must(err)
 	f.submit("r1")
-	f.must(f.svc.Stop(ctx))
+	f.must(f.svc.Stop(ctx, lease.CancelQueued))
 	before = f.log.LastSeq()
 	a, next, err := f.svc.ReportNext(ctx, "w1", gs[0].Lease, lease.Report{Outcome: event.OutcomeFailed}, lease.AcquireOptions{Max: 1})
 	f.must(err)
@@ -291,7 +291,7 @@ func TestSubmitBatchLimits(t *testing.T) {
 		t.Fatalf("a full batch: %d answers, %d events", len(out), f.log.LastSeq()-before)
 	}
 	// Stopping: new jobs are refused one by one; known ones answered.
-	f.must(f.svc.Stop(ctx))
+	f.must(f.svc.Stop(ctx, lease.CancelQueued))
 	out, err = f.svc.SubmitBatch(ctx, []lease.SubmitItem{{ID: "j0", Kind: event.KindRun}, {ID: "new", Kind: event.KindRun}})
 	f.must(err)
 	if out[0].Err != nil || !errors.Is(out[1].Err, lease.ErrStopping) {

@@ -46,13 +46,13 @@ import (
 // Errors callers branch on. Each is returned wrapped, with a message saying
 // what was wrong.
 var (
-	ErrInvalid     = errors.New("invalid request")                          // bad input: HTTP 400
-	ErrNotFound    = errors.New("not found")                                // unknown job or lease: 404
-	ErrWrongWorker = errors.New("lease held by another worker")             // 403
-	ErrStaleLease  = errors.New("stale lease")                              // old or expired token: 409
-	ErrJobExists   = errors.New("job exists with another kind or spec")     // 409
-	ErrStopping    = errors.New("daemon is stopping")                       // 503
-	ErrFailed      = errors.New("lease service failed; restart the daemon") // storage failed: 503
+	ErrInvalid     = errors.New("invalid request")                                    // bad input: HTTP 400
+	ErrNotFound    = errors.New("not found")                                          // unknown job or lease: 404
+	ErrWrongWorker = errors.New("lease held by another worker")                       // 403
+	ErrStaleLease  = errors.New("stale lease")                                        // old or expired token: 409
+	ErrJobExists   = errors.New("job exists with another kind, spec or max_requeues") // 409
+	ErrStopping    = errors.New("daemon is stopping")                                 // 503
+	ErrFailed      = errors.New("lease service failed; restart the daemon")           // storage failed: 503
 )
 
 // Options configures a Service.
@@ -79,6 +79,11 @@ type Options struct {
 	// SnapshotInterval is how much time (on Clock) may pass between snapshots
 	// while events are appended; 0 means never by time.
 	SnapshotInterval time.Duration
+	// MaxRequeues is the cap on requeues after losses of an evaluation
+	// submitted without one (SubmitItem.MaxRequeues): 0, the default, is no
+	// cap, as on the Leases page; the cap is recorded with each job, so that
+	// a later change applies to later jobs only.
+	MaxRequeues int
 	// StartReason is the reason of the daemon.started Open records: empty
 	// for a start, "takeover" for a standby that takes over from the active
 	// daemon (package jetstream). Its gap is counted against nobody either way.
@@ -98,6 +103,9 @@ type Service struct {
 	every  int
 	period time.Duration
 	built  replay.Stats
+	// maxRequeues is Options.MaxRequeues: the cap of an evaluation
+	// submitted without one.
+	maxRequeues int
 	// failed is set with mu.err: Err reads it without the mutex, which every
 	// API call would otherwise take once more.
 	failed atomic.Bool
@@ -131,6 +139,9 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.MaxRequeues < 0 || opts.MaxRequeues > MaxRequeuesLimit {
+		return nil, fmt.Errorf("lease: Options.MaxRequeues %d: want 0 (no cap) to %d", opts.MaxRequeues, MaxRequeuesLimit)
+	}
 	if opts.Entropy == nil {
 		opts.Entropy = rand.Reader
 	}
@@ -152,7 +163,7 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 		opts.Clock = newLifeClock(opts.Wall, opts.Boot, opts.Mono, alive)
 	}
 	s := &Service{log: log, cfg: opts.Config, clock: opts.Clock, logger: opts.Logger,
-		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st}
+		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st, maxRequeues: opts.MaxRequeues}
 	table.SetRetire(projection.RetireRecord) // ended jobs go to the archive with their events
 	s.mu.table = table
 	s.mu.entropy = ulid.Monotonic(opts.Entropy, 0)

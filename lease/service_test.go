@@ -22,6 +22,7 @@ type fixture struct {
 	clock *clocktest.Clock
 	log   *eventlog.Log
 	svc   *lease.Service
+	opts  []leasetest.Option // for each open, after the fixture's own
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -33,7 +34,7 @@ func newFixture(t *testing.T) *fixture {
 // open opens the service (again, for a restart) on the fixture's store.
 func (f *fixture) open() {
 	f.t.Helper()
-	f.log, f.svc = leasetest.Open(f.t, leasetest.FS(f.fs), leasetest.Clock(f.clock))
+	f.log, f.svc = leasetest.Open(f.t, append([]leasetest.Option{leasetest.FS(f.fs), leasetest.Clock(f.clock)}, f.opts...)...)
 }
 
 func (f *fixture) snapshot() []byte {
@@ -162,7 +163,7 @@ func TestFailedServiceRefusesEverything(t *testing.T) {
 		"cancel": func() error { _, err := f.svc.Cancel(ctx, "q1"); return err },
 		"job":    func() error { _, err := f.svc.Job(ctx, "r1"); return err },
 		"sweep":  f.svc.Sweep,
-		"stop":   func() error { return f.svc.Stop(ctx) },
+		"stop":   func() error { return f.svc.Stop(ctx, lease.CancelQueued) },
 	} {
 		if err := call(); !errors.Is(err, lease.ErrFailed) {
 			t.Errorf("%s: %v, want ErrFailed", name, err)

@@ -17,8 +17,9 @@ func (s *Service) now() int64 { return s.clock.Now().UnixNano() }
 // every deadline before anything is judged. Then every reachable worker
 // silent past grace_seconds becomes worker.unreachable, and every lease
 // silent past toleration_seconds expires: a run fails ("worker lost", not an
-// attempt); an evaluation goes back to the queue with a new token to come, or
-// is cancelled if it had been revoked. Last, the sweep's time becomes the
+// attempt); an evaluation goes back to the queue with a new token to come, is
+// cancelled if it had been revoked, or fails at its cap (see lostLocked).
+// Last, the sweep's time becomes the
 // daemon's alive mark (markAlive).
 func (s *Service) Sweep() error {
 	now, err := command(context.Background(), s, "sweep", func(t *tx) (int64, error) {
@@ -43,7 +44,7 @@ func (s *Service) Sweep() error {
 			case l.Mode != 0:
 				reason = event.ReasonRevokedLost
 			}
-			evs = lost(evs, l, event.Event{Type: event.TypeExpired, Reason: reason}, event.ReasonLeaseExpired)
+			evs = s.lostLocked(evs, l, event.Event{Type: event.TypeExpired, Reason: reason}, event.ReasonLeaseExpired)
 		}
 		_, err := t.stage(evs...)
 		return now, err
@@ -74,15 +75,17 @@ func (s *Service) markAlive(now int64) {
 	s.aliveFailing.Store(false)
 }
 
-// lost appends the events that end live lease l whose worker is lost: loss
-// itself (lease.expired, found by the sweeper, or lease.lost, said by the
-// worker), with l's job, lease and worker filled in; then, for an
+// lostLocked appends the events that end live lease l whose worker is lost:
+// loss itself (lease.expired, found by the sweeper, or lease.lost, said by
+// the worker), with l's job, lease and worker filled in; then, for an
 // evaluation, lease.queued (with reason requeue) to run it again under a new
 // token, or lease.cancelled if it had been revoked — an executor that asked
-// for a job to stop does not want it to run again. A run fails with the loss
-// itself: its agent's session cannot be resumed elsewhere. Either way the
-// loss is never an attempt.
-func lost(evs []event.Event, l projection.Lease, loss event.Event, requeue string) []event.Event {
+// for a job to stop does not want it to run again —, or lease.failed ("lost
+// N times") if it was queued again after losses as often as its cap allows
+// (max_requeues): a job that loses every worker it goes to is not queued
+// for ever. A run fails with the loss itself: its agent's session cannot be
+// resumed elsewhere. Either way the loss is never an attempt.
+func (s *Service) lostLocked(evs []event.Event, l projection.Lease, loss event.Event, requeue string) []event.Event {
 	loss.Job, loss.Lease, loss.Worker = l.Job, l.ID, l.Worker
 	evs = append(evs, loss)
 	switch {
@@ -90,7 +93,12 @@ func lost(evs []event.Event, l projection.Lease, loss event.Event, requeue strin
 	case l.Mode != 0:
 		evs = append(evs, event.Event{Type: event.TypeCancelled, Job: l.Job, Reason: event.ReasonRevokedLost})
 	default:
-		evs = append(evs, event.Event{Type: event.TypeQueued, Job: l.Job, Reason: requeue})
+		j, _ := s.mu.table.Job(l.Job)
+		if n := s.mu.table.Requeues(l.Job); j.MaxRequeues != 0 && n >= j.MaxRequeues {
+			evs = append(evs, event.Event{Type: event.TypeFailed, Job: l.Job, Reason: event.LostTimes(n + 1)})
+		} else {
+			evs = append(evs, event.Event{Type: event.TypeQueued, Job: l.Job, Reason: requeue})
+		}
 	}
 	return evs
 }

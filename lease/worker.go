@@ -356,7 +356,7 @@ func (s *Service) reportLocked(worker string, id uint64, r Report) (reportDecisi
 		d.evs = s.reachableLocked(worker, nil)
 		if r.Outcome == event.OutcomeLost {
 			d.answer = event.TypeLost
-			d.evs = lost(d.evs, l, event.Event{Type: event.TypeLost, Ref: r.Ref, Reason: r.Reason, Result: r.Result}, event.ReasonWorkerLost)
+			d.evs = s.lostLocked(d.evs, l, event.Event{Type: event.TypeLost, Ref: r.Ref, Reason: r.Reason, Result: r.Result}, event.ReasonWorkerLost)
 		} else {
 			d.evs = append(d.evs, event.Event{Type: event.TypeReported, Job: l.Job, Lease: id, Worker: worker,
 				Outcome: r.Outcome, Ref: r.Ref, Reason: r.Reason, Result: r.Result})

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
@@ -19,6 +20,10 @@ import (
 //
 // Records are encoded like snapshots (uvarints, length-prefixed strings) and
 // carry their own version, so a future build can read them beside new ones.
+// A job with a cap on its requeues (max_requeues) is written as version 2,
+// the cap after the fields of version 1; every other record stays version 1,
+// byte for byte what a build before caps wrote, so that Verify of a store it
+// wrote still finds the archive its own fold makes.
 
 // Record is an archive record: a key and its value. It is the very type of
 // eventlog.Record (both name the same plain struct), so the table's records
@@ -26,6 +31,9 @@ import (
 type Record = struct{ Key, Value []byte }
 
 const archiveVersion = 1
+
+// archiveVersionCap is the version of a job record that carries a cap.
+const archiveVersionCap = 2
 
 // Prefixes of archive keys, for scans.
 var (
@@ -89,7 +97,11 @@ func (o *outbox) stale(k StaleKey, seq uint64) {
 }
 
 func appendJob(b []byte, j Job) []byte {
-	w := enc{b: append(b, archiveVersion)}
+	version := byte(archiveVersion)
+	if j.MaxRequeues != 0 {
+		version = archiveVersionCap
+	}
+	w := enc{b: append(b, version)}
 	w.uvarint(uint64(j.Kind))
 	w.uvarint(uint64(j.State))
 	w.bytes(j.Spec)
@@ -102,6 +114,9 @@ func appendJob(b []byte, j Job) []byte {
 	w.uvarint(j.LastLease)
 	w.varint(j.Submitted)
 	w.varint(j.Updated)
+	if version == archiveVersionCap {
+		w.uvarint(uint64(j.MaxRequeues))
+	}
 	return w.b
 }
 
@@ -121,8 +136,11 @@ func appendLease(b []byte, l Lease) []byte {
 // DecodeJob decodes the archive record of job id. The job owns its memory.
 func DecodeJob(id string, b []byte) (Job, error) {
 	r := dec{b: b}
-	if v := r.take(1); len(v) == 1 && v[0] != archiveVersion {
-		return Job{}, fmt.Errorf("%w: job %q: version %d, this build reads %d", ErrArchive, id, v[0], archiveVersion)
+	version := byte(archiveVersion)
+	if v := r.take(1); len(v) == 1 {
+		if version = v[0]; version != archiveVersion && version != archiveVersionCap {
+			return Job{}, fmt.Errorf("%w: job %q: version %d, this build reads %d and %d", ErrArchive, id, version, archiveVersion, archiveVersionCap)
+		}
 	}
 	j := Job{ID: id}
 	j.Kind = event.Kind(r.uvarint())
@@ -137,6 +155,13 @@ func DecodeJob(id string, b []byte) (Job, error) {
 	j.LastLease = r.uvarint()
 	j.Submitted = r.varint()
 	j.Updated = r.varint()
+	if version == archiveVersionCap {
+		if c := r.uvarint(); c == 0 || c > math.MaxUint32 {
+			r.fail("max_requeues %d out of range", c)
+		} else {
+			j.MaxRequeues = int(c)
+		}
+	}
 	if err := r.done(); err != nil {
 		return Job{}, fmt.Errorf("%w: job %q: %v", ErrArchive, id, err)
 	}

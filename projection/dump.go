@@ -26,6 +26,9 @@ func (t *Table) Dump(w io.Writer) {
 		if j.Lease != 0 {
 			fmt.Fprintf(w, " lease=%d", j.Lease)
 		}
+		if j.MaxRequeues != 0 {
+			fmt.Fprintf(w, " max_requeues=%d", j.MaxRequeues)
+		}
 		if j.Outcome != 0 {
 			fmt.Fprintf(w, " outcome=%s", j.Outcome)
 		}

@@ -25,6 +25,8 @@ type Job struct {
 	LastLease uint64 // the latest lease, live or ended, or 0
 	Submitted int64
 	Updated   int64
+	// MaxRequeues caps an evaluation's requeues after losses (0: no cap).
+	MaxRequeues int
 }
 
 // Lease is a lease as the table holds it.
@@ -55,7 +57,7 @@ func (j *job) view() Job {
 	v := Job{
 		ID: j.id, Kind: j.kind, State: j.state, Spec: j.spec, Result: j.result,
 		Attempts: j.attempts, Leases: j.leases, Outcome: j.outcome, Reason: j.reason, Ref: j.ref,
-		Submitted: j.submitted, Updated: j.updated,
+		Submitted: j.submitted, Updated: j.updated, MaxRequeues: int(j.maxRequeues),
 	}
 	if j.current != nil {
 		v.LastLease = j.current.id
@@ -88,15 +90,28 @@ func (t *Table) Job(id string) (Job, bool) {
 	return j.view(), true
 }
 
-// JobFilter selects jobs; zero fields select all.
+// JobFilter selects jobs; zero fields select all. An outcome selects jobs
+// reported with it, which have ended: none of those the table holds.
 type JobFilter struct {
-	State fsm.State
-	Kind  event.Kind
+	State   fsm.State
+	Kind    event.Kind
+	Outcome event.Outcome
 }
 
 // Selects reports whether f selects j.
 func (f JobFilter) Selects(j Job) bool {
-	return (f.State == fsm.None || j.State == f.State) && (f.Kind == 0 || j.Kind == f.Kind)
+	return (f.State == fsm.None || j.State == f.State) && (f.Kind == 0 || j.Kind == f.Kind) &&
+		(f.Outcome == 0 || j.Outcome == f.Outcome)
+}
+
+// Requeues is how many times job id, which the table holds, was queued again
+// after a loss: what its cap (Job.MaxRequeues) counts. A job that ended has
+// no count: it is queued no more.
+func (t *Table) Requeues(id string) int {
+	if j := t.jobs[id]; j != nil {
+		return int(j.requeues)
+	}
+	return 0
 }
 
 // Jobs returns the jobs f selects, by id: those the table holds and, in

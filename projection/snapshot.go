@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/leaselog/leaselog/event"
@@ -21,7 +22,9 @@ const snapshotVersion = SnapshotVersion
 // Version 3: jobs that ended are retired, not snapshotted, and the counts of
 // jobs by state are stored, since the jobs listed no longer make them. A job
 // that has not ended has no report: no attempts, outcome, ref or result.
-const SnapshotVersion = 3
+// Version 4: an evaluation's cap on requeues and its requeues so far, and
+// the counts of reports by outcome.
+const SnapshotVersion = 4
 
 // ErrSnapshot is returned by Restore for bytes it cannot restore.
 var ErrSnapshot = errors.New("projection: bad snapshot")
@@ -42,9 +45,10 @@ var ErrSnapshotVersion = errors.New("projection: snapshot of an older version")
 // included.
 //
 //	version seq lastTime absence counts[NumTypes] jobsIn[NumStates]
+//	outcomes[numOutcomes]
 //	nworkers { id seen seenAt unreachable }                              by id
 //	njobs    { id kind state spec leases reason submitted updated
-//	           queuedSeq current }                                       fold order
+//	           queuedSeq current maxRequeues requeues }                  fold order
 //	nleases  { id job# worker# state mode acquired heard heardAt reportSeq } by id
 //	queue    n { job# }                                                  queue order
 //	live     n { lease# }                                                recency order
@@ -64,6 +68,10 @@ func (t *Table) Snapshot() []byte {
 	w.uvarint(uint64(len(t.jobsIn)))
 	for _, c := range t.jobsIn {
 		w.uvarint(uint64(c))
+	}
+	w.uvarint(uint64(len(t.outcomes)))
+	for _, c := range t.outcomes {
+		w.uvarint(c)
 	}
 
 	workers := sortedValues(t.workers, func(a, b *worker) int { return cmp.Compare(a.id, b.id) })
@@ -97,6 +105,8 @@ func (t *Table) Snapshot() []byte {
 			cur = j.current.id
 		}
 		w.uvarint(cur)
+		w.uvarint(uint64(j.maxRequeues))
+		w.uvarint(uint64(j.requeues))
 	})
 
 	w.uvarint(uint64(t.leaseList.len()))
@@ -161,6 +171,12 @@ func Restore(b []byte) (*Table, error) {
 			t.jobsIn[i] = int(c)
 		}
 	}
+	for i, n := 0, r.count(1); i < n; i++ {
+		c := r.uvarint()
+		if i < len(t.outcomes) {
+			t.outcomes[i] = c
+		}
+	}
 	var listed [fsm.NumStates]int
 
 	workers := make([]*worker, r.count(4))
@@ -190,9 +206,14 @@ func Restore(b []byte) (*Table, error) {
 		j.updated = r.varint()
 		j.queuedSeq = r.uvarint()
 		current[i] = r.uvarint()
+		maxRequeues, requeues := r.uvarint(), r.uvarint()
 		if r.err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
 		}
+		if maxRequeues > math.MaxUint32 || requeues > math.MaxUint32 || (j.kind != event.KindEvaluation && maxRequeues+requeues != 0) || (maxRequeues != 0 && requeues > maxRequeues) {
+			return nil, fmt.Errorf("%w: job %q (%s) queued again %d times, max_requeues %d", ErrSnapshot, j.id, j.kind, requeues, maxRequeues)
+		}
+		j.maxRequeues, j.requeues = uint32(maxRequeues), uint32(requeues)
 		if _, ok := fsm.Next(j.kind, fsm.None, event.TypeQueued); !ok || !validState(j.state) || j.state == fsm.None || j.state.Terminal() {
 			return nil, fmt.Errorf("%w: job %q has kind %d, state %d", ErrSnapshot, j.id, j.kind, j.state)
 		}

@@ -47,28 +47,35 @@ type Table struct {
 	watched recency[worker, *worker] // reachable workers holding live leases, least recently heard first
 	nlive   int                      // live leases
 
-	counts [event.NumTypes]uint64 // events applied, by type
-	jobsIn [fsm.NumStates]int     // jobs, by state
+	counts   [event.NumTypes]uint64 // events applied, by type
+	jobsIn   [fsm.NumStates]int     // jobs, by state
+	outcomes [numOutcomes]uint64    // lease.reported applied, by outcome
 
 	mem arena
 }
 
 type job struct {
-	id        string
-	kind      event.Kind
-	state     fsm.State
-	spec      []byte
-	result    []byte
-	attempts  int
-	leases    int
-	outcome   event.Outcome
-	reason    string
-	ref       string
-	current   *lease // the job's latest lease; live iff state is Acquired or Running
-	submitted int64
-	updated   int64
-	queuedSeq uint64 // seq of the lease.queued that put it in the queue last
-	at        int    // place in Table.jobList
+	id    string
+	kind  event.Kind
+	state fsm.State
+	// maxRequeues caps requeues, the times an evaluation was queued again
+	// after a loss (0: no cap); lost once more, it fails (lease.failed).
+	// Both sit in the padding after a field of one byte: a job is no larger
+	// for them.
+	maxRequeues uint32
+	spec        []byte
+	result      []byte
+	attempts    int
+	leases      int
+	outcome     event.Outcome
+	requeues    uint32
+	reason      string
+	ref         string
+	current     *lease // the job's latest lease; live iff state is Acquired or Running
+	submitted   int64
+	updated     int64
+	queuedSeq   uint64 // seq of the lease.queued that put it in the queue last
+	at          int    // place in Table.jobList
 }
 
 type lease struct {
@@ -140,6 +147,18 @@ func (t *Table) Absence() int64 { return t.absence }
 // the recorded absence is taken out. Deadlines compare in present time.
 func (t *Table) Present(wall int64) int64 { return wall - t.absence }
 
+// numOutcomes bounds the outcomes a report can have (lost is not one).
+const numOutcomes = int(event.OutcomeKilled) + 1
+
+// Reported is how many lease.reported with outcome o the table has applied:
+// jobs that came to o. A worker's loss (lease.lost) is no report.
+func (t *Table) Reported(o event.Outcome) uint64 {
+	if int(o) >= len(t.outcomes) {
+		return 0
+	}
+	return t.outcomes[o]
+}
+
 // Count is how many events of type typ the table has applied.
 func (t *Table) Count(typ event.Type) uint64 {
 	if int(typ) >= len(t.counts) {
@@ -187,6 +206,8 @@ func (t *Table) apply(e *event.Event) error {
 		t.queue.forget()
 		t.retire(j)
 		return nil
+	case event.TypeFailed:
+		return t.applyFailed(e)
 	case event.TypeStaleReport:
 		return t.applyStale(e)
 	case event.TypeWorkerUnreachable:
@@ -236,14 +257,24 @@ func (t *Table) applyQueued(e *event.Event) error {
 		if _, ok := fsm.Next(e.Kind, fsm.None, e.Type); !ok {
 			return fmt.Errorf("job %q: bad kind %d", e.Job, e.Kind)
 		}
+		if e.MaxRequeues != 0 && e.Kind != event.KindEvaluation {
+			return fmt.Errorf("job %q: max_requeues %d on a %s, which is never queued again", e.Job, e.MaxRequeues, e.Kind)
+		}
 		j = t.mem.newJob()
 		j.id, j.spec = t.mem.idAndBytes(e.Job, e.Spec)
 		j.kind = e.Kind
 		j.submitted = e.Time
+		j.maxRequeues = e.MaxRequeues
 		t.jobs[j.id] = j
 		t.jobList.add(j)
 	} else if _, err := next(j, e.Type); err != nil {
 		return err
+	} else if e.MaxRequeues != 0 {
+		return fmt.Errorf("job %q queued again with max_requeues %d: the cap is its submission's", j.id, e.MaxRequeues)
+	} else if j.capped() {
+		return fmt.Errorf("job %q queued again %d times already, its max_requeues: lost once more, it fails", j.id, j.requeues)
+	} else {
+		j.requeues++ // queued again from expired: after a loss
 	}
 	t.setState(j, fsm.Queued)
 	j.updated, j.queuedSeq = e.Time, e.Seq
@@ -329,6 +360,7 @@ func (t *Table) applyOnLease(e *event.Event) error {
 		l.state, l.reportSeq = fsm.Reported, e.Seq
 		j.attempts++
 		j.outcome = e.Outcome
+		t.outcomes[e.Outcome]++
 		// The job ends here and is retired below, which copies what it keeps:
 		// no copy of the event's memory is needed before.
 		j.ref, j.result, j.reason = e.Ref, e.Result, e.Reason
@@ -361,6 +393,30 @@ func (t *Table) applyOnLease(e *event.Event) error {
 	}
 	return nil
 }
+
+// applyFailed ends an evaluation lost once more than its cap allows: it
+// was queued again max_requeues times after losses, and lost again.
+func (t *Table) applyFailed(e *event.Event) error {
+	j := t.jobs[e.Job]
+	if j == nil {
+		return errUnknownJob
+	}
+	to, err := next(j, e.Type)
+	if err != nil {
+		return err
+	}
+	if !j.capped() {
+		return fmt.Errorf("job %q queued again %d times, max_requeues %d: not at its cap", j.id, j.requeues, j.maxRequeues)
+	}
+	t.setState(j, to)
+	j.updated, j.reason = e.Time, e.Reason
+	t.retire(j)
+	return nil
+}
+
+// capped reports whether j, an evaluation, may not be queued again after
+// another loss: it has a cap and has been queued again as often.
+func (j *job) capped() bool { return j.maxRequeues != 0 && j.requeues >= j.maxRequeues }
 
 // applyStale records a stale report: a report on a lease that expired, or a
 // late claim on one already reported (or lost) that differs from its first

@@ -43,7 +43,7 @@ func sampleEvents() []event.Event {
 	return []event.Event{
 		{Type: event.TypeDaemonStarted, Time: 1},
 		{Type: event.TypeQueued, Time: 2, Job: "r1", Kind: event.KindRun, Spec: []byte(`{"run":"x"}`)},
-		{Type: event.TypeQueued, Time: 3, Job: "e1", Kind: event.KindEvaluation},
+		{Type: event.TypeQueued, Time: 3, Job: "e1", Kind: event.KindEvaluation, MaxRequeues: 2},
 		{Type: event.TypeQueued, Time: 3, Job: "e2", Kind: event.KindEvaluation},
 		{Type: event.TypeAcquired, Time: 4, Job: "r1", Worker: "w1"}, // lease 5
 		{Type: event.TypeAcquired, Time: 5, Job: "e1", Worker: "w2"}, // lease 6

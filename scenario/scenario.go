@@ -18,15 +18,16 @@
 //
 // Commands:
 //
-//	open [renew=D grace=D toleration=D snapshot-every=N snapshot-interval=D]
-//	submit id=J kind=run|evaluation      (input: the spec, JSON)
+//	open [renew=D grace=D toleration=D snapshot-every=N snapshot-interval=D max-requeues=N]
+//	                                     (max-requeues: the default cap of an evaluation)
+//	submit id=J kind=run|evaluation [max-requeues=N]  (input: the spec, JSON)
 //	acquire worker=W [max=N]
 //	start worker=W lease=L
 //	beat worker=W leases=L[,L...]        (leases= empty: a bare heartbeat)
 //	report worker=W lease=L outcome=O [ref=R] [reason=R]  (input: the result, JSON)
 //	                                     (a value with spaces: reason=(two words))
 //	cancel job=J | kill job=J
-//	stop                 graceful stop: queued jobs cancelled, daemon.stopping
+//	stop [keep-queued]   graceful stop: queued jobs cancelled (or kept), daemon.stopping
 //	advance D            the clock moves; the daemon does not sweep
 //	tick D [beat=W,...]  the clock moves in sweeper steps and the daemon sweeps
 //	                     after each; the named workers heartbeat every renew
@@ -70,6 +71,7 @@ type Runner struct {
 	cfg          timing.Config
 	snapEvery    int
 	snapInterval time.Duration
+	maxRequeues  int // the daemon's default cap on an evaluation's requeues
 	log          *eventlog.Log
 	svc          *lease.Service
 	shown        uint64 // the last seq printed
@@ -128,6 +130,7 @@ func (r *Runner) do(c Command) (string, error) {
 		r.cfg.Toleration = a.dur("toleration", r.cfg.Toleration)
 		r.snapEvery = a.int("snapshot-every", -1)
 		r.snapInterval = a.dur("snapshot-interval", 0)
+		r.maxRequeues = a.int("max-requeues", 0)
 		if a.err != nil {
 			return "", a.err
 		}
@@ -139,11 +142,19 @@ func (r *Runner) do(c Command) (string, error) {
 		if err != nil {
 			kind = 0 // the service refuses it, as it would an unknown kind on the wire
 		}
-		j, created, err := r.svc.Submit(ctx, a.str("id", ""), kind, []byte(c.Input))
+		it := lease.SubmitItem{ID: a.str("id", ""), Kind: kind, Spec: []byte(c.Input)}
+		if _, ok := a.has("max-requeues"); ok {
+			n := a.int("max-requeues", 0)
+			it.MaxRequeues = &n
+		}
+		if a.err != nil {
+			return "", a.err
+		}
+		j, created, err := r.svc.SubmitItem(ctx, it)
 		if err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
 		} else {
-			fmt.Fprintf(&b, "job %s %s %s created=%v\n", j.ID, j.Kind, j.State, created)
+			fmt.Fprintf(&b, "job %s %s %s created=%v%s\n", j.ID, j.Kind, j.State, created, capNote(j.MaxRequeues))
 		}
 	case "acquire":
 		max := a.int("max", 1)
@@ -227,7 +238,7 @@ func (r *Runner) do(c Command) (string, error) {
 			if x.Err != nil {
 				fmt.Fprintf(&b, "%s: error: %v\n", items[i].ID, x.Err)
 			} else {
-				fmt.Fprintf(&b, "job %s %s %s created=%v\n", x.ID, x.Kind, x.State, x.Created)
+				fmt.Fprintf(&b, "job %s %s %s created=%v%s\n", x.ID, x.Kind, x.State, x.Created, capNote(x.MaxRequeues))
 			}
 		}
 	case "cancel", "kill":
@@ -242,7 +253,11 @@ func (r *Runner) do(c Command) (string, error) {
 			fmt.Fprintf(&b, "job %s %s\n", j.ID, j.State)
 		}
 	case "stop":
-		if err := r.svc.Stop(ctx); err != nil {
+		queued := lease.CancelQueued
+		if _, ok := a.has("keep-queued"); ok {
+			queued = lease.KeepQueued
+		}
+		if err := r.svc.Stop(ctx, queued); err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
 		}
 	case "advance":
@@ -280,7 +295,7 @@ func (r *Runner) do(c Command) (string, error) {
 		if a.err != nil {
 			return "", a.err
 		}
-		if err := r.svc.Stop(ctx); err != nil {
+		if err := r.svc.Stop(ctx, lease.CancelQueued); err != nil {
 			return "", fmt.Errorf("stop: %w", err)
 		}
 		if err := r.svc.Close(); err != nil {
@@ -358,7 +373,9 @@ func (r *Runner) read(a args) (string, error) {
 
 func (r *Runner) open() error {
 	log, svc, err := leasetest.OpenErr(leasetest.FS(r.fs), leasetest.Clock(r.clock), leasetest.Config(r.cfg),
-		leasetest.Service(func(o *lease.Options) { o.SnapshotEvery, o.SnapshotInterval = r.snapEvery, r.snapInterval }))
+		leasetest.Service(func(o *lease.Options) {
+			o.SnapshotEvery, o.SnapshotInterval, o.MaxRequeues = r.snapEvery, r.snapInterval, r.maxRequeues
+		}))
 	if err != nil {
 		return err
 	}
@@ -370,6 +387,15 @@ func (r *Runner) open() error {
 		r.shown = 0 // a crash took back events already shown; show the log again from its start
 	}
 	return nil
+}
+
+// capNote is how a job's answer shows its cap on requeues: not at all
+// without one.
+func capNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" max_requeues=%d", n)
 }
 
 // crash kills the process: the store keeps what was synced and pct% of what

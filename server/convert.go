@@ -28,6 +28,7 @@ func JobOf(j projection.Job, live *projection.Lease) api.Job {
 		ID: j.ID, Kind: j.Kind.String(), State: j.State.String(), Attempts: j.Attempts, Leases: j.Leases,
 		Outcome: j.Outcome.String(), Reason: j.Reason, Ref: j.Ref, Result: json.RawMessage(j.Result),
 		Spec: json.RawMessage(j.Spec), Submitted: unixTime(j.Submitted), Updated: unixTime(j.Updated),
+		MaxRequeues: j.MaxRequeues,
 	}
 	if len(out.Spec) == 0 {
 		out.Spec = json.RawMessage("{}")

@@ -16,7 +16,7 @@ import (
 
 // submit answers POST /v1/jobs: 201 and the job when it is new, 200 and the
 // job when the same job exists, 409 job_exists when the id is taken by
-// another kind or spec.
+// another kind or spec (or, named, another max_requeues).
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if _, err := params(r); err != nil {
 		return err
@@ -40,7 +40,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if string(bytes.TrimSpace(spec)) == "null" { // a client's "no spec", as Python's None
 		spec = nil
 	}
-	j, created, err := s.svc.Submit(r.Context(), in.ID, kind, spec)
+	j, created, err := s.svc.SubmitItem(r.Context(), lease.SubmitItem{ID: in.ID, Kind: kind, Spec: spec, MaxRequeues: in.MaxRequeues})
 	if err != nil {
 		return err
 	}
@@ -85,10 +85,12 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, c *call) error {
 	return nil
 }
 
-// listJobs answers GET /v1/jobs?state=&kind=&limit=&after=: a page of the
-// jobs, by id (paging.go).
+// listJobs answers GET /v1/jobs?state=&kind=&outcome=&limit=&after=: a page
+// of the jobs, by id (paging.go). An outcome selects the jobs reported with
+// it, which the archive holds: a page reads it from the cursor on, as a
+// state that ends does.
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error {
-	q, limit, err := pageParams(r, "state", "kind")
+	q, limit, err := pageParams(r, "state", "kind", "outcome")
 	if err != nil {
 		return err
 	}
@@ -103,6 +105,9 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error
 		}
 	}
 	if f.Kind, err = parseKind(q["kind"]); err != nil {
+		return err
+	}
+	if f.Outcome, err = parseReportOutcome(q["outcome"]); err != nil {
 		return err
 	}
 	vs, more, err := s.svc.JobPage(r.Context(), f, after, limit)
@@ -184,6 +189,20 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c *call) error 
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
+}
+
+// parseReportOutcome parses an optional outcome a job is reported with; ""
+// is none. lost is no job's outcome: a worker's loss is lease.lost, and the
+// job it leaves failed ("worker lost") or queued again.
+func parseReportOutcome(v string) (event.Outcome, error) {
+	if v == "" {
+		return 0, nil
+	}
+	o, err := event.ParseOutcome(v)
+	if err != nil || o == event.OutcomeLost {
+		return 0, badRequest("outcome %q: want succeeded, failed, cancelled or killed (a loss is no job's outcome: its job is failed or queued again, see state)", v)
+	}
+	return o, nil
 }
 
 // parseKind parses an optional kind; "" is no kind.

@@ -3,6 +3,7 @@ package server_test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/leaselog/leaselog/api"
@@ -134,4 +135,30 @@ func TestHistory(t *testing.T) {
 // history is the answer to GET /v1/jobs/{id}/history.
 type history struct {
 	Events []api.Event `json:"events"`
+}
+
+// TestSubmitMaxRequeues: a cap on requeues is the job's, answered with it;
+// a submission naming no cap is the same job, one naming another is 409; a
+// batch item with a bad cap is refused in its place, the others kept.
+func TestSubmitMaxRequeues(t *testing.T) {
+	f := newFixture(t, server.Options{})
+	j := decode[api.Job](t, f.do("POST", "/v1/jobs", "", `{"id":"e1","kind":"evaluation","max_requeues":3}`), http.StatusCreated)
+	if j.MaxRequeues != 3 {
+		t.Fatalf("new job %+v, want max_requeues 3", j)
+	}
+	seq := f.seq()
+	if j := decode[api.Job](t, f.do("POST", "/v1/jobs", "", `{"id":"e1","kind":"evaluation"}`), http.StatusOK); j.MaxRequeues != 3 {
+		t.Fatalf("the same job without a cap: %+v", j)
+	}
+	wantError(t, f.do("POST", "/v1/jobs", "", `{"id":"e1","kind":"evaluation","max_requeues":0}`), http.StatusConflict, api.CodeJobExists, "max_requeues 3")
+	r := decode[api.SubmitBatchReply](t, f.do("POST", "/v1/jobs/batch", "", `{"jobs":[{"id":"e2","kind":"evaluation","max_requeues":-2},{"id":"e3","kind":"evaluation","max_requeues":1}]}`), http.StatusOK)
+	if st := submittedStatuses(r); fmt.Sprint(st) != "[400 201]" || r.Jobs[1].Job.MaxRequeues != 1 || !strings.Contains(r.Jobs[0].Error.Message, "max_requeues -2") {
+		t.Fatalf("batch: %+v", r)
+	}
+	if got := f.seq(); got != seq+1 {
+		t.Fatalf("seq %d, want %d: only e3 recorded", got, seq+1)
+	}
+	if j := decode[api.Job](t, f.do("GET", "/v1/jobs/e3", "", nil), http.StatusOK); j.MaxRequeues != 1 {
+		t.Fatalf("e3 read back: %+v", j)
+	}
 }

@@ -138,12 +138,14 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, _ *call) e
 }
 
 // tableCollector reads the lease table's counts at scrape time: live leases
-// and jobs by state, events by type, workers by reachability, the log's seq.
+// and jobs by state, reports by outcome, events by type, workers by
+// reachability, the log's seq. The counters are the fold's, so a restart
+// neither resets them nor counts an event twice.
 type tableCollector struct {
 	svc     counter
 	timeout time.Duration
 
-	up, leases, jobs, events, seq, workers *prometheus.Desc
+	up, leases, jobs, reported, events, seq, workers *prometheus.Desc
 }
 
 // counter is what the collector asks of the lease service.
@@ -158,15 +160,17 @@ func newTableCollector(svc counter, timeout time.Duration) *tableCollector {
 		up:      prometheus.NewDesc("leaselog_up", "1 if the lease service answers, 0 if it failed.", nil, nil),
 		leases:  prometheus.NewDesc("leaselog_leases", "Live leases, by state.", []string{"state"}, nil),
 		jobs:    prometheus.NewDesc("leaselog_jobs", "Jobs, by state.", []string{"state"}, nil),
+		reported: prometheus.NewDesc("leaselog_jobs_reported_total",
+			"Jobs reported, by outcome (a job reported failed or killed is in state reported).", []string{"outcome"}, nil),
 		events: prometheus.NewDesc("leaselog_events_total",
-			"Events in the log, by type (lease.expired: expiries; lease.stale_report: stale reports).", []string{"type"}, nil),
+			"Events in the log, by type (lease.expired: expiries; lease.stale_report: stale reports; lease.failed: evaluations lost once more than their max_requeues).", []string{"type"}, nil),
 		seq:     prometheus.NewDesc("leaselog_log_seq", "Sequence number of the last durable event.", nil, nil),
 		workers: prometheus.NewDesc("leaselog_workers", "Workers the table knows, by reachability.", []string{"state"}, nil),
 	}
 }
 
 func (tc *tableCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{tc.up, tc.leases, tc.jobs, tc.events, tc.seq, tc.workers} {
+	for _, d := range []*prometheus.Desc{tc.up, tc.leases, tc.jobs, tc.reported, tc.events, tc.seq, tc.workers} {
 		ch <- d
 	}
 }
@@ -188,6 +192,9 @@ func (tc *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, st := range fsm.States() {
 		ch <- prometheus.MustNewConstMetric(tc.jobs, prometheus.GaugeValue, float64(n.Jobs[st]), st.String())
+	}
+	for _, o := range event.ReportOutcomes() {
+		ch <- prometheus.MustNewConstMetric(tc.reported, prometheus.CounterValue, float64(n.Reported[o]), o.String())
 	}
 	for _, typ := range event.Types() {
 		ch <- prometheus.MustNewConstMetric(tc.events, prometheus.CounterValue, float64(n.Events[typ]), typ.String())

@@ -63,6 +63,8 @@ func TestMetrics(t *testing.T) {
 		`leaselog_jobs{state="queued"} 1`,
 		`leaselog_jobs{state="running"} 1`,
 		`leaselog_jobs{state="cancelled"} 0`,
+		`leaselog_jobs_reported_total{outcome="succeeded"} 0`,
+		`leaselog_jobs_reported_total{outcome="killed"} 0`,
 		`leaselog_events_total{type="lease.expired"} 3`,
 		`leaselog_events_total{type="lease.stale_report"} 1`,
 		`leaselog_events_total{type="lease.queued"} 6`,
@@ -157,7 +159,7 @@ func TestMetricsSurviveRestart(t *testing.T) {
 		h := server.New(svc, server.Options{Registerer: prometheus.NewRegistry()})
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-		return grep(rec.Body.String(), "leaselog_events_total")
+		return grep(rec.Body.String(), "leaselog_events_total") + "\n" + grep(rec.Body.String(), "leaselog_jobs_reported_total")
 	}
 
 	log, svc := open()
@@ -167,8 +169,14 @@ func TestMetricsSurviveRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := svc.Acquire(ctx, "w1", 2); err != nil {
+	gs, err := svc.Acquire(ctx, "w1", 2)
+	if err != nil {
 		t.Fatal(err)
+	}
+	for i, o := range []event.Outcome{event.OutcomeFailed, event.OutcomeKilled} {
+		if _, err := svc.Report(ctx, "w1", gs[i].Lease, lease.Report{Outcome: o}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	before := scrape(svc)
 	if err := svc.Close(); err != nil {
@@ -181,9 +189,12 @@ func TestMetricsSurviveRestart(t *testing.T) {
 	log, svc = open()
 	defer log.Close()
 	after := scrape(svc)
-	// One more daemon.started; every other count as it was.
+	// One more daemon.started; every other count as it was: the reports by
+	// outcome too, which the restart neither resets nor counts twice.
 	want := strings.Replace(before, `{type="daemon.started"} 1`, `{type="daemon.started"} 2`, 1)
-	if after != want || !strings.Contains(before, `{type="lease.acquired"} 2`) {
+	if after != want || !strings.Contains(before, `{type="lease.acquired"} 2`) ||
+		!strings.Contains(before, `leaselog_jobs_reported_total{outcome="failed"} 1`) || !strings.Contains(before, `leaselog_jobs_reported_total{outcome="killed"} 1`) ||
+		!strings.Contains(before, `leaselog_jobs_reported_total{outcome="succeeded"} 0`) {
 		t.Fatalf("after restart:\n%s\nbefore:\n%s", after, before)
 	}
 }

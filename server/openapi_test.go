@@ -23,6 +23,7 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -304,6 +305,13 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("GET", "/v1/jobs", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs?state=queued&kind=run", adminTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs?state=done", auditorTok, nil), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/jobs?state=reported&outcome=failed", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/jobs?outcome=lost", auditorTok, nil), http.StatusBadRequest)
+	// A cap on requeues: the job answers with it; a bad one is refused.
+	two := 2
+	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "capped", Kind: "evaluation", MaxRequeues: &two}), http.StatusCreated)
+	c.call(rq("POST", "/v1/jobs", adminTok, `{"id":"capped2","kind":"evaluation","max_requeues":-1}`), http.StatusBadRequest)
+	c.call(rq("POST", "/v1/jobs/capped/cancel", adminTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs/j1", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs/nope", auditorTok, nil), http.StatusNotFound)
 	c.call(rq("GET", "/v1/jobs/a%20b", auditorTok, nil), http.StatusBadRequest)
@@ -504,7 +512,7 @@ func TestOpenAPI(t *testing.T) {
 	c.unrouted(rq("DELETE", "/v1/jobs", adminTok, nil), http.StatusMethodNotAllowed)
 
 	// A stopping daemon refuses new work.
-	f.must(f.svc.Stop(context.Background()))
+	f.must(f.svc.Stop(context.Background(), lease.CancelQueued))
 	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "late", Kind: "run"}), http.StatusServiceUnavailable)
 	c.call(rq("POST", "/v1/workers/w1/acquire", w1Tok, api.Acquire{WaitSeconds: 1}), http.StatusServiceUnavailable)
 

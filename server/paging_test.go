@@ -23,8 +23,8 @@ import (
 
 // pagingWorld fills f with jobs in every place a list reads them from: 30
 // jobs submitted out of id order, of both kinds; leases live with two
-// workers; jobs ended (reported, cancelled), which the archive holds; and a
-// job with a long history of heartbeats.
+// workers; jobs ended (reported succeeded and failed, cancelled), which the
+// archive holds; and a job with a long history of heartbeats.
 func pagingWorld(f *fixture) {
 	f.t.Helper()
 	ctx := context.Background()
@@ -48,8 +48,12 @@ func pagingWorld(f *fixture) {
 		_, err := f.svc.Cancel(ctx, j.ID)
 		f.must(err)
 	}
-	_, err = f.svc.Acquire(ctx, "w2", 6)
+	w2, err := f.svc.Acquire(ctx, "w2", 6)
 	f.must(err)
+	for _, g := range w2[:3] {
+		_, err := f.svc.Report(ctx, "w2", g.Lease, lease.Report{Outcome: event.OutcomeFailed})
+		f.must(err)
+	}
 	var live []uint64
 	for _, g := range w1[4:] {
 		live = append(live, g.Lease)
@@ -108,6 +112,8 @@ func listCases() []listCase {
 		{"jobs queued", "/v1/jobs?state=queued", "jobs", "id", jobs(projection.JobFilter{State: fsm.Queued})},
 		{"jobs cancelled", "/v1/jobs?state=cancelled", "jobs", "id", jobs(projection.JobFilter{State: fsm.Cancelled})},
 		{"jobs evaluation", "/v1/jobs?kind=evaluation", "jobs", "id", jobs(projection.JobFilter{Kind: event.KindEvaluation})},
+		{"jobs reported failed", "/v1/jobs?outcome=failed", "jobs", "id", jobs(projection.JobFilter{Outcome: event.OutcomeFailed})},
+		{"jobs reported succeeded", "/v1/jobs?state=reported&outcome=succeeded", "jobs", "id", jobs(projection.JobFilter{State: fsm.Reported, Outcome: event.OutcomeSucceeded})},
 		{"leases", "/v1/leases", "leases", "lease", leases(projection.LeaseFilter{})},
 		{"leases of w1", "/v1/leases?worker=w1", "leases", "lease", leases(projection.LeaseFilter{Worker: "w1"})},
 		{"leases reported", "/v1/leases?state=reported", "leases", "lease", leases(projection.LeaseFilter{State: fsm.Reported})},

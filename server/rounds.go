@@ -59,7 +59,7 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request, c *call) er
 	items := make([]lease.SubmitItem, len(in.Jobs))
 	refused := make([]error, len(in.Jobs)) // by the server, before the service
 	for i, j := range in.Jobs {
-		items[i] = lease.SubmitItem{ID: j.ID, Spec: j.Spec}
+		items[i] = lease.SubmitItem{ID: j.ID, Spec: j.Spec, MaxRequeues: j.MaxRequeues}
 		if string(bytes.TrimSpace(j.Spec)) == "null" {
 			items[i].Spec = nil
 		}

@@ -238,7 +238,7 @@ func TestHealthAfterStopIsStillOK(t *testing.T) {
 	// A stopping daemon still answers reads: /healthz tells liveness of the
 	// service, not whether it takes jobs.
 	f := newFixture(t, server.Options{})
-	f.must(f.svc.Stop(context.Background()))
+	f.must(f.svc.Stop(context.Background(), lease.CancelQueued))
 	decode[api.Health](t, f.do("GET", "/healthz", "", nil), http.StatusOK)
 	wantError(t, f.do("POST", "/v1/jobs", "", `{"id":"j1","kind":"run"}`), http.StatusServiceUnavailable, api.CodeStopping)
 	wantError(t, f.do("POST", "/v1/workers/w1/acquire", "", `{}`), http.StatusServiceUnavailable, api.CodeStopping)

@@ -205,6 +205,8 @@ func (k *checker) observe(e *event.Event) {
 		}
 	case event.TypeStaleReport:
 		k.s.stats.Stale++
+	case event.TypeFailed:
+		k.s.stats.Poisoned++
 	case event.TypeExpired:
 		k.s.stats.Expired++
 		if silent := k.present(k.heard[e.Lease], t); silent <= toleration {
@@ -221,8 +223,10 @@ func (k *checker) observe(e *event.Event) {
 }
 
 // lost: a lost report is folded exactly like an expiry: a run fails, "worker
-// lost"; an evaluation is queued again, or cancelled if it was revoked. That
-// it is no attempt, the table check says (attempts == lease.reported).
+// lost"; an evaluation is queued again, or cancelled if it was revoked, or
+// fails "lost N times" if it was queued again as often as its cap allows
+// (its leases are then its cap and one). That it is no attempt, the table
+// check says (attempts == lease.reported).
 func (k *checker) lost(e *event.Event) {
 	j, ok := k.fold.Job(e.Job)
 	if !ok {
@@ -233,6 +237,8 @@ func (k *checker) lost(e *event.Event) {
 	case j.Kind == event.KindRun && j.State == fsm.Failed && j.Reason == event.ReasonWorkerLost:
 	case j.Kind == event.KindEvaluation && j.State == fsm.Queued && j.Lease == 0:
 	case j.Kind == event.KindEvaluation && j.State == fsm.Cancelled && j.Reason == event.ReasonRevokedLost:
+	case j.Kind == event.KindEvaluation && j.State == fsm.Failed && j.MaxRequeues > 0 &&
+		j.Leases == j.MaxRequeues+1 && j.Reason == event.LostTimes(j.Leases):
 	default:
 		k.s.fail("lease %d reported lost left %s job %s %s (%q), not as an expiry would", e.Lease, j.Kind, e.Job, j.State, j.Reason)
 	}

@@ -197,7 +197,11 @@ func (d *daemon) handle(c *call) {
 		reply, err = d.api.WorkerLeases(bg, r.worker)
 	case reqSubmit:
 		kind, _ := event.ParseKind(r.jobKind)
-		j, created, e := d.svc.Submit(bg, r.job, kind, []byte(r.spec))
+		it := lease.SubmitItem{ID: r.job, Kind: kind, Spec: []byte(r.spec)}
+		if r.namesCap {
+			it.MaxRequeues = &r.maxRequeues
+		}
+		j, created, e := d.svc.SubmitItem(bg, it)
 		reply, err = submitted{job: server.JobOf(j, nil), created: created}, apiErr(e)
 	case reqRevoke:
 		f := d.svc.Cancel

@@ -43,6 +43,8 @@ type reqWorkerLeases struct{ worker string }
 
 type reqSubmit struct {
 	job, jobKind, spec string
+	maxRequeues        int  // the cap the submission names, if namesCap
+	namesCap           bool // else the daemon's default: none
 }
 
 type reqRevoke struct {
@@ -82,7 +84,11 @@ func (r reqReport) model() linearize.Req {
 	return linearize.Req{Op: linearize.OpReport, Lease: r.lease, Report: r.r}
 }
 func (r reqSubmit) model() linearize.Req {
-	return linearize.Req{Op: linearize.OpSubmit, Job: r.job, Kind: r.jobKind, Spec: r.spec}
+	q := linearize.Req{Op: linearize.OpSubmit, Job: r.job, Kind: r.jobKind, Spec: r.spec}
+	if r.namesCap {
+		q.MaxRequeues = &r.maxRequeues
+	}
+	return q
 }
 func (r reqRevoke) model() linearize.Req {
 	if r.kill {
@@ -105,7 +111,13 @@ func (r reqReport) String() string {
 	}
 	return s
 }
-func (r reqSubmit) String() string { return fmt.Sprintf("submit %s %s %s", r.job, r.jobKind, r.spec) }
+func (r reqSubmit) String() string {
+	s := fmt.Sprintf("submit %s %s %s", r.job, r.jobKind, r.spec)
+	if r.namesCap {
+		s += fmt.Sprintf(" max_requeues=%d", r.maxRequeues)
+	}
+	return s
+}
 func (r reqRevoke) String() string { return r.kind() + " " + r.job }
 func (r reqJob) String() string    { return "job " + r.job }
 

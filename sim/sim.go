@@ -82,6 +82,7 @@ type Stats struct {
 	SimTime                      time.Duration
 	Appended                     uint64
 	Jobs, Leases, Expired, Stale int
+	Poisoned                     int // evaluations failed at their cap on requeues (lease.failed)
 	Pauses, LongPauses, Deaths   int
 	Aimed                        int // pauses aimed at a fence
 	Suspends, WallSteps          int // hosts suspended; the daemon's wall clock stepped

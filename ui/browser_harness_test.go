@@ -210,6 +210,33 @@ func (d *daemon) seed() {
 	d.call("POST", "/v1/workers/w2/heartbeat", map[string]any{"leases": []uint64{g.Leases[0].Lease, g.Leases[1].Lease}}, http.StatusOK, nil)
 }
 
+// seedOutcomes gives the jobs page one job of every tone: reported
+// succeeded, failed and killed, cancelled while queued, an evaluation
+// capped at one requeue and lost twice (failed, "lost 2 times"), and one
+// queued.
+func (d *daemon) seedOutcomes() {
+	d.t.Helper()
+	run := func(id string, body map[string]any, outcomes ...string) {
+		body["id"] = id
+		d.call("POST", "/v1/jobs", body, http.StatusCreated, nil)
+		for _, o := range outcomes {
+			var g grants
+			d.call("POST", "/v1/workers/w1/acquire", map[string]any{"max": 1, "start": true}, http.StatusOK, &g)
+			if len(g.Leases) != 1 || g.Leases[0].Job.ID != id {
+				d.t.Fatalf("w1 acquired %+v, want %s", g, id)
+			}
+			d.call("POST", fmt.Sprintf("/v1/leases/%d/report", g.Leases[0].Lease), map[string]any{"worker": "w1", "outcome": o}, http.StatusOK, nil)
+		}
+	}
+	run("good", map[string]any{"kind": "run"}, "succeeded")
+	run("bad", map[string]any{"kind": "run"}, "failed")
+	run("killed", map[string]any{"kind": "run"}, "killed")
+	run("poison", map[string]any{"kind": "evaluation", "max_requeues": 1}, "lost", "lost")
+	run("stopped", map[string]any{"kind": "run"})
+	d.call("POST", "/v1/jobs/stopped/cancel", nil, http.StatusOK, nil)
+	run("waiting", map[string]any{"kind": "run"})
+}
+
 // output is the runs of one worker: what each (job, stream) wrote so far,
 // whatever the lease.
 type output struct {

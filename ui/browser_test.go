@@ -144,6 +144,60 @@ func TestDashboard(t *testing.T) {
 	p.waitFor("the first page again", `document.querySelector('#jobs tr[data-job]').dataset.job === 'eval-1' && document.querySelectorAll('#jobs tr[data-job]').length === 50`)
 }
 
+// TestDashboardOutcomes: failures in plain sight. A job reported failed or
+// killed is in state reported, and drawn red; one reported succeeded green;
+// one cancelled grey; a poison evaluation (lost once more than its cap)
+// failed, in the orange of a loss, with its reason. The jobs page filters
+// by outcome, and a job's page says how it ended.
+func TestDashboardOutcomes(t *testing.T) {
+	b := browser(t)
+	d := newDaemon(t, nil)
+	d.seedOutcomes()
+	p := newPage(t, b)
+
+	p.do("load the jobs", chromedp.Navigate(d.url+"/ui/#/jobs"))
+	p.waitFor("every job listed", `document.querySelectorAll('#jobs tr[data-job]').length === 6`)
+	tones := eval[string](p, `[...document.querySelectorAll('#jobs tr[data-job]')].map(tr => tr.dataset.job + '=' + tr.querySelector('td:nth-child(3) .badge').dataset.tone).join(' ')`)
+	if want := "bad=bad good=ok killed=bad poison=lost stopped=off waiting=waiting"; tones != want {
+		t.Errorf("the jobs' tones: %q, want %q", tones, want)
+	}
+	// The colours themselves, as the browser draws them (style.css).
+	colour := func(job string) string {
+		return eval[string](p, fmt.Sprintf(`getComputedStyle(document.querySelector('#jobs tr[data-job=%q] td:nth-child(3) .badge')).color`, job))
+	}
+	for job, want := range map[string]string{
+		"good": "rgb(31, 138, 76)", "bad": "rgb(194, 59, 50)", "killed": "rgb(194, 59, 50)",
+		"poison": "rgb(199, 122, 10)", "stopped": "rgb(107, 115, 133)",
+	} {
+		if got := colour(job); got != want {
+			t.Errorf("%s's state drawn in %s, want %s", job, got, want)
+		}
+	}
+	if got := eval[string](p, `document.querySelector('#jobs tr[data-job="poison"]').innerText`); !strings.Contains(got, "failed") || !strings.Contains(got, "lost 2 times") {
+		t.Errorf("the poison job's row %q: want failed, lost 2 times", got)
+	}
+	p.screenshot("outcomes")
+
+	p.do("filter by outcome", chromedp.SetValue(chromedp.CSS(`select[name="outcome"]`), "failed"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('select[name="outcome"]').dispatchEvent(new Event('change'))`))
+	p.waitFor("only the job reported failed", `document.querySelectorAll('#jobs tr[data-job]').length === 1 && document.querySelector('#jobs tr[data-job="bad"]') !== null`)
+	if got := eval[string](p, `location.hash`); got != "#/jobs?outcome=failed" {
+		t.Errorf("the filter in the address: %q", got)
+	}
+	p.open("#/jobs?outcome=killed&kind=run")
+	p.waitFor("the job reported killed, from the address", `document.querySelectorAll('#jobs tr[data-job]').length === 1 && document.querySelector('#jobs tr[data-job="killed"]') !== null`)
+
+	// A job's page: its state and outcome in their tone, and a poison job's
+	// cap and reason, its failure marked on the timeline.
+	p.open("#/job/bad")
+	p.waitFor("the failed report", `document.querySelector('#main dl.facts .badge[data-tone="bad"]')?.textContent === 'reported' && document.querySelector('#main dl.facts .badge.outcome')?.textContent === 'failed'`)
+	p.open("#/job/poison")
+	p.waitFor("the poison job's failure", `document.querySelector('#timeline .mark.failed') !== null && document.querySelector('#main dl.facts .badge[data-tone="lost"]') !== null`)
+	if got := eval[string](p, `document.querySelector('#main dl.facts').innerText`); !strings.Contains(got, "lost 2 times") || !strings.Contains(got, "max requeues\n1") {
+		t.Errorf("the poison job's facts %q: want its reason and its cap", got)
+	}
+}
+
 // The token: asked for when the daemon takes one, a wrong one refused with
 // the API's message, and kept in the tab's sessionStorage only; or taken
 // from the link's fragment, which then leaves the address bar.

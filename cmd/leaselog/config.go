@@ -26,6 +26,7 @@ import (
 //	advertise = "host1:7420"         # jetstream: where others reach it; default listen, or hostname:port (advertise.go)
 //	open = false                     # no [auth] and a local worker: true serves with no token at all
 //	max_connections = 0              # 0: from the file-descriptor limit, leaving the store its files
+//	cancel_queued_on_stop = true     # false: a graceful stop keeps the queue for the next start (serve --keep-queued)
 //
 //	[store]
 //	dir = "./leaselog-data"
@@ -43,6 +44,7 @@ import (
 //	local_capacity = 4               # default: number of CPUs; 0: no local worker
 //	workdir = "./leaselog-data/work" # where the local worker runs jobs
 //	retention_seconds = 604800       # run directories of ended jobs are removed after this; 0: kept
+//	max_requeues = 0                 # an evaluation lost once more than this many requeues fails; 0: no cap
 //
 //	[auth]                           # absent: loopback or a unix socket only, and open unless
 //	                                 # there is a local worker: then an admin token in <dir>/token
@@ -77,6 +79,10 @@ type ServerConfig struct {
 	// file-descriptor limit leaves once the store's files are counted
 	// (server.DefaultMaxConns).
 	MaxConnections int `toml:"max_connections"`
+	// CancelQueuedOnStop: a graceful stop cancels the jobs still queued
+	// ("daemon stopped"), the Leases page's rule and the default; false
+	// keeps them queued for the next start, for a deploy or an upgrade.
+	CancelQueuedOnStop bool `toml:"cancel_queued_on_stop"`
 }
 
 // StoreConfig is [store].
@@ -108,6 +114,10 @@ type ExecutorConfig struct {
 	// directory of an ended job (worktrees included; the refs they brought
 	// back stay); 0 keeps them all.
 	RetentionSeconds float64 `toml:"retention_seconds"`
+	// MaxRequeues caps the requeues after losses of an evaluation
+	// submitted without a cap of its own (lease.Options.MaxRequeues); 0:
+	// no cap.
+	MaxRequeues int `toml:"max_requeues"`
 }
 
 // AuthConfig is [auth].
@@ -128,7 +138,7 @@ func DefaultConfig() Config {
 	def := timing.Default()
 	capacity := runtime.NumCPU()
 	return Config{
-		Server: ServerConfig{Listen: "127.0.0.1:7420"},
+		Server: ServerConfig{Listen: "127.0.0.1:7420", CancelQueuedOnStop: true},
 		Store:  StoreConfig{Dir: "./leaselog-data", SnapshotEvery: lease.DefaultSnapshotEvery, SnapshotSeconds: 60},
 		Plugins: PluginsConfig{Executor: ExecutorConfig{
 			RenewSeconds: def.Renew.Seconds(), GraceSeconds: def.Grace.Seconds(), TolerationSeconds: def.Toleration.Seconds(),
@@ -179,6 +189,15 @@ func (c Config) Retention() time.Duration {
 	return time.Duration(c.Plugins.Executor.RetentionSeconds * float64(time.Second))
 }
 
+// StopQueue is what a graceful stop does with the jobs still queued
+// (server.cancel_queued_on_stop).
+func (c Config) StopQueue() lease.QueuePolicy {
+	if c.Server.CancelQueuedOnStop {
+		return lease.CancelQueued
+	}
+	return lease.KeepQueued
+}
+
 // Workdir is where the local worker runs its jobs.
 func (c Config) Workdir() string {
 	if c.Plugins.Executor.Workdir != "" {
@@ -224,6 +243,8 @@ func (c Config) Validate() error {
 		// A lease outlives its job's end by toleration at most: a shorter
 		// retention could remove a run a restarted worker re-attaches to.
 		return fmt.Errorf("config: plugins.executor.retention_seconds: must be 0 (keep every run directory) or more than toleration_seconds (%v), is %v", e.TolerationSeconds, e.RetentionSeconds)
+	case e.MaxRequeues < 0 || e.MaxRequeues > lease.MaxRequeuesLimit:
+		return fmt.Errorf("config: plugins.executor.max_requeues: must be 0 (no cap) to %d, is %d", lease.MaxRequeuesLimit, e.MaxRequeues)
 	case c.Server.MaxConnections < 0:
 		return fmt.Errorf("config: server.max_connections: must be 0 (from the file-descriptor limit) or more, is %d", c.Server.MaxConnections)
 	case c.Store.Dir == "":

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leaselog/leaselog/lease"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -35,8 +37,14 @@ w1 = "worker-token-0123456789"
 	if c.Capacity() != 0 || c.Workdir() != "/var/lib/leaselog/work" || c.Auth.Workers["w1"] == "" {
 		t.Errorf("config %+v", c)
 	}
-	if d := DefaultConfig(); d.Validate() != nil || d.Lease().Toleration != 300*time.Second || d.Retention() != 7*24*time.Hour {
+	if d := DefaultConfig(); d.Validate() != nil || d.Lease().Toleration != 300*time.Second || d.Retention() != 7*24*time.Hour ||
+		d.StopQueue() != lease.CancelQueued || d.Plugins.Executor.MaxRequeues != 0 {
 		t.Errorf("default config %+v: %v", d, d.Validate())
+	}
+	// A stop that keeps the queue, and a default cap on requeues.
+	c, err = ParseConfig("[server]\ncancel_queued_on_stop = false\n[plugins.executor]\nmax_requeues = 3")
+	if err != nil || c.Validate() != nil || c.StopQueue() != lease.KeepQueued || c.Plugins.Executor.MaxRequeues != 3 {
+		t.Errorf("config %+v: %v", c, err)
 	}
 }
 
@@ -56,6 +64,10 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"[auth]\n[auth.workers]\n\"bad/id\" = \"worker-token-0123456789\"", "auth.workers.bad/id"},
 		{"[auth]\nadmin = [\"same-token-0123456789\"]\nauditor = [\"same-token-0123456789\"]", "auth.auditor[0]"},
 		{"[store]\ndir = \"\"", "store.dir"},
+		{"[plugins.executor]\nmax_requeues = -1", "plugins.executor.max_requeues: must be 0 (no cap) to 1000000, is -1"},
+		{"[plugins.executor]\nmax_requeues = 1000001", "plugins.executor.max_requeues"},
+		{"[plugins.executor]\nmax_requeues = 1.5", "max_requeues"},
+		{"[server]\ncancel_queued_on_stop = \"no\"", "cancel_queued_on_stop"},
 		{"[plugins.executor]\nrenew_seconds = \"ten\"", "renew_seconds"},
 		{"[plugins.executor]\nrenew_seconds = 1e300", "plugins.executor.renew_seconds: must be a number of seconds up to"},
 		{"[plugins.executor]\ntoleration_seconds = inf", "plugins.executor.toleration_seconds: must be a number of seconds up to"},

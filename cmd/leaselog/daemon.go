@@ -34,6 +34,7 @@ type daemon struct {
 	addr    net.Addr
 	errs    chan error // a part that failed on its own
 	stopRun context.CancelFunc
+	queue   lease.QueuePolicy // what the graceful stop does with the queue
 	// token is the admin token kept in tokenFile, when the daemon generated
 	// one (Config.GeneratesToken); empty otherwise.
 	token, tokenFile string
@@ -100,7 +101,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		return nil, fmt.Errorf("serve: %w", newerStore(cfg.Store.Dir, err))
 	}
 	log := st.log
-	d := &daemon{logger: logger, log: log, closer: st.close, errs: make(chan error, 4)}
+	d := &daemon{logger: logger, log: log, closer: st.close, errs: make(chan error, 4), queue: cfg.StopQueue()}
 	fail := func(err error) (*daemon, error) { return nil, errors.Join(err, d.closeStore()) }
 	if err := stopped(ctx, "the store is open"); err != nil {
 		return fail(err)
@@ -119,7 +120,8 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 	}
 	logger.Info().Msg("rebuilding the lease table")
 	d.svc, err = lease.Open(log, lease.Options{Config: cfg.Lease(), Logger: logger, SnapshotEvery: cfg.Store.SnapshotEvery,
-		SnapshotInterval: time.Duration(cfg.Store.SnapshotSeconds * float64(time.Second)), StartReason: reason})
+		SnapshotInterval: time.Duration(cfg.Store.SnapshotSeconds * float64(time.Second)), StartReason: reason,
+		MaxRequeues: cfg.Plugins.Executor.MaxRequeues})
 	if err != nil {
 		return fail(fmt.Errorf("serve: %w", err))
 	}
@@ -240,14 +242,14 @@ func (d *daemon) goRun(what string, f func() error) {
 	}()
 }
 
-// stop is the graceful stop: queued jobs cancelled, daemon.stopping
-// recorded, the API closed, the local worker's loop ended (its jobs keep
+// stop is the graceful stop: queued jobs cancelled (or kept, with
+// server.cancel_queued_on_stop = false), daemon.stopping recorded, the API closed, the local worker's loop ended (its jobs keep
 // running), a last snapshot written, the store closed.
 func (d *daemon) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var errs []error
-	if err := d.svc.Stop(ctx); err != nil {
+	if err := d.svc.Stop(ctx, d.queue); err != nil {
 		errs = append(errs, fmt.Errorf("stop: %w", err))
 	}
 	d.api.Close() // end event streams and long polls: Shutdown waits for every request

@@ -159,11 +159,17 @@ func startServe(t *testing.T, dir string, capacity int) *daemonProc {
 // configuration text, and returns once it listens.
 func startServeConfig(t *testing.T, dir, text string) *daemonProc {
 	t.Helper()
+	return startServeArgs(t, dir, text)
+}
+
+// startServeArgs is startServeConfig with more flags for serve.
+func startServeArgs(t *testing.T, dir, text string, args ...string) *daemonProc {
+	t.Helper()
 	cfg := filepath.Join(dir, "leaselog.toml")
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := startProc(t, "serve", "serve", "--config", cfg, "--data", filepath.Join(dir, "data"))
+	p := startProc(t, "serve", append([]string{"serve", "--config", cfg, "--data", filepath.Join(dir, "data")}, args...)...)
 	// The daemon logs the address it listens on; wait for that line.
 	deadline := time.Now().Add(20 * time.Second)
 	for {

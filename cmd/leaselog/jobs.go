@@ -15,8 +15,9 @@ func (m *Main) submitCommand() *cobra.Command {
 	var f clientFlags
 	var id, kind, repo, ref string
 	var bringBack []string
+	var maxRequeues int
 	cmd := &cobra.Command{
-		Use:   "submit --id ID --kind run|evaluation [--repo R --ref REF] [--bring-back PATH]... -- COMMAND...",
+		Use:   "submit --id ID --kind run|evaluation [--repo R --ref REF] [--bring-back PATH]... [--max-requeues N] -- COMMAND...",
 		Short: "Submit a job (idempotent on its id)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client()
@@ -36,7 +37,11 @@ func (m *Main) submitCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			j, created, err := c.Submit(cmd.Context(), api.Submit{ID: id, Kind: kind, Spec: raw})
+			in := api.Submit{ID: id, Kind: kind, Spec: raw}
+			if cmd.Flags().Changed("max-requeues") {
+				in.MaxRequeues = &maxRequeues
+			}
+			j, created, err := c.Submit(cmd.Context(), in)
 			if err != nil {
 				return fmt.Errorf("submit %s: %w", id, err)
 			}
@@ -55,6 +60,7 @@ func (m *Main) submitCommand() *cobra.Command {
 	cmd.Flags().StringVar(&repo, "repo", "", "git repository to check out into a worktree")
 	cmd.Flags().StringVar(&ref, "ref", "", "ref to check out (default HEAD)")
 	cmd.Flags().StringArrayVar(&bringBack, "bring-back", nil, "path to commit and bring back as refs/leaselog/JOB/LEASE (repeatable)")
+	cmd.Flags().IntVar(&maxRequeues, "max-requeues", 0, "an evaluation lost once more than this many requeues fails (\"lost N times\"); 0: no cap (default: the daemon's plugins.executor.max_requeues)")
 	return cmd
 }
 
@@ -94,9 +100,9 @@ func (m *Main) revokeCommand(kill bool) *cobra.Command {
 func (m *Main) jobsCommand() *cobra.Command {
 	var f clientFlags
 	var pf pageFlags
-	var state, kind string
+	var state, kind, outcome string
 	cmd := &cobra.Command{
-		Use:   "jobs [JOB] [--state S] [--kind K] [--limit N | --all]",
+		Use:   "jobs [JOB] [--state S] [--kind K] [--outcome O] [--limit N | --all]",
 		Short: "List jobs, by id, a page at a time (--all: every page), or show one",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -118,7 +124,7 @@ func (m *Main) jobsCommand() *cobra.Command {
 				return nil
 			}
 			next, err := each(&pf, func(after string) ([]api.Job, string, error) {
-				page, err := c.JobsPage(cmd.Context(), api.JobQuery{State: state, Kind: kind, Limit: pf.size(), After: after})
+				page, err := c.JobsPage(cmd.Context(), api.JobQuery{State: state, Kind: kind, Outcome: outcome, Limit: pf.size(), After: after})
 				return page.Jobs, page.Next, err
 			}, func(j api.Job) { jobRow(p, j) })
 			return pf.done(cmd.ErrOrStderr(), p, next, err)
@@ -128,6 +134,7 @@ func (m *Main) jobsCommand() *cobra.Command {
 	pf.register(cmd, "jobs")
 	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state")
 	cmd.Flags().StringVar(&kind, "kind", "", "only jobs of this kind")
+	cmd.Flags().StringVar(&outcome, "outcome", "", "only jobs reported with this outcome: succeeded, failed, cancelled or killed (a job reported failed is in state reported)")
 	return cmd
 }
 

@@ -9,13 +9,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leaselog/leaselog/lease"
 )
 
 func (m *Main) serveCommand() *cobra.Command {
 	var (
 		configPath, dir, listen, advertise, logFormat, logLevel string
 		capacity                                                int
-		open                                                    bool
+		open, keepQueued                                        bool
 		retention                                               time.Duration
 	)
 	cmd := &cobra.Command{
@@ -34,8 +36,10 @@ without [auth], the API is open, on loopback addresses and unix sockets only.
 A unix socket is created 0600.
 
 SIGTERM or SIGINT stops it gracefully: queued jobs are cancelled ("daemon
-stopped"), daemon.stopping is recorded, and jobs in flight keep running; on
-the next start the local worker re-attaches to each of them. During start-up
+stopped") — or, with --keep-queued (server.cancel_queued_on_stop = false),
+kept queued for the next start —, daemon.stopping is recorded, and jobs in
+flight keep running; on the next start the local worker re-attaches to each
+of them. During start-up
 they stop it too, within seconds even in the middle of a long replay.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -76,6 +80,9 @@ they stop it too, within seconds even in the middle of a long replay.`,
 			if f.Changed("open") {
 				cfg.Server.Open = open
 			}
+			if f.Changed("keep-queued") {
+				cfg.Server.CancelQueuedOnStop = !keepQueued
+			}
 			if f.Changed("retention") {
 				cfg.Plugins.Executor.RetentionSeconds = retention.Seconds()
 			}
@@ -93,6 +100,7 @@ they stop it too, within seconds even in the middle of a long replay.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "", "debug, info, warn or error (log.level)")
 	cmd.Flags().IntVar(&capacity, "local-capacity", 0, "jobs the local worker runs at once; 0: no local worker")
 	cmd.Flags().DurationVar(&retention, "retention", 0, "keep the local worker's run directories this long after their job ended, then remove them; 0 keeps them (plugins.executor.retention_seconds; default 168h)")
+	cmd.Flags().BoolVar(&keepQueued, "keep-queued", false, "a graceful stop keeps the queued jobs for the next start instead of cancelling them, for a deploy or an upgrade (server.cancel_queued_on_stop = false)")
 	cmd.Flags().BoolVar(&open, "open", false, "with a local worker and no [auth], serve with no token: every local user may then run commands as this user (server.open)")
 	return cmd
 }
@@ -156,7 +164,11 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
-		d.logger.Info().Msg("stopping: cancelling queued jobs; jobs in flight keep running")
+		if d.queue == lease.KeepQueued {
+			d.logger.Info().Msg("stopping: queued jobs kept for the next start; jobs in flight keep running")
+		} else {
+			d.logger.Info().Msg("stopping: cancelling queued jobs; jobs in flight keep running")
+		}
 	case runErr = <-d.errs:
 		d.logger.Error().Err(runErr).Msg("stopping after a failure")
 	}

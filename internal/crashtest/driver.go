@@ -131,14 +131,16 @@ func (d *Driver) Run(s Step) error {
 // submit, cancel of a queued job, acquire, start, heartbeat, report, the same
 // report again, kill (revoke), unreachable and reachable, expiry of a run, of
 // an evaluation (queued again) and of a revoked evaluation (cancelled), a
-// stale report and the same again, a new lease on the requeued job, the
-// daemon's absence (daemon.resumed), snapshots by the sweeper, and a restart:
+// stale report and the same again, a new lease on the requeued job, an
+// evaluation capped at one requeue lost twice (queued again, then
+// lease.failed), the daemon's absence (daemon.resumed), snapshots by the sweeper, and a restart:
 // a graceful one (stop: queued jobs cancelled, daemon.stopping) on even
 // rounds, a plain close on odd ones. The close writes a snapshot; the open
 // records daemon.started with the downtime.
 func (d *Driver) Round(r int) []Step {
 	id := func(s string) string { return fmt.Sprintf("%s-%d", s, r) }
 	run, eval, evalq, runx, queued, late := id("run"), id("eval"), id("evalq"), id("runx"), id("queued"), id("late")
+	poison := id("poison")
 	t := leasetest.Timing()
 	return []Step{
 		{"submit", func() error {
@@ -178,6 +180,15 @@ func (d *Driver) Round(r int) []Step {
 		{"acquire requeued", func() error { return d.acquire("w3", 2, late, evalq) }}, // FIFO by (re)queue time
 		{"start w3", func() error { return d.start("w3", evalq) }},
 		{"report requeued", func() error { return d.report("w3", evalq, event.OutcomeFailed, `{"score": 0}`, false) }},
+		{"submit capped", func() error {
+			one := 1
+			_, _, err := d.Svc.SubmitItem(ctx, lease.SubmitItem{ID: poison, Kind: event.KindEvaluation, MaxRequeues: &one})
+			return err
+		}},
+		{"acquire capped", func() error { return d.acquire("w4", 1, poison) }},
+		{"lose capped", func() error { return d.expectJob(poison, fsm.Queued, d.lose("w4", poison)) }},
+		{"acquire capped again", func() error { return d.acquire("w4", 1, poison) }},
+		{"lose capped again", func() error { return d.expectJob(poison, fsm.Failed, d.lose("w4", poison)) }},
 		{"daemon absent", func() error {
 			d.Clock.Advance(3 * t.Toleration)
 			if err := d.sweep(); err != nil {
@@ -194,7 +205,7 @@ func (d *Driver) Round(r int) []Step {
 			if _, _, err := d.Svc.Submit(ctx, id("stopped"), event.KindRun, nil); err != nil {
 				return err
 			}
-			return d.Svc.Stop(ctx)
+			return d.Svc.Stop(ctx, lease.CancelQueued)
 		}},
 		{"close", d.Close},
 		{"open", func() error {
@@ -292,6 +303,12 @@ func (d *Driver) report(worker, job string, o event.Outcome, result string, stal
 		return fmt.Errorf("report on lease %d of %s answered %+v", d.leases[job], job, a)
 	}
 	return nil
+}
+
+// lose reports job's lease lost.
+func (d *Driver) lose(worker, job string) error {
+	_, err := d.Svc.Report(ctx, worker, d.leases[job], lease.Report{Outcome: event.OutcomeLost, Reason: "agent vanished"})
+	return err
 }
 
 func (d *Driver) sweep() error { return d.Svc.Sweep() }

@@ -287,7 +287,7 @@ func refusesEverything(svc *lease.Service) error {
 		"job":    func() error { _, err := svc.Job(ctx, "x"); return err },
 		"seq":    func() error { _, err := svc.Seq(ctx); return err },
 		"sweep":  svc.Sweep,
-		"stop":   func() error { return svc.Stop(ctx) },
+		"stop":   func() error { return svc.Stop(ctx, lease.CancelQueued) },
 		"err":    svc.Err,
 	} {
 		if err := call(); !errors.Is(err, lease.ErrFailed) {

@@ -29,8 +29,9 @@ import (
 // history is partitioned per job: every operation concerns one job, and
 // jobs share nothing the model tracks). It knows no clock: expiry is an
 // operation of its own (the sweeper's decision), and a lost report ends a
-// lease exactly as an expiry does (lostState), answered like a report and
-// never an attempt. A report on a lease already reported is a retry of the
+// lease exactly as an expiry does (lost), answered like a report and
+// never an attempt; an evaluation lost once more than its cap on requeues
+// allows fails. A report on a lease already reported is a retry of the
 // first (its answer) or a late claim (stale), by what it says (retryOf). It
 // does not know sequence
 // numbers either: a report's answer, a stale report's record and a token
@@ -64,6 +65,8 @@ type Input struct {
 	Job, Worker          string
 	Lease                uint64
 	JobKind, Spec        string
+	MaxRequeues          int  // OpSubmit: the cap the submission names, if NamesCap
+	NamesCap             bool // OpSubmit: it names one (else the daemon's default: none)
 	Outcome, Ref, Reason string
 	Result               string // OpReport: the result as compact JSON; "" for none
 }
@@ -117,6 +120,9 @@ type mjob struct {
 	state    fsm.State
 	attempts int
 	leases   []mlease // in grant order; the last is the current one
+	// maxRequeues caps requeues, the times the job was queued again after
+	// a loss (0: no cap).
+	maxRequeues, requeues int
 }
 
 func (j mjob) clone() mjob {
@@ -179,12 +185,12 @@ func stepJob(j mjob, in Input, out Output) (bool, mjob) {
 			if !unknown && (out.Code != "" || !out.Created) {
 				return false, j
 			}
-			return true, mjob{exists: true, kind: in.JobKind, spec: in.Spec, state: fsm.Queued}
+			return true, mjob{exists: true, kind: in.JobKind, spec: in.Spec, state: fsm.Queued, maxRequeues: in.MaxRequeues}
 		}
 		if unknown {
 			return true, j
 		}
-		if j.kind == in.JobKind && j.spec == in.Spec {
+		if j.kind == in.JobKind && j.spec == in.Spec && (!in.NamesCap || in.MaxRequeues == j.maxRequeues) {
 			return out.Code == "" && !out.Created, j
 		}
 		return out.Code == api.CodeJobExists, j
@@ -257,7 +263,7 @@ func stepJob(j mjob, in Input, out Output) (bool, mjob) {
 			if in.Outcome == event.OutcomeLost.String() {
 				// A loss ends the lease as an expiry does, and answers like
 				// a report: never an attempt.
-				j.state = lostState(j.kind, l.mode)
+				j.lost(l.mode)
 				return true, j
 			}
 			j.state = fsm.Reported
@@ -335,28 +341,34 @@ func stepJob(j mjob, in Input, out Output) (bool, mjob) {
 		j = j.clone()
 		l := &j.leases[i]
 		l.live = false
-		j.state = lostState(j.kind, l.mode)
+		j.lost(l.mode)
 		return out.State == j.state.String(), j
 	}
 	return false, j
 }
 
-// lostState is where a job goes when its worker is lost (an expiry, or a
-// lost report): a run fails; an evaluation is queued again, or cancelled if
-// it was revoked.
-func lostState(kind string, mode event.RevokeMode) fsm.State {
+// lost moves j, a clone, where a job goes when its worker is lost (an
+// expiry, or a lost report) from a lease revoked in mode: a run fails; an
+// evaluation is cancelled if it was revoked, fails if it was queued again
+// as often as its cap allows, and is queued again otherwise.
+func (j *mjob) lost(mode event.RevokeMode) {
 	switch {
-	case kind == "run":
-		return fsm.Failed
+	case j.kind == "run":
+		j.state = fsm.Failed
 	case mode != 0:
-		return fsm.Cancelled
+		j.state = fsm.Cancelled
+	case j.maxRequeues != 0 && j.requeues >= j.maxRequeues:
+		j.state = fsm.Failed
+	default:
+		j.state = fsm.Queued
+		j.requeues++
 	}
-	return fsm.Queued
 }
 
 func equal(a, b any) bool {
 	x, y := a.(mjob), b.(mjob)
-	if x.exists != y.exists || x.kind != y.kind || x.spec != y.spec || x.state != y.state || x.attempts != y.attempts || len(x.leases) != len(y.leases) {
+	if x.exists != y.exists || x.kind != y.kind || x.spec != y.spec || x.state != y.state || x.attempts != y.attempts ||
+		x.maxRequeues != y.maxRequeues || x.requeues != y.requeues || len(x.leases) != len(y.leases) {
 		return false
 	}
 	for i := range x.leases {
@@ -434,6 +446,9 @@ func (j mjob) String() string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s attempts=%d", j.kind, j.state, j.attempts)
+	if j.maxRequeues != 0 {
+		fmt.Fprintf(&b, " requeues=%d/%d", j.requeues, j.maxRequeues)
+	}
 	for _, l := range j.leases {
 		fmt.Fprintf(&b, " [%d %s", l.token, l.worker)
 		if l.live {

@@ -21,6 +21,10 @@ type Req struct {
 	Max    int    // OpAcquire
 	Start  bool   // OpAcquire: the grants come back running
 	Report api.Report
+	// MaxRequeues is the cap a submission names (OpSubmit), nil for none:
+	// the daemon's default, which the model takes as no cap (the callers
+	// checked here run daemons without one).
+	MaxRequeues *int
 }
 
 // JobOp is one operation of a call on one job, before its times.
@@ -53,7 +57,11 @@ func CallOps(q Req, reply any, err error, known bool, jobOf func(lease uint64) (
 		if err == nil {
 			o.Created = reply.(bool)
 		}
-		return []JobOp{{Input{Op: OpSubmit, Job: q.Job, JobKind: q.Kind, Spec: q.Spec}, o}}
+		in := Input{Op: OpSubmit, Job: q.Job, JobKind: q.Kind, Spec: q.Spec}
+		if q.MaxRequeues != nil {
+			in.MaxRequeues, in.NamesCap = *q.MaxRequeues, true
+		}
+		return []JobOp{{in, o}}
 	case OpCancel, OpKill:
 		o := Output{Code: code}
 		if err == nil {

@@ -102,7 +102,7 @@ type recorded struct {
 }
 
 func (c recorded) Submit(ctx context.Context, s api.Submit) (api.Job, bool, error) {
-	rec := c.r.begin(c.client, Req{Op: OpSubmit, Job: s.ID, Kind: s.Kind, Spec: string(s.Spec)})
+	rec := c.r.begin(c.client, Req{Op: OpSubmit, Job: s.ID, Kind: s.Kind, Spec: string(s.Spec), MaxRequeues: s.MaxRequeues})
 	j, created, err := c.d.Submit(ctx, s)
 	c.r.end(rec, created, err)
 	return j, created, err

@@ -85,6 +85,13 @@ func submit(job, kind string, created bool, err error) move {
 	return move{func(d Daemon) { _, _, _ = d.Submit(ctx, api.Submit{ID: job, Kind: kind}) }, answer{created, err}}
 }
 
+// submitCapped is submit naming a cap on requeues.
+func submitCapped(job string, cap int, created bool, err error) move {
+	return move{func(d Daemon) {
+		_, _, _ = d.Submit(ctx, api.Submit{ID: job, Kind: "evaluation", MaxRequeues: &cap})
+	}, answer{created, err}}
+}
+
 func acquire(worker string, gs ...api.Grant) move {
 	return move{func(d Daemon) { _, _ = d.Acquire(ctx, worker, 1, 0) }, answer{gs, nil}}
 }
@@ -170,6 +177,15 @@ func TestCheck(t *testing.T) {
 		return append([]move{submit("j", "evaluation", true, nil), acquire("w1", grant("j", 3)), start("w1", 3),
 			reportSaying(first, 3, 5, nil)}, last...)
 	}
+	lost := api.Report{Worker: "w1", Outcome: "lost"}
+	capped := func(last move) []move {
+		return []move{submitCapped("j", 1, true, nil), acquire("w1", grant("j", 3)), reportSaying(lost, 3, 4, nil),
+			acquire("w1", grant("j", 6)), reportSaying(lost, 6, 7, nil), last}
+	}
+	cappedStream := func(last event.Event) []event.Event {
+		return stream(started, queued("j"), acquired("j", "w1"), ev(event.TypeLost, "j", 3), queued("j"),
+			acquired("j", "w1"), ev(event.TypeLost, "j", 6), last)
+	}
 	for _, c := range []struct {
 		name  string
 		moves []move
@@ -230,6 +246,16 @@ func TestCheck(t *testing.T) {
 			reportNext("w1", 4, 0, nil, down), reportNext("w1", 4, 6, &api.Grants{}, nil),
 		}, stream(started, queued("j"), queued("k"), acquired("j", "w1"), ev(event.TypeRunning, "j", 4),
 			ev(event.TypeReported, "j", 4)), false},
+		// j, capped at one requeue: lost (5), queued again (6), lost again
+		// (8): it fails (9).
+		{"a capped evaluation lost twice fails", capped(read("j", api.Job{State: "failed"}, nil)), cappedStream(ev(event.TypeFailed, "j", 0)), true},
+		{"a capped evaluation lost twice read as queued again", capped(read("j", api.Job{State: "queued"}, nil)), cappedStream(ev(event.TypeFailed, "j", 0)), false},
+		{"a capped evaluation submitted again naming another cap answered the same job", []move{
+			submitCapped("j", 1, true, nil), submitCapped("j", 2, false, nil),
+		}, stream(started, queued("j")), false},
+		{"a capped evaluation submitted again naming no cap", []move{
+			submitCapped("j", 1, true, nil), submit("j", "evaluation", false, nil),
+		}, stream(started, queued("j")), true},
 		{"an acquire without an answer that granted", []move{
 			submit("j", "evaluation", true, nil), {func(d Daemon) { _, _ = d.Acquire(ctx, "w1", 1, 0) }, answer{nil, down}},
 			read("j", api.Job{State: "acquired", Lease: &api.Lease{Lease: 3}}, nil),

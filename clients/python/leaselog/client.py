@@ -38,6 +38,15 @@ def _spec(run: Optional[str], spec: Optional[Mapping[str, Any]], checkout: Optio
     return out
 
 
+def _submission(id: str, kind: str, run: Optional[str], spec: Optional[Mapping[str, Any]],
+                checkout: Optional[Mapping[str, Any]], bring_back: Optional[Sequence[str]],
+                max_requeues: Optional[int]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"id": id, "kind": kind, "spec": _spec(run, spec, checkout, bring_back)}
+    if max_requeues is not None:
+        body["max_requeues"] = max_requeues
+    return body
+
+
 class Client:
     """A client of a leaselog daemon, for executors and auditors.
 
@@ -64,15 +73,19 @@ class Client:
 
     def submit(self, id: str, kind: str = "run", run: Optional[str] = None, *,
                spec: Optional[Mapping[str, Any]] = None, checkout: Optional[Mapping[str, Any]] = None,
-               bring_back: Optional[Sequence[str]] = None) -> Job:
+               bring_back: Optional[Sequence[str]] = None, max_requeues: Optional[int] = None) -> Job:
         """Submit a job; idempotent on its id.
 
         ``run`` is the command leaselog's own workers run (``spec.run``);
         ``spec`` may carry anything else an executor's workers understand.
-        The answer's ``created`` says whether this call made the job. The
-        same id with another kind or spec raises :class:`errors.JobExists`.
+        ``max_requeues`` caps how many times an evaluation is queued again
+        after its worker is lost; lost once more, it fails ("lost N times").
+        None is the daemon's default, 0 no cap; a run takes none. The
+        answer's ``created`` says whether this call made the job. The same id
+        with another kind or spec (or another ``max_requeues``, if given)
+        raises :class:`errors.JobExists`.
         """
-        body = {"id": id, "kind": kind, "spec": _spec(run, spec, checkout, bring_back)}
+        body = _submission(id, kind, run, spec, checkout, bring_back, max_requeues)
         status, doc = self._t.request("POST", "/v1/jobs", body=body)
         return Job.from_json(doc, created=status == 201)
 
@@ -80,15 +93,16 @@ class Client:
         """Submit up to 1,000 jobs in one call (``POST /v1/jobs/batch``).
 
         Each item takes the keyword arguments of :meth:`submit` (``id``,
-        ``kind``, ``run``, ``spec``, ``checkout``, ``bring_back``). Each is
+        ``kind``, ``run``, ``spec``, ``checkout``, ``bring_back``,
+        ``max_requeues``). Each is
         decided alone: the answer has one :class:`Submitted` per item, in
         order, with the job or the error that refused it (which wrote
         nothing). Only a batch that is bad as a whole raises.
         """
         items = []
         for j in jobs:
-            items.append({"id": j["id"], "kind": j.get("kind", "run"),
-                          "spec": _spec(j.get("run"), j.get("spec"), j.get("checkout"), j.get("bring_back"))})
+            items.append(_submission(j["id"], j.get("kind", "run"), j.get("run"), j.get("spec"), j.get("checkout"),
+                                     j.get("bring_back"), j.get("max_requeues")))
         _, doc = self._t.request("POST", "/v1/jobs/batch", body={"jobs": items})
         out = []
         for item in doc.get("jobs") or []:
@@ -104,12 +118,16 @@ class Client:
         return Job.from_json(doc)
 
     def jobs(self, state: Optional[str] = None, kind: Optional[str] = None, *,
-             limit: Optional[int] = None) -> Iterator[Job]:
-        """Every job (by id), or those in ``state`` / of ``kind``, page by page.
+             outcome: Optional[str] = None, limit: Optional[int] = None) -> Iterator[Job]:
+        """Every job (by id), or those in ``state`` / of ``kind`` / reported
+        with ``outcome``, page by page.
 
+        A job whose worker reported it failed or killed is in state
+        ``reported`` with that outcome; state ``failed`` is a job whose
+        worker was lost (a run, or an evaluation past its ``max_requeues``).
         ``limit`` is the page size (the daemon's default when None).
         """
-        return self._pages("/v1/jobs", "jobs", Job.from_json, {"state": state, "kind": kind}, limit)
+        return self._pages("/v1/jobs", "jobs", Job.from_json, {"state": state, "kind": kind, "outcome": outcome}, limit)
 
     def cancel(self, id: str) -> Job:
         """Cancel a job: a queued one at once, a leased one at its worker's next

@@ -88,6 +88,8 @@ class Job:
     reason: Optional[str] = None
     ref: Optional[str] = None
     result: Any = None
+    #: An evaluation's cap on requeues after losses; 0 for none.
+    max_requeues: int = 0
     #: For the answer of a submit: True if this call created the job, False
     #: if the same job existed. None elsewhere.
     created: Optional[bool] = None
@@ -106,7 +108,7 @@ class Job:
                    lease=Lease.from_json(lease) if lease else None,
                    submitted=parse_time(d.get("submitted")), updated=parse_time(d.get("updated")),
                    outcome=d.get("outcome"), reason=d.get("reason"), ref=d.get("ref"),
-                   result=d.get("result"), created=created, raw=dict(d))
+                   result=d.get("result"), max_requeues=d.get("max_requeues", 0), created=created, raw=dict(d))
 
 
 @dataclass

@@ -204,6 +204,51 @@ class ClientTest(ServerTest):
         self.assertFalse(out[3].ok)
         self.assertEqual(self.client.job(b).state, "queued")
 
+    def test_jobs_by_outcome(self) -> None:
+        """A job reported failed is in state reported, outcome failed: the
+        outcome filter finds it, state failed does not."""
+        w = leaselog.WorkerClient(self.client.server, uid("ow"))
+        bad, good = self.submit("bad", run="false"), self.submit("good", run="true")
+        outcomes = {bad.id: "failed", good.id: "succeeded"}
+        while outcomes:
+            for g in w.acquire(1, wait_seconds=1):  # older jobs of this run may be queued before these
+                if g.job.id in outcomes:
+                    w.report(g.lease, outcomes.pop(g.job.id))
+                else:
+                    w.report(g.lease, "lost", reason="not this test's job")
+        mine = {bad.id, good.id}
+        self.assertEqual([j.id for j in self.client.jobs(outcome="failed") if j.id in mine], [bad.id])
+        self.assertEqual([j.id for j in self.client.jobs(outcome="succeeded", limit=1) if j.id in mine], [good.id])
+        self.assertEqual([j.id for j in self.client.jobs(state="failed") if j.id in mine], [])
+        j = self.client.job(bad.id)
+        self.assertEqual((j.state, j.outcome), ("reported", "failed"))
+        with self.assertRaises(errors.BadRequest) as cm:
+            list(self.client.jobs(outcome="lost"))
+        self.assertIn('outcome "lost"', cm.exception.message)
+
+    def test_max_requeues(self) -> None:
+        """An evaluation lost once more than its cap fails, "lost N times"."""
+        e = self.submit("poison", kind="evaluation", run="true", max_requeues=1)
+        self.assertEqual(e.max_requeues, 1)
+        self.assertEqual(self.client.submit(e.id, kind="evaluation", run="true").max_requeues, 1,
+                         "the same job again, naming no cap")
+        with self.assertRaises(errors.JobExists):
+            self.client.submit(e.id, kind="evaluation", run="true", max_requeues=2)
+        with self.assertRaises(errors.BadRequest) as cm:
+            self.submit("bad-cap", kind="evaluation", max_requeues=-1)
+        self.assertIn("max_requeues -1", cm.exception.message)
+        w = leaselog.WorkerClient(self.client.server, uid("pw"))
+        lost = 0
+        while lost < 2:
+            for g in w.acquire(1, wait_seconds=1):
+                w.report(g.lease, "lost", reason="agent vanished")
+                lost += g.job.id == e.id
+        j = self.client.job(e.id)
+        self.assertEqual((j.state, j.reason, j.attempts, j.max_requeues), ("failed", "lost 2 times", 0, 1))
+        out = self.client.submit_many([{"id": uid("capped-batch"), "kind": "evaluation", "max_requeues": 3}])
+        self.jobs.append(out[0].id)
+        self.assertEqual((out[0].status, out[0].job.max_requeues), (201, 3))
+
     def test_cancel_and_kill_queued(self) -> None:
         j = self.submit("c", run="true")
         self.assertEqual(self.client.cancel(j.id).state, "cancelled")

@@ -125,7 +125,7 @@ export async function all(path, field, params = {}, limit = 1000) {
 // message by its type, and EventSource dispatches by that name.
 export const EVENT_TYPES = [
   'lease.queued', 'lease.acquired', 'lease.running', 'lease.heartbeat', 'lease.revoked',
-  'lease.reported', 'lease.expired', 'lease.lost', 'lease.cancelled', 'lease.stale_report',
+  'lease.reported', 'lease.expired', 'lease.lost', 'lease.cancelled', 'lease.failed', 'lease.stale_report',
   'worker.unreachable', 'worker.reachable', 'daemon.started', 'daemon.stopping', 'daemon.resumed',
 ];
 

@@ -30,6 +30,26 @@ export function table(heads, rows, empty = 'Nothing here.') {
 
 export const badge = (text) => h('span', { class: `badge ${text}` }, text);
 
+// tone is how a job went, for its colour: its state says where it is, and
+// a reported job's outcome says how it ended — a job reported failed is in
+// state reported, and must not look like a success.
+export function tone(j) {
+  switch (j.state) {
+    case 'reported':
+      return { succeeded: 'ok', failed: 'bad', killed: 'bad', cancelled: 'off' }[j.outcome] || 'ok';
+    case 'failed': return 'lost'; // its worker lost: "worker lost", "lost N times"
+    case 'cancelled': return 'off';
+    case 'acquired': case 'running': return 'live';
+    default: return 'waiting'; // queued, or expired on its way back to the queue
+  }
+}
+
+// jobBadge shows a job's state in the colour of its tone.
+export const jobBadge = (j) => h('span', { class: `badge ${j.state}`, 'data-tone': tone(j) }, j.state);
+
+// outcomeBadge shows a reported job's outcome in the colour of its tone.
+export const outcomeBadge = (j) => (j.outcome ? h('span', { class: 'badge outcome', 'data-tone': tone(j) }, j.outcome) : '');
+
 export const jobLink = (id) => h('a', { href: `#/job/${encodeURIComponent(id)}` }, id);
 
 // time shows an RFC 3339 time in local time, to the second.

@@ -1,7 +1,7 @@
 // A job's page: what the job is, its timeline (timeline.js) and its events,
 // heartbeats collapsed, kept up to date from the event stream.
 import { all, daemonNow, get } from './api.js';
-import { badge, coalesce, h, table, time } from './dom.js';
+import { coalesce, h, jobBadge, outcomeBadge, table, time } from './dom.js';
 import { outputPanel } from './output.js';
 import { draw, model } from './timeline.js';
 
@@ -28,11 +28,12 @@ export function render(main, id) {
     const j = jobDoc;
     const spec = j.spec && j.spec.run ? j.spec.run : JSON.stringify(j.spec);
     head.replaceChildren(h('dl', { class: 'facts' },
-      h('dt', {}, 'state'), h('dd', {}, badge(j.state), j.outcome ? ` ${j.outcome}` : ''),
+      h('dt', {}, 'state'), h('dd', {}, jobBadge(j), ' ', outcomeBadge(j)),
       h('dt', {}, 'kind'), h('dd', {}, j.kind),
       h('dt', {}, 'attempts · leases'), h('dd', {}, `${j.attempts} · ${j.leases}`),
       j.lease ? [h('dt', {}, 'live lease'), h('dd', {}, `${j.lease.lease} on ${j.lease.worker} (${j.lease.state})`)] : null,
       j.reason ? [h('dt', {}, 'reason'), h('dd', {}, j.reason)] : null,
+      j.max_requeues ? [h('dt', {}, 'max requeues'), h('dd', {}, j.max_requeues)] : null,
       j.ref ? [h('dt', {}, 'ref'), h('dd', {}, h('code', {}, j.ref))] : null,
       h('dt', {}, 'spec'), h('dd', {}, h('code', {}, spec)),
       h('dt', {}, 'submitted'), h('dd', {}, time(j.submitted))));

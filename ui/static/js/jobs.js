@@ -1,15 +1,19 @@
-// The jobs page: the jobs by id, filtered by state and kind, a page at a
-// time; the page on screen is read again when the log says a job changed.
+// The jobs page: the jobs by id, filtered by state, kind and outcome, a page
+// at a time, coloured by how they went (dom.js, tone); the page on screen is
+// read again when the log says a job changed.
 import { page } from './api.js';
-import { badge, coalesce, h, hashQuery, jobLink, setHashQuery, table, time } from './dom.js';
+import { coalesce, h, hashQuery, jobBadge, jobLink, outcomeBadge, setHashQuery, table, time } from './dom.js';
 
 const STATES = ['queued', 'acquired', 'running', 'reported', 'failed', 'cancelled', 'expired'];
 const KINDS = ['run', 'evaluation'];
+// What a job was reported to come to: a job reported failed is in state
+// reported; state failed is a job whose worker was lost.
+const OUTCOMES = ['succeeded', 'failed', 'cancelled', 'killed'];
 const LIMIT = 50;
 
 export function render(main) {
   const q = hashQuery();
-  const filters = { state: q.get('state') || '', kind: q.get('kind') || '' };
+  const filters = { state: q.get('state') || '', kind: q.get('kind') || '', outcome: q.get('outcome') || '' };
   let cursors = [undefined]; // the after of every page up to the one on screen
   let seen = null; // ids of the last page shown, to mark the new ones
 
@@ -29,7 +33,8 @@ export function render(main) {
     h('h1', {}, 'Jobs'),
     h('form', { class: 'filters', onsubmit: (ev) => ev.preventDefault() },
       h('label', {}, 'state', select('state', STATES)),
-      h('label', {}, 'kind', select('kind', KINDS))),
+      h('label', {}, 'kind', select('kind', KINDS)),
+      h('label', {}, 'outcome', select('outcome', OUTCOMES))),
     body);
 
   async function load() {
@@ -42,8 +47,8 @@ export function render(main) {
       return;
     }
     const rows = p.items.map((j) => h('tr', { 'data-job': j.id, class: seen && !seen.has(j.id) ? 'fresh' : null },
-      h('td', {}, jobLink(j.id)), h('td', {}, j.kind), h('td', {}, badge(j.state)),
-      h('td', {}, j.lease ? j.lease.worker : ''), h('td', {}, j.outcome || ''),
+      h('td', {}, jobLink(j.id)), h('td', {}, j.kind), h('td', {}, jobBadge(j)),
+      h('td', {}, j.lease ? j.lease.worker : ''), h('td', {}, outcomeBadge(j)),
       h('td', {}, j.attempts), h('td', {}, j.leases), h('td', {}, time(j.updated)),
       h('td', { class: 'wrap' }, j.reason || '')));
     seen = new Set(p.items.map((j) => j.id));

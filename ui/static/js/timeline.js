@@ -2,8 +2,8 @@
 // acquire to its end (reported, expired or lost; still open while live),
 // its heartbeats as ticks on the band (collapsed: one count, not one row
 // each), expiries, losses and stale reports marked on the band of their
-// lease, and the job's own moments (queued, revoked, cancelled) on a row
-// of their own.
+// lease, and the job's own moments (queued, revoked, cancelled, failed at
+// its cap on requeues) on a row of their own.
 import { h } from './dom.js';
 
 const ENDS = { 'lease.reported': 'reported', 'lease.expired': 'expired', 'lease.lost': 'lost' };
@@ -38,7 +38,7 @@ export function model(events) {
       case 'lease.revoked':
         jobMarks.push({ t, kind: 'revoked', label: `revoked (${e.revoke})` });
         break;
-      case 'lease.queued': case 'lease.cancelled':
+      case 'lease.queued': case 'lease.cancelled': case 'lease.failed':
         jobMarks.push({ t, kind: e.type.slice(6), label: `${e.type} ${e.reason || ''}` });
         break;
       default:
