@@ -22,8 +22,11 @@ import "time"
 // store). A stopped (SIGSTOP) or hung daemon still holds the lock: no
 // absence, the deadline falls as before.
 //
-// Nothing counts until a look has found the file there and locked: a file
-// no daemon ever held (a wrong path) moves no deadline. A new deadline read from the
+// Only the file a look last found locked counts (by device and inode):
+// nothing counts before a look found one (a path no daemon locks moves no
+// deadline), and a file put in its place counts once a look has found it
+// locked in turn (a store put back at its path, which its daemon's start
+// locks; not a file nobody locks). A new deadline read from the
 // fence file starts the count again from zero: the worker that wrote it
 // counted from a heartbeat its daemon answered, with any absence before
 // taken out already.
@@ -48,12 +51,15 @@ type FileID struct {
 	Ctime    int64 // ns
 }
 
+// sameFile: f and g are states of one file.
+func (f FileID) sameFile(g FileID) bool { return f.Dev == g.Dev && f.Ino == g.Ino }
+
 // Absence is the count of the time no process held the store since the
 // fence deadline was last read: the decision of how far the deadline moves,
 // without a clock or a file of its own (the supervisor feeds it). The zero
 // value is ready; it is not safe for concurrent use.
 type Absence struct {
-	armed  bool // a look found the file, locked: it is a daemon's lock
+	locked FileID // the file a look last found locked; zero: none yet
 	last   StoreLook
 	lastAt time.Time // the end of the last look; zero: none to count from
 	credit time.Duration
@@ -65,12 +71,13 @@ type Absence struct {
 // nothing and is not counted from; it arms the count all the same.
 func (a *Absence) Look(start, end time.Time, l StoreLook) time.Duration {
 	var add time.Duration
-	if a.armed && l.Free && a.last.Free && !a.lastAt.IsZero() && !start.IsZero() && l.File == a.last.File && start.After(a.lastAt) {
+	if l.Free && a.last.Free && l.File == a.last.File && l.File.sameFile(a.locked) &&
+		!a.lastAt.IsZero() && !start.IsZero() && start.After(a.lastAt) {
 		add = start.Sub(a.lastAt)
 		a.credit += add
 	}
 	if !l.Free && l.File != (FileID{}) {
-		a.armed = true
+		a.locked = l.File
 	}
 	a.last, a.lastAt = l, end
 	return add
@@ -82,7 +89,7 @@ func (a *Absence) Credit() time.Duration { return a.credit }
 
 // Armed reports whether a look has found the file there and locked: only
 // then does a free lock count.
-func (a *Absence) Armed() bool { return a.armed }
+func (a *Absence) Armed() bool { return a.locked != (FileID{}) }
 
 // Free reports whether the last look found the lock free.
 func (a *Absence) Free() bool { return a.last.Free }

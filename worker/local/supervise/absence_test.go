@@ -13,9 +13,12 @@ import (
 func TestAbsence(t *testing.T) {
 	var (
 		a, b    = FileID{Dev: 1, Ino: 7, Ctime: 100}, FileID{Dev: 1, Ino: 7, Ctime: 200}
+		other   = FileID{Dev: 1, Ino: 9, Ctime: 300} // another file at the path
 		held    = StoreLook{File: a, Holder: 42}
 		free    = StoreLook{Free: true, File: a}
 		freeB   = StoreLook{Free: true, File: b}
+		heldO   = StoreLook{File: other, Holder: 43}
+		freeO   = StoreLook{Free: true, File: other}
 		missing = StoreLook{}
 	)
 	// A step is a look from start to end (ms on the fence clock), or a new
@@ -60,6 +63,9 @@ func TestAbsence(t *testing.T) {
 			{look: held}, look(25, 26, free, 0), look(50, 51, free, 24)}},
 		{"nor counted to", []step{
 			look(0, 1, held, 0), look(25, 26, free, 0), {look: free}, look(50, 51, free, 0), look(75, 76, free, 24)}},
+		{"a file put in the place of the one locked counts only once found locked", []step{
+			look(0, 1, held, 0), look(25, 26, free, 0), look(50, 51, freeO, 0), look(75, 76, freeO, 0),
+			look(100, 101, heldO, 0), look(125, 126, freeO, 0), look(150, 151, freeO, 24)}},
 		{"held again keeps what was counted", []step{
 			look(0, 1, held, 0), look(25, 26, free, 0), look(50, 51, free, 24), look(75, 76, held, 24), look(100, 101, held, 24)}},
 	} {
