@@ -9,6 +9,17 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
+// LockFile is the file of the store in dir that the store's lock is on:
+// Pebble's LOCK, which every Open of the store on the OS filesystem,
+// read-only ones too, creates or truncates (O_CREAT|O_TRUNC: its change
+// time moves) and then locks whole with an fcntl write lock (a POSIX record
+// lock, F_SETLK), held by the process until its Log is closed or the
+// process ends. So another process can tell whether any process has the
+// store open by testing for that lock (F_OFD_GETLK) without taking it.
+// A process that holds the lock must not open and close the file itself:
+// closing any descriptor of a file releases the process's record locks on it.
+func LockFile(dir string) string { return filepath.Join(dir, "LOCK") }
+
 // openStores holds every store a Log of this process has open, so that a
 // second Open of one is refused with ErrLocked before Pebble is asked.
 // Pebble's own directory lock stays the authority between processes (an

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sys/unix"
 
 	"github.com/leaselog/leaselog/eventlog"
 )
@@ -91,4 +92,40 @@ func TestSecondOpenInMemory(t *testing.T) {
 		t.Fatalf("open on another MemFS: %v", err)
 	}
 	other.Close()
+}
+
+// LockFile names the file whose lock holds the store: locked whole, for
+// writing, by the process while its Log is open, and free once it is
+// closed. The test looks with an open file description lock test
+// (F_OFD_GETLK), which sees the process's own record locks, on a descriptor
+// kept open until the Log is closed (closing one earlier would release them).
+func TestLockFile(t *testing.T) {
+	dir := t.TempDir()
+	l, err := eventlog.Open(dir, eventlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(eventlog.LockFile(dir))
+	if err != nil {
+		l.Close()
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lockOf := func() unix.Flock_t {
+		t.Helper()
+		lk := unix.Flock_t{Type: unix.F_WRLCK}
+		if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+			t.Fatal(err)
+		}
+		return lk
+	}
+	if lk := lockOf(); lk.Type != unix.F_WRLCK || lk.Start != 0 || lk.Len != 0 || int(lk.Pid) != os.Getpid() {
+		t.Errorf("while open: lock %+v, want a write lock on the whole file by pid %d", lk, os.Getpid())
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if lk := lockOf(); lk.Type != unix.F_UNLCK {
+		t.Errorf("once closed: lock %+v, want none", lk)
+	}
 }

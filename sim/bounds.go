@@ -84,7 +84,9 @@ type params struct {
 	breakName   string
 	// local: w0 is the local worker, on the daemon's host: it fences on the
 	// host's CLOCK_MONOTONIC, which stands still while the host suspends —
-	// and then the daemon sleeps with it.
+	// and then the daemon sleeps with it. It is a part of the daemon's
+	// process (localworker.go): it dies and stops with the daemon, and its
+	// supervisors hold their jobs across the daemon's downtime.
 	local bool
 	// crashLoop: once in the run the daemon crash-loops (faults.go). Drawn
 	// apart from the rest (loopDraw), so that a seed without a crash loop

@@ -18,6 +18,8 @@ var breaks = map[string]string{
 	"wall-deadlines":  "the daemon's deadlines run on its wall clock, which steps",
 	"sleep-unseen":    "the daemon does not see its host's sleeps shorter than grace",
 	"alive-unseen":    "a restart does not see the daemon's alive mark: it counts its absence from its last event",
+	"return-unseen":   "the local worker's supervisors do not see the daemon take its store back: their deadlines move on with the time",
+	"held-too-long":   "the local worker's supervisors move their deadlines by the daemon's downtime and 2×renew more",
 }
 
 // breaker carries out a worker's stop or a supervisor's kill, or breaks it.

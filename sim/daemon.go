@@ -329,6 +329,9 @@ func (d *daemon) sleep(dur time.Duration, host bool) {
 	d.sweepGen++
 	gen := d.sweepGen // a crash and another sleep void this one's wake
 	d.s.tracef("FAULT daemon sleeps for %v", dur)
+	if w := d.s.localWorker(); w != nil && !host {
+		w.stopsWithDaemon(dur)
+	}
 	d.s.after(dur, func() {
 		if d.up && d.asleep && gen == d.sweepGen {
 			d.wake()
@@ -395,6 +398,10 @@ func (d *daemon) crash(downtime time.Duration, pct int) {
 	d.s.check.uptime.stopped(d.s.now, pct == 100, d.asleep)
 	d.up, d.asleep, d.crashAt = false, false, d.s.now
 	d.sweepGen++
+	if w := d.s.localWorker(); w != nil {
+		w.diesWithDaemon()
+		w.mach.storeFreed()
+	}
 	for _, c := range d.inbox {
 		d.s.net.reply(c, nil, nil, errRefused)
 	}
@@ -443,6 +450,13 @@ func (d *daemon) restart() {
 	}
 	if err := d.open(); err != nil {
 		d.s.fail("restart: %v", err)
+		return
+	}
+	if w := d.s.localWorker(); w != nil {
+		w.mach.storeTaken()
+		if !w.alive {
+			w.boot()
+		}
 	}
 }
 

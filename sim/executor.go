@@ -18,8 +18,10 @@ import (
 // processes that outlive the worker's process (as worker/local's are), each
 // under its own supervisor that holds the job's fence deadline and kills the
 // job when it passes on the host's clock, whether the worker is alive, dead
-// or paused. The runs' records (run directories) outlive the worker, unless
-// wiped. It implements worker.Executor.
+// or paused — a deadline that the local worker's supervisors move by the
+// time no daemon held the store (localworker.go). The runs' records (run
+// directories) outlive the worker, unless wiped. It implements
+// worker.Executor.
 //
 // The host may suspend: the worker, the supervisors and the jobs freeze, and
 // the host's clock (CLOCK_BOOTTIME, which the fence runs on) counts the
@@ -226,6 +228,12 @@ type simRun struct {
 	frozen  bool
 	left    time.Duration // at a suspend: how long it had to go, -1 if unknown
 	dirGone bool          // its run directory was removed
+
+	// The daemon's own worker's supervisor, while no process holds the
+	// daemon's store (localworker.go): its deadline moves with the time,
+	// counted from its poll at freeFrom.
+	free     bool
+	freeFrom time.Time
 }
 
 var _ worker.Run = (*simRun)(nil)
@@ -255,13 +263,16 @@ func (r *simRun) Fence(at time.Time) {
 	}
 	r.deadline = at
 	r.m.w.s.tracef("%s: lease %d's supervisor: deadline %.4fs on the host's clock", r.m.w.id, r.lease, at.Sub(clocktest.Epoch).Seconds())
+	if r.free { // a new deadline: the count starts again
+		r.freeFrom = r.pollAfter(r.m.clock())
+	}
 	r.arm()
 }
 
 // arm schedules the supervisor's check at its first poll at or after the
 // deadline, unless one is due sooner already.
 func (r *simRun) arm() {
-	if r.deadline.IsZero() || r.ended || r.frozen || r.stopped {
+	if r.deadline.IsZero() || r.ended || r.frozen || r.stopped || r.free {
 		return
 	}
 	dl := r.deadline.Sub(clocktest.Epoch)

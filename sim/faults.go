@@ -17,9 +17,11 @@ import (
 //	                suspended, just before its fence falls
 //	sleep      12%  the daemon stops for 0–grace or grace–2×toleration; with
 //	                a local worker (a third of the seeds), half the time its
-//	                host suspends, the local worker and its jobs with it
+//	                host suspends, the local worker and its jobs with it, and
+//	                otherwise the local worker stops with it (its process)
 //	crash      12%  the daemon dies for 0–toleration; the store keeps 0, 50 or
-//	                100% of what was not synced
+//	                100% of what was not synced; a local worker dies with it,
+//	                its jobs held by their supervisors (localworker.go)
 //	suspend    12%  a worker's host (worker, supervisors, jobs) freezes for
 //	                0–renew or 0–3×toleration; its boottime clock counts it
 //	wall step  8%   the daemon's wall clock steps by up to ±2×toleration, or

@@ -20,8 +20,9 @@
 // ones too, and what a refused report becomes), orphans, re-attach — driven
 // by a loop shaped like Worker's goroutines, each on its host's drifting
 // boottime clock. Their jobs are simulated runs, each under a simulated
-// supervisor that kills it at its fence deadline whatever the worker does;
-// their execution intervals are tracked on the global clock. The clients
+// supervisor that kills it at its fence deadline whatever the worker does
+// (the local worker's, in the daemon's process, move theirs by the daemon's
+// downtime); their execution intervals are tracked on the global clock. The clients
 // submit, cancel, kill and read, and send in a worker's name a second
 // report on a lease it saw reported: the same, shortened as after a
 // refusal, or saying otherwise (a late claim).
@@ -90,6 +91,7 @@ type Stats struct {
 	Crashes, Sleeps, Partitions  int
 	CrashLoops                   int           // the daemon crash-looped (a loop's crashes count in Crashes)
 	Fenced, Supervised           int           // fences fallen in workers; jobs killed by supervisors
+	Held                         int           // deadlines the local worker's supervisors moved by the daemon's downtime
 	Lost, Dropped, Dup           int           // lost reports accepted
 	Again, Claims                int           // reports on a lease already reported: sent again (second reports), refused as late claims
 	Healed                       time.Duration // when the faults stopped

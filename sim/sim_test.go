@@ -170,6 +170,7 @@ func (t *totals) add(s Stats, l Linearizability) {
 	t.s.LocalSuspends += s.LocalSuspends
 	t.s.WallSteps += s.WallSteps
 	t.s.Supervised += s.Supervised
+	t.s.Held += s.Held
 	t.s.Lost += s.Lost
 	t.s.Poisoned += s.Poisoned
 	t.s.Dropped += s.Dropped
@@ -188,11 +189,11 @@ func (t *totals) String() string {
 	s := t.s
 	return fmt.Sprintf("%d runs, %v simulated: %d events, %d appended; %d jobs, %d leases, %d expired, %d stale reports; "+
 		"%d pauses (%d past a renew), %d host suspends (%d of the daemon's host, with the local worker), %d aimed at a fence, %d deaths, %d partitions, %d daemon sleeps, %d crashes (%d crash loops), %d wall-clock steps; "+
-		"%d fences fell, %d jobs killed by their supervisor, %d losses reported, %d evaluations failed at their cap; "+
+		"%d fences fell, %d jobs killed by their supervisor, %d held by theirs across the daemon's downtime, %d losses reported, %d evaluations failed at their cap; "+
 		"%d second reports sent, %d late claims refused; "+
 		"%d messages lost, %d duplicated; 0 overlaps (none excused); porcupine: %d operations in %v (slowest seed %v)",
 		t.runs, s.SimTime.Round(time.Second), s.Events, s.Appended, s.Jobs, s.Leases, s.Expired, s.Stale,
 		s.Pauses, s.LongPauses, s.Suspends, s.LocalSuspends, s.Aimed, s.Deaths, s.Partitions, s.Sleeps, s.Crashes, s.CrashLoops, s.WallSteps,
-		s.Fenced, s.Supervised, s.Lost, s.Poisoned, s.Again, s.Claims, s.Dropped, s.Dup,
+		s.Fenced, s.Supervised, s.Held, s.Lost, s.Poisoned, s.Again, s.Claims, s.Dropped, s.Dup,
 		t.ops, t.lin.Round(time.Millisecond), t.linMx.Round(time.Millisecond))
 }

@@ -492,6 +492,7 @@ func (w *simWorker) die(down time.Duration, machine, wipe bool) {
 func (w *simWorker) restart() {
 	switch {
 	case w.alive:
+	case w.inDaemon() && !w.s.daemon.up: // the daemon's restart boots it
 	case w.mach.suspended:
 		w.mach.onWake = append(w.mach.onWake, w.restart)
 	default:

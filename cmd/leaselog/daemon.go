@@ -182,7 +182,8 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		// CLOCK_MONOTONIC: the host's sleep is the daemon's absence too.
 		clock := hostclock.Monotonic
 		wlog := logger.With().Str("worker", "local").Logger()
-		exec, err := local.New(local.Options{Dir: cfg.Workdir(), Logger: wlog, Clock: clock, Retention: cfg.Retention()})
+		exec, err := local.New(local.Options{Dir: cfg.Workdir(), Logger: wlog, Clock: clock, Retention: cfg.Retention(),
+			StoreLock: localStoreLock(cfg.Store)})
 		if err == nil {
 			var w *worker.Worker
 			w, err = worker.New(worker.Options{ID: "local", Capacity: n, Daemon: inprocess.New(svc), Executor: exec,
@@ -211,6 +212,19 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		logger.Info().Str("url", u).Msg("dashboard")
 	}
 	return d, nil
+}
+
+// localStoreLock is the store lock the local worker's supervisors watch
+// (local.Options.StoreLock): on the Pebble engine, the store's, for while no
+// process holds it no lease can be granted, and a restart takes the time out
+// of every deadline. None on engine jetstream: a standby can take over and
+// expire the lease while this daemon is away, so its jobs fence as any
+// worker's.
+func localStoreLock(c StoreConfig) string {
+	if c.Engine == engineJetStream {
+		return ""
+	}
+	return eventlog.LockFile(c.Dir)
 }
 
 // errStartStopped is the error of a start-up given up on a signal.

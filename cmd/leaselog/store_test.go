@@ -186,3 +186,16 @@ func runNATS(t *testing.T) *server.Server {
 	t.Helper()
 	return natstest.Run(t)
 }
+
+// The local worker's supervisors watch the store's lock on the Pebble
+// engine only: on engine jetstream a standby can lead, and expire leases,
+// while this daemon is away.
+func TestLocalStoreLock(t *testing.T) {
+	for _, tc := range []struct{ engine, want string }{
+		{"", "/data/LOCK"}, {enginePebble, "/data/LOCK"}, {engineJetStream, ""},
+	} {
+		if got := localStoreLock(StoreConfig{Engine: tc.engine, Dir: "/data"}); got != tc.want {
+			t.Errorf("engine %q: %q, want %q", tc.engine, got, tc.want)
+		}
+	}
+}

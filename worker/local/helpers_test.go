@@ -81,8 +81,16 @@ func fakeDaemon() int {
 // printed if the test fails.
 func newExecutor(t *testing.T, dir string, grace time.Duration) (*Executor, *testutil.SyncBuffer) {
 	t.Helper()
+	return newExecutorWith(t, Options{Dir: dir, StopGrace: grace})
+}
+
+// newExecutorWith is newExecutor with more options: its logger and poll are
+// the tests'.
+func newExecutorWith(t *testing.T, opts Options) (*Executor, *testutil.SyncBuffer) {
+	t.Helper()
 	logs := &testutil.SyncBuffer{}
-	e, err := New(Options{Dir: dir, Logger: zerolog.New(logs), StopGrace: grace, Poll: 10 * time.Millisecond})
+	opts.Logger, opts.Poll = zerolog.New(logs), 10*time.Millisecond
+	e, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,11 @@
 // supervisor is a subreaper, so whatever the job starts, in new sessions
 // too, stays below it and dies with it: when the command ends, when the
 // worker kills it, and when the fence deadline the worker renews (Fence)
-// passes, whether or not a worker is still alive. Everything a restarted
+// passes, whether or not a worker is still alive. For the daemon's own
+// worker on the Pebble engine (Options.StoreLock) that deadline moves by
+// the time no process held the daemon's store: a daemon that is not
+// running grants nothing, and takes its downtime out of every lease
+// deadline when it starts again. Everything a restarted
 // worker needs to find the job again is on disk, and the supervisor
 // records the command's exit status there even when no worker is left to
 // see it end.
@@ -127,6 +131,16 @@ type Options struct {
 	// Now reads the wall clock retention compares file times with; nil is
 	// time.Now.
 	Now func() time.Time
+	// StoreLock is set by a daemon for its own worker on the Pebble engine
+	// only: the lock file of its store (eventlog.LockFile). That worker
+	// lives in the daemon's process, and a daemon that is not running
+	// grants nothing and takes its downtime out of every lease deadline on
+	// its restart; so its runs' supervisors hold the fence across the time
+	// no process holds the store (supervise.Absence): an upgrade or a
+	// maintenance window longer than the fence finds the jobs running. Not
+	// for a worker of another process, nor on an engine where a standby
+	// can lead meanwhile. A relative path is made absolute.
+	StoreLock string
 }
 
 // Executor runs jobs as local processes. It implements worker.Executor; its
@@ -139,6 +153,7 @@ type Executor struct {
 	clock hostclock.Clock
 	keep  time.Duration
 	now   func() time.Time
+	store string // Options.StoreLock, absolute
 
 	mu struct {
 		sync.Mutex
@@ -185,8 +200,15 @@ func New(opts Options) (*Executor, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	store := opts.StoreLock
+	if store != "" {
+		// The supervisor runs in the run directory.
+		if store, err = filepath.Abs(store); err != nil {
+			return nil, fmt.Errorf("local: resolve %s: %w", opts.StoreLock, err)
+		}
+	}
 	e := &Executor{dir: dir, log: opts.Logger, grace: opts.StopGrace, poll: opts.Poll, clock: opts.Clock,
-		keep: opts.Retention, now: opts.Now}
+		keep: opts.Retention, now: opts.Now, store: store}
 	e.mu.held = map[string]int{}
 	return e, nil
 }

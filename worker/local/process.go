@@ -71,7 +71,7 @@ func (e *Executor) spawn(r *run) error {
 
 	// Files, not pipes: the job writes to them directly, so neither its
 	// output nor its supervisor depends on this process being alive.
-	cmd, logFile, err := supervise.Command(r.path(""), e.grace, r.spec.Run, stdout, stderr)
+	cmd, logFile, err := supervise.Command(r.path(""), e.grace, r.spec.Run, e.store, stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,10 @@
 //     reading of hostclock's clock of that name); once that clock reaches
 //     the deadline it writes .leaselog/fenced and kills the whole tree, on
 //     its own, whether or not a worker is alive (a fence file that goes
-//     missing or unreadable leaves the last deadline read in force);
+//     missing or unreadable leaves the last deadline read in force); for a
+//     job of the daemon's own worker on the Pebble engine, the deadline
+//     moves by the time no process held the daemon's store (absence.go),
+//     which the daemon takes out of every lease deadline on its restart;
 //   - when the command ends, it kills what the command left behind (the
 //     tree again: nothing a job started outlives it or changes its worktree
 //     while it is brought back), writes the command's exit status to
@@ -126,18 +129,28 @@ func Hooked() bool { return hooked.Load() }
 
 // Command returns the command that supervises run, with its state in the
 // .leaselog folder state, its stop grace grace, and its standard output and
-// error going to stdout and stderr. The caller sets Dir (the run directory),
-// Env (the job's) and starts it; Command sets a session of its own and
-// points the supervisor's own stderr at state/supervisor.log, which the
-// caller must close after Start (logFile).
-func Command(state string, grace time.Duration, run string, stdout, stderr *os.File) (cmd *exec.Cmd, logFile *os.File, err error) {
+// error going to stdout and stderr. storeLock is "" but for a job of the
+// daemon's own worker on the Pebble engine: the absolute path of its
+// store's lock file (eventlog.LockFile), whose free time moves the fence
+// deadline (Absence). The caller sets Dir (the run directory), Env (the
+// job's) and starts it; Command sets a session of its own and points the
+// supervisor's own stderr at state/supervisor.log, which the caller must
+// close after Start (logFile).
+func Command(state string, grace time.Duration, run, storeLock string, stdout, stderr *os.File) (cmd *exec.Cmd, logFile *os.File, err error) {
+	if storeLock != "" && !filepath.IsAbs(storeLock) {
+		return nil, nil, fmt.Errorf("supervise: store lock %q: not an absolute path", storeLock)
+	}
 	logFile, err = os.OpenFile(filepath.Join(state, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, err
 	}
 	// /proc/self/exe: this very binary, even if its file was replaced or
 	// removed since it started (an upgrade under a running daemon).
-	cmd = exec.Command("/proc/self/exe", Marker, state, grace.String(), run)
+	args := []string{Marker, state, grace.String(), run}
+	if storeLock != "" {
+		args = append(args, storeLock)
+	}
+	cmd = exec.Command("/proc/self/exe", args...)
 	cmd.Args[0] = "leaselog-supervise"
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout, cmd.Stderr = logFile, logFile

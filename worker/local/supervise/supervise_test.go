@@ -60,7 +60,8 @@ func TestHooked(t *testing.T) {
 
 // The supervisor refuses a bad command line with a usage exit code.
 func TestMainUsage(t *testing.T) {
-	for _, args := range [][]string{nil, {"state", "grace"}, {"state", "soon", "true"}} {
+	for _, args := range [][]string{nil, {"state", "grace"}, {"state", "soon", "true"},
+		{"state", "1s", "true", "data/LOCK"}, {"state", "1s", "true", "/data/LOCK", "more"}} {
 		if code := Main(args); code != exitUsage {
 			t.Errorf("Main(%q) = %d, want %d", args, code, exitUsage)
 		}

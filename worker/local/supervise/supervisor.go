@@ -51,14 +51,22 @@ type supervisor struct {
 		clock hostclock.Clock
 		at    time.Time
 	}
+
+	// store is the lock file of the daemon's store, for a job of the
+	// daemon's own worker ("" otherwise); absence counts the time no
+	// process held it, which moves the deadline (absence.go).
+	store   string
+	absence Absence
+	freeAt  time.Time // when the lock was first found free, for the log
 }
 
-// Main is the supervisor: args are the .leaselog folder, the stop grace and
-// the command. It returns the supervisor's exit code.
+// Main is the supervisor: args are the .leaselog folder, the stop grace,
+// the command and, for a job of the daemon's own worker, the lock file of
+// its store (Command). It returns the supervisor's exit code.
 func Main(args []string) int {
 	logger := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds|log.LUTC)
-	if len(args) != 3 {
-		logger.Printf("usage: %s STATE GRACE RUN", Marker)
+	if len(args) != 3 && len(args) != 4 {
+		logger.Printf("usage: %s STATE GRACE RUN [STORE-LOCK]", Marker)
 		return exitUsage
 	}
 	grace, err := time.ParseDuration(args[1])
@@ -67,6 +75,13 @@ func Main(args []string) int {
 		return exitUsage
 	}
 	s := &supervisor{state: args[0], grace: grace, log: logger, self: os.Getpid()}
+	if len(args) == 4 {
+		if !filepath.IsAbs(args[3]) {
+			logger.Printf("store lock %q: not an absolute path", args[3])
+			return exitUsage
+		}
+		s.store = args[3]
+	}
 	logger.SetPrefix("supervisor " + strconv.Itoa(s.self) + ": ")
 	if err := s.run(args[2]); err != nil {
 		logger.Print(err)
@@ -103,6 +118,11 @@ func (s *supervisor) run(cmd string) error {
 	// this (only a cgroup would hold them). The signal follows the thread
 	// that forked: keep it for the supervisor's life.
 	runtime.LockOSThread()
+	if s.store != "" {
+		// The daemon that starts us holds its store: a first look arms
+		// the count, should the daemon be gone by the first fence poll.
+		s.lookAtStore(0, time.Time{})
+	}
 	pid, err := syscall.ForkExec("/bin/sh", []string{"sh", "-c", cmd}, &syscall.ProcAttr{
 		Env:   os.Environ(),
 		Files: []uintptr{0, 3, 4},
@@ -197,6 +217,14 @@ func (s *supervisor) checkFence() {
 		if !s.fence.set {
 			s.log.Printf("fence set: %s deadline %d", c, at.UnixNano())
 		}
+		if !s.fence.set || c != s.fence.clock || !at.Equal(s.fence.at) {
+			if moved := s.absence.Credit(); moved > 0 {
+				was := s.fence.at.Add(moved)
+				s.log.Printf("fence renewed: %s deadline %d; the store's absence had moved the last one by %v, to %v from now",
+					c, at.UnixNano(), moved, was.Sub(c.Now()))
+			}
+			s.absence.NewDeadline()
+		}
 		s.fence.set, s.fence.clock, s.fence.at, s.fence.lost = true, c, at, false
 	case s.fence.set && !s.fence.lost:
 		s.fence.lost = true // said once, until the file is back
@@ -207,16 +235,54 @@ func (s *supervisor) checkFence() {
 	}
 	c, at = s.fence.clock, s.fence.at
 	now := c.Now()
-	if now.Before(at) {
+	if s.store != "" {
+		now = s.lookAtStore(c, now)
+	}
+	credit := s.absence.Credit()
+	if now.Before(at.Add(credit)) {
 		return
 	}
 	s.fenced = true
 	note := fmt.Sprintf("%s deadline %d passed at %d\n", c, at.UnixNano(), now.UnixNano())
+	if credit > 0 {
+		note = fmt.Sprintf("%s deadline %d, moved %v by the store's absence, passed at %d\n", c, at.UnixNano(), credit, now.UnixNano())
+	}
 	if err := WriteFileAtomic(filepath.Join(s.state, FencedFile), []byte(note)); err != nil {
 		s.log.Printf("record the fence: %v", err)
 	}
 	s.log.Printf("fence: %s", strings.TrimSpace(note))
 	s.killTree()
+}
+
+// lookAtStore looks at the store's lock, the look beginning at now on the
+// fence clock c, and counts the time it stays free (Absence). It returns the
+// clock's reading at the end of the look. With no clock (c zero: the first
+// look, before the job starts and any fence is read) the look only arms the
+// count.
+func (s *supervisor) lookAtStore(c hostclock.Clock, now time.Time) time.Time {
+	look := ProbeStore(s.store)
+	var end time.Time
+	if c != 0 {
+		end = c.Now()
+	}
+	wasFree, wasArmed := s.absence.Free(), s.absence.Armed()
+	s.absence.Look(now, end, look)
+	switch {
+	case s.absence.Armed() && !wasArmed:
+		s.log.Printf("store %s: held by pid %d; the fence deadline moves by the time no process holds it", s.store, look.Holder)
+	case look.Free && !wasFree:
+		s.freeAt = end
+		s.log.Printf("store %s: no daemon holds it; the fence deadline moves with the time it stays free", s.store)
+	case !look.Free && wasFree:
+		held := "the file is not there or cannot be looked at"
+		if look.Holder > 0 {
+			held = fmt.Sprintf("held by pid %d", look.Holder)
+		} else if look.File != (FileID{}) {
+			held = "held"
+		}
+		s.log.Printf("store %s: %s after %v free; the deadline moved %v", s.store, held, end.Sub(s.freeAt), s.absence.Credit())
+	}
+	return end
 }
 
 // killTree SIGKILLs all our descendants and reaps them, until none is left.
