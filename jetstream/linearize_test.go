@@ -8,11 +8,10 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/inprocess"
 	"github.com/leaselog/leaselog/internal/linearize"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/projection"
-	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/worker"
 )
 
@@ -21,19 +20,19 @@ import (
 const porcupineTimeout = 30 * time.Second
 
 // daemonOf is svc as the API's Go client shows it (linearize.Daemon), for a
-// recorder to wrap: the worker's calls through package inprocess (the
-// adapter the built-in worker uses), the client's through the server's own
-// conversions. A client call's error is the API's and the service's at
+// recorder to wrap: the worker's calls through ops.Daemon (the adapter
+// the built-in worker uses), the client's through the operations and
+// conversions of package ops, as the server's. A client call's error is the API's and the service's at
 // once, so that the recorder reads its code and a test matches
 // lease.ErrFailed or lease.ErrNotFound.
-func daemonOf(svc *lease.Service) linearize.Daemon { return serviceDaemon{inprocess.New(svc), svc} }
+func daemonOf(svc *lease.Service) linearize.Daemon { return serviceDaemon{ops.NewDaemon(svc), svc} }
 
 type serviceDaemon struct {
 	worker.Daemon
 	svc *lease.Service
 }
 
-func apiErr(err error) error { return fmt.Errorf("%w (%w)", server.ErrorOf(err), err) }
+func apiErr(err error) error { return fmt.Errorf("%w (%w)", ops.ErrorOf(err), err) }
 
 func (d serviceDaemon) Submit(ctx context.Context, s api.Submit) (api.Job, bool, error) {
 	kind, err := event.ParseKind(s.Kind)
@@ -44,16 +43,16 @@ func (d serviceDaemon) Submit(ctx context.Context, s api.Submit) (api.Job, bool,
 	if err != nil {
 		return api.Job{}, false, apiErr(err)
 	}
-	return server.JobOf(j, nil), created, nil
+	return ops.JobOf(j, nil), created, nil
 }
 
 // Job reads the job with its live lease in one read, as GET /v1/jobs/{id}.
 func (d serviceDaemon) Job(ctx context.Context, id string) (api.Job, error) {
-	v, err := d.svc.JobView(ctx, id)
+	j, err := ops.Job(ctx, d.svc, id)
 	if err != nil {
 		return api.Job{}, apiErr(err)
 	}
-	return server.JobOf(v.Job, v.Live), nil
+	return j, nil
 }
 
 func (d serviceDaemon) Cancel(ctx context.Context, id string) (api.Job, error) {
@@ -71,7 +70,7 @@ func (d serviceDaemon) revoke(ctx context.Context, id string, f func(context.Con
 	if err != nil {
 		return api.Job{}, apiErr(err)
 	}
-	return server.JobOf(j, nil), nil
+	return ops.JobOf(j, nil), nil
 }
 
 // checkLinearizable holds the calls recorded in a scenario, with the

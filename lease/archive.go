@@ -81,7 +81,7 @@ func (s *Service) staleLocked(k projection.StaleKey) (uint64, bool, error) {
 // under it, as a write would, so that a decision that needed the archive is
 // refused with ErrFailed like every other.
 func (s *Service) readFailedLocked(err error) error {
-	if errors.Is(err, eventlog.ErrFailed) || errors.Is(err, eventlog.ErrClosed) {
+	if logFailure(err) {
 		s.failLocked(err, "archive read")
 		return s.mu.err
 	}
@@ -129,7 +129,7 @@ func (s *Service) JobView(ctx context.Context, id string) (JobView, error) {
 	if !ok {
 		return v, fmt.Errorf("%w: job %q", ErrNotFound, id)
 	}
-	return JobView{Job: j}, s.log.WaitDurable(ctx, s.log.LastSeq())
+	return JobView{Job: j}, s.waitDurable(ctx, s.log.LastSeq())
 }
 
 // Lease returns lease id.
@@ -146,7 +146,7 @@ func (s *Service) Lease(ctx context.Context, id uint64) (projection.Lease, error
 	if !ok {
 		return l, fmt.Errorf("%w: lease %d", ErrNotFound, id)
 	}
-	return l, s.log.WaitDurable(ctx, s.log.LastSeq())
+	return l, s.waitDurable(ctx, s.log.LastSeq())
 }
 
 // Jobs returns the jobs f selects, by id.
@@ -195,10 +195,10 @@ func (s *Service) JobViews(ctx context.Context, f projection.JobFilter) ([]JobVi
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, s.logErr(err, "archive scan")
 	}
 	slices.SortFunc(vs, func(a, b JobView) int { return cmp.Compare(a.ID, b.ID) })
-	return vs, s.log.WaitDurable(ctx, s.log.LastSeq())
+	return vs, s.waitDurable(ctx, s.log.LastSeq())
 }
 
 // Leases returns the leases f selects, by token: live ones when f.State is
@@ -232,10 +232,10 @@ func (s *Service) Leases(ctx context.Context, f projection.LeaseFilter) ([]proje
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, s.logErr(err, "archive scan")
 	}
 	slices.SortFunc(ls, func(a, b projection.Lease) int { return cmp.Compare(a.ID, b.ID) })
-	return ls, s.log.WaitDurable(ctx, s.log.LastSeq())
+	return ls, s.waitDurable(ctx, s.log.LastSeq())
 }
 
 // archivedLease decodes a lease's archive record, naming its key if it is

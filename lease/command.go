@@ -89,7 +89,7 @@ func (t *tx) wait(ctx context.Context, seq uint64, decided error) error {
 	case decided != nil:
 		return nil
 	case len(t.commits) == 0 && !t.noReadWait:
-		return t.s.log.WaitDurable(ctx, seq)
+		return t.s.waitDurable(ctx, seq)
 	}
 	return err
 }
@@ -162,7 +162,7 @@ func (t *tx) commitLocked(evs []event.Event) ([]event.Event, error) {
 		// Once folded, the table is ahead of the log (an event the fold
 		// refused is a bug in the decision above; nothing was written): stop
 		// before the two drift apart any further.
-		if folded || errors.Is(err, eventlog.ErrFailed) || errors.Is(err, eventlog.ErrClosed) {
+		if folded || logFailure(err) {
 			s.failLocked(err, t.name)
 			return nil, s.mu.err
 		}
@@ -233,10 +233,12 @@ func (s *Service) failedLocked(during string) error {
 
 // failLocked fails the service with err, found during the command (or read)
 // so named, if it has not failed already: every command from now on is
-// refused with ErrFailed, until the daemon is restarted.
+// refused with ErrFailed, until the daemon is restarted. The error keeps err
+// in its chain: a caller may still ask what failed the log (a deposed
+// replica: jetstream.ErrDeposed).
 func (s *Service) failLocked(err error, during string) {
 	if s.mu.err == nil {
-		s.mu.err = fmt.Errorf("%w: %v", ErrFailed, err)
+		s.mu.err = fmt.Errorf("%w: %w", ErrFailed, err)
 		s.failed.Store(true)
 		ev := s.logger.Error().Err(err)
 		if during != "" {
@@ -244,4 +246,34 @@ func (s *Service) failLocked(err error, during string) {
 		}
 		ev.Msg("lease service failed: refusing every command until restarted")
 	}
+}
+
+// The log's failures never leave the service as the log's own errors: a
+// failed log, or one closed under the service, fails the service wherever
+// it is met — in a command, in the wait for durability after one, in a read
+// outside the mutex — and the caller gets ErrFailed, the log's error kept in
+// its chain. A caller so matches lease's sentinels alone.
+
+// logFailure reports whether err says the log failed or was closed.
+func logFailure(err error) bool {
+	return errors.Is(err, eventlog.ErrFailed) || errors.Is(err, eventlog.ErrClosed)
+}
+
+// logErr is err, met outside the service's mutex (a wait for durability, a
+// scan of the archive, a query), as the service's caller gets it: a failure
+// of the log fails the service and is refused with ErrFailed; any other
+// error (nil, a context's, a corrupt record) is returned as it is.
+func (s *Service) logErr(err error, during string) error {
+	if !logFailure(err) {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failLocked(err, during)
+	return s.mu.err
+}
+
+// waitDurable is the log's WaitDurable, its failure the service's.
+func (s *Service) waitDurable(ctx context.Context, seq uint64) error {
+	return s.logErr(s.log.WaitDurable(ctx, seq), "wait for durability")
 }

@@ -60,11 +60,11 @@ func (s *Service) JobPage(ctx context.Context, f projection.JobFilter, after str
 		return nil
 	})
 	if err != nil && !errors.Is(err, errPageFull) {
-		return nil, false, err
+		return nil, false, s.logErr(err, "archive scan")
 	}
 	vs = mergePage(vs, ended, func(v JobView) string { return v.ID })
 	vs, more := cut(vs, limit)
-	return vs, more, s.log.WaitDurable(ctx, s.log.LastSeq())
+	return vs, more, s.waitDurable(ctx, s.log.LastSeq())
 }
 
 // LeasePage returns, by token, up to limit of the leases f selects whose
@@ -99,11 +99,11 @@ func (s *Service) LeasePage(ctx context.Context, f projection.LeaseFilter, after
 		return nil
 	})
 	if err != nil && !errors.Is(err, errPageFull) {
-		return nil, false, err
+		return nil, false, s.logErr(err, "archive scan")
 	}
 	ls = mergePage(ls, ended, func(l projection.Lease) uint64 { return l.ID })
 	ls, more := cut(ls, limit)
-	return ls, more, s.log.WaitDurable(ctx, s.log.LastSeq())
+	return ls, more, s.waitDurable(ctx, s.log.LastSeq())
 }
 
 // WorkerPage returns, by token, up to limit of the live leases worker holds

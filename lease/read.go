@@ -152,14 +152,14 @@ func (s *Service) Events(f EventFilter, limit int, fn func(e *event.Event) error
 		ferr = fn(it.Event())
 	}
 	if err := it.Close(); err != nil && ferr == nil {
-		return upper, fmt.Errorf("lease: read events: %w", err)
+		return upper, s.logErr(fmt.Errorf("lease: read events: %w", err), "event query")
 	}
 	return upper, ferr
 }
 
 // WaitDurable returns once every event up to seq is durable: what a reader of
 // Events waits on for more. It returns an error wrapping ctx's when ctx ends
-// first, or the log's when the log fails.
+// first, or ErrFailed when the log fails.
 func (s *Service) WaitDurable(ctx context.Context, seq uint64) error {
-	return s.log.WaitDurable(ctx, seq)
+	return s.waitDurable(ctx, seq)
 }

@@ -5,11 +5,13 @@
 // (the fold checks each against the transition table of package fsm), and the
 // reply waits, outside the mutex, until the events are durable. Concurrent
 // commands so share fsyncs without ever answering about an event a crash could
-// undo. A failure of the log fails the service: from then on every command is
-// refused with ErrFailed until the daemon restarts. Reads take the same path
-// and wait until what they read is durable; the service answers every read its
-// API needs (jobs, leases, events, counts), so that no caller reaches into its
-// log or its table.
+// undo. A failure of the log fails the service, wherever a command or a read
+// meets it: from then on every command is refused with ErrFailed (the log's
+// error in its chain) until the daemon restarts, and no error of the log
+// reaches a caller as the log's own. Reads take the same path and wait until
+// what they read is durable; the service answers every read its API needs
+// (jobs, leases, events, counts), so that no caller reaches into its log or
+// its table.
 //
 // The service also owns time: the sweeper that turns silence into
 // worker.unreachable and lease.expired, and the detection of the daemon's own
@@ -319,11 +321,11 @@ func (s *Service) snapshot(force bool) error {
 	if !due {
 		return nil
 	}
-	if err := s.log.WaitDurable(context.Background(), seq); err != nil {
+	if err := s.waitDurable(context.Background(), seq); err != nil {
 		return err
 	}
 	if err := s.log.PutSnapshot(seq, data); err != nil {
-		return fmt.Errorf("lease: snapshot at seq %d: %w", seq, err)
+		return s.logErr(fmt.Errorf("lease: snapshot at seq %d: %w", seq, err), "snapshot")
 	}
 	s.logger.Info().Uint64("seq", seq).Int("bytes", len(data)).Msg("snapshot written")
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/internal/clocktest"
 	"github.com/leaselog/leaselog/internal/leasetest"
 	"github.com/leaselog/leaselog/lease"
@@ -167,6 +168,54 @@ func TestFailedServiceRefusesEverything(t *testing.T) {
 	} {
 		if err := call(); !errors.Is(err, lease.ErrFailed) {
 			t.Errorf("%s: %v, want ErrFailed", name, err)
+		}
+	}
+}
+
+// TestLogFailuresAreTheServices: however a failure of the log reaches a
+// caller — a command, a read's wait for durability, a scan of the archive
+// outside the service's mutex, a reader's wait for events — it is
+// ErrFailed, with the log's own error kept in its chain, so that a caller
+// matches lease's sentinels alone and can still ask what failed the log.
+func TestLogFailuresAreTheServices(t *testing.T) {
+	cause := errors.New("the disk went away")
+	ended := projection.JobFilter{State: fsm.Reported} // read from the archive too
+	for _, tc := range []struct {
+		name   string
+		fail   func(f *fixture) // the log fails under the service
+		logErr error            // what the log says
+		calls  map[string]func(f *fixture) error
+	}{
+		{"failed", func(f *fixture) { _ = f.log.Fail(cause) }, cause, map[string]func(f *fixture) error{
+			"wait for events": func(f *fixture) error { return f.svc.WaitDurable(ctx, f.log.LastSeq()+1) },
+			"job":             func(f *fixture) error { _, err := f.svc.Job(ctx, "r1"); return err },
+			"submit":          func(f *fixture) error { _, _, err := f.svc.Submit(ctx, "new", event.KindRun, nil); return err },
+			"err":             func(f *fixture) error { return f.svc.Err() },
+		}},
+		{"closed", func(f *fixture) { f.must(f.log.Close()) }, eventlog.ErrClosed, map[string]func(f *fixture) error{
+			"jobs ended":   func(f *fixture) error { _, err := f.svc.JobViews(ctx, ended); return err },
+			"page of jobs": func(f *fixture) error { _, _, err := f.svc.JobPage(ctx, ended, "", 10); return err },
+			"leases ended": func(f *fixture) error {
+				_, err := f.svc.Leases(ctx, projection.LeaseFilter{State: fsm.Reported})
+				return err
+			},
+			"page of leases": func(f *fixture) error {
+				_, _, err := f.svc.LeasePage(ctx, projection.LeaseFilter{State: fsm.Reported}, 0, 10)
+				return err
+			},
+			"err, once failed": func(f *fixture) error { _, _ = f.svc.JobViews(ctx, ended); return f.svc.Err() },
+		}},
+	} {
+		for name, call := range tc.calls {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				f := newFixture(t)
+				f.busy()
+				tc.fail(f)
+				err := call(f)
+				if !errors.Is(err, lease.ErrFailed) || !errors.Is(err, tc.logErr) {
+					t.Fatalf("%v: want lease.ErrFailed wrapping %v", err, tc.logErr)
+				}
+			})
 		}
 	}
 }

@@ -85,6 +85,8 @@ func TestWriteStoreFixture(t *testing.T) {
 //	     and reported failed by w1
 //	k1   killed while leased (lease.revoked), reported killed
 //	x1   its worker lost it (lease.lost): failed, "worker lost"
+//	p1   an evaluation capped at one requeue, lost twice: failed
+//	     "lost 2 times" (lease.failed)
 //	     the daemon away past grace (daemon.resumed), stopped (daemon.stopping,
 //	     which cancels s1), started again (daemon.started)
 //	l1   a live lease, running; q1 queued
@@ -148,9 +150,17 @@ func writeEveryKind(t *testing.T, fs vfs.FS) {
 	x1 := grant(svc, "w1", "x1")
 	must(svc.Report(ctx, "w1", x1, lease.Report{Outcome: event.OutcomeLost, Reason: "self-fenced"}))
 
+	one := 1
+	_, _, err := svc.SubmitItem(ctx, lease.SubmitItem{ID: "p1", Kind: event.KindEvaluation, Spec: []byte(`{"run":"crash"}`), MaxRequeues: &one})
+	must(nil, err)
+	for range 2 {
+		p1 := grant(svc, "w1", "p1")
+		must(svc.Report(ctx, "w1", p1, lease.Report{Outcome: event.OutcomeLost, Reason: "its supervisor died"}))
+	}
+
 	clock.Advance(2 * leasetest.Timing().Grace) // away, unswept: the next command records daemon.resumed
 	submit(svc, "s1", event.KindRun, `{"run":"true"}`)
-	must(nil, svc.Stop(ctx))
+	must(nil, svc.Stop(ctx, lease.CancelQueued))
 	must(nil, svc.Close())
 	must(nil, log.Close())
 

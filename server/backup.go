@@ -1,20 +1,13 @@
 package server
 
 import (
-	"errors"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/lease"
 )
-
-// ErrBackupElsewhere is returned by an Options.Backup whose store is not
-// backed up through the daemon (engine jetstream: the log is the NATS
-// stream), wrapped with what backs it up: 409 backup_elsewhere.
-var ErrBackupElsewhere = errors.New("this daemon's store is not backed up through the daemon")
 
 // backup answers POST /v1/admin/backup: a consistent copy of the store
 // written into the directory the body names, on the daemon's host, and what
@@ -38,9 +31,6 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, c *call) error {
 	to := filepath.Clean(in.To)
 	start := time.Now()
 	info, err := s.backupTo(to)
-	if errors.Is(err, eventlog.ErrTarget) {
-		return badRequest("to: %s", strings.TrimPrefix(err.Error(), eventlog.ErrTarget.Error()+": "))
-	}
 	if err != nil {
 		return err
 	}
@@ -52,7 +42,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, c *call) error {
 }
 
 // backupTo writes the backup: Options.Backup, else the service's.
-func (s *Server) backupTo(dir string) (eventlog.CheckpointInfo, error) {
+func (s *Server) backupTo(dir string) (lease.BackupInfo, error) {
 	if s.opts.Backup != nil {
 		return s.opts.Backup(dir)
 	}

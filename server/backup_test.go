@@ -41,9 +41,9 @@ func TestBackup(t *testing.T) {
 	}{
 		{`{}`, "missing to"},
 		{api.BackupRequest{To: "backups/b1"}, `to "backups/b1": want an absolute path`},
-		{api.BackupRequest{To: filepath.Join(root, "full")}, "to: " + filepath.Join(root, "full") + " exists and is not empty"},
-		{api.BackupRequest{To: filepath.Join(root, "file")}, "to: " + filepath.Join(root, "file") + " exists and is not a directory"},
-		{api.BackupRequest{To: filepath.Join(root, "none", "b1")}, "to: " + filepath.Join(root, "none", "b1") + ": its parent"},
+		{api.BackupRequest{To: filepath.Join(root, "full")}, "to: eventlog: not a directory for a copy: " + filepath.Join(root, "full") + " exists and is not empty"},
+		{api.BackupRequest{To: filepath.Join(root, "file")}, "to: eventlog: not a directory for a copy: " + filepath.Join(root, "file") + " exists and is not a directory"},
+		{api.BackupRequest{To: filepath.Join(root, "none", "b1")}, "to: eventlog: not a directory for a copy: " + filepath.Join(root, "none", "b1") + ": its parent"},
 		{api.BackupRequest{To: filepath.Join(root, "data", "b1")}, "inside the store's directory"},
 		{`{"to":"/tmp/b1","when":"now"}`, "when"},
 	} {

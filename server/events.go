@@ -13,6 +13,7 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/ops"
 )
 
 // streamFlushEvery bounds how many events an event stream writes between
@@ -37,13 +38,9 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, c *call) err
 	if err != nil {
 		return err
 	}
-	evs, more, err := s.queryPage(q, limit)
+	out, err := ops.Events(s.svc, q, limit)
 	if err != nil {
 		return err
-	}
-	out := api.Events{Events: evs}
-	if more {
-		out.Next = evs[len(evs)-1].Seq
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
@@ -102,24 +99,6 @@ func parseTime(name, v string) (int64, error) {
 	return t.UnixNano(), nil
 }
 
-// queryPage reads up to limit of the events q selects and converts them,
-// reporting whether more follow (it reads one more to know). Only durable
-// events are ever seen.
-func (s *Server) queryPage(q lease.EventFilter, limit int) ([]api.Event, bool, error) {
-	out := []api.Event{}
-	_, err := s.svc.Events(q, limit+1, func(e *event.Event) error {
-		out = append(out, EventOf(e)) // e aliases the log's buffers: converted (copied) here
-		return nil
-	})
-	if err != nil {
-		return nil, false, fmt.Errorf("server: query events: %w", err)
-	}
-	if len(out) > limit {
-		return out[:limit], true, nil
-	}
-	return out, false, nil
-}
-
 // stream answers GET /v1/events/stream?after=SEQ (and the filters of
 // /v1/events but limit) with server-sent events: one per log event, in order,
 // with id = seq and event = type, the event's JSON as data. A client resumes
@@ -171,7 +150,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 			if n%streamFlushEvery == 0 {
 				_ = rc.SetWriteDeadline(time.Now().Add(s.opts.RequestTimeout)) // not every writer has one
 			}
-			werr = writeEvent(w, EventOf(e))
+			werr = writeEvent(w, ops.EventOf(e))
 			q.After = e.Seq
 			if n++; n%streamFlushEvery == 0 && werr == nil {
 				werr = rc.Flush()

@@ -16,6 +16,7 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -35,7 +36,7 @@ func TestEventsQuery(t *testing.T) {
 	for i, e := range all.Events {
 		want, err := f.log.Get(uint64(i + 1))
 		f.must(err)
-		if got, _ := json.Marshal(e); string(got) != string(must(json.Marshal(server.EventOf(&want)))) {
+		if got, _ := json.Marshal(e); string(got) != string(must(json.Marshal(ops.EventOf(&want)))) {
 			t.Fatalf("event %d: %s, log has %s", i+1, got, want.String())
 		}
 	}
@@ -168,7 +169,7 @@ func (f *fixture) check(e sse, seq uint64) {
 	f.t.Helper()
 	want, err := f.log.Get(seq)
 	f.must(err)
-	wantData := string(must(json.Marshal(server.EventOf(&want))))
+	wantData := string(must(json.Marshal(ops.EventOf(&want))))
 	if e.id != strconv.FormatUint(seq, 10) || e.event != want.Type.String() || e.data != wantData {
 		f.t.Fatalf("event %+v, want id %d, event %s, data %s", e, seq, want.Type, wantData)
 	}

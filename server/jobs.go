@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/projection"
 )
 
@@ -44,7 +44,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.jobWithLease(r.Context(), j)
+	out, err := ops.JobWithLease(r.Context(), s.svc, j)
 	if err != nil {
 		return err
 	}
@@ -57,31 +57,16 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	return nil
 }
 
-// jobWithLease converts j, with its live lease if it has one.
-func (s *Server) jobWithLease(ctx context.Context, j projection.Job) (api.Job, error) {
-	if j.Lease == 0 {
-		return JobOf(j, nil), nil
-	}
-	l, err := s.svc.Lease(ctx, j.Lease)
-	if err != nil {
-		return api.Job{}, fmt.Errorf("server: live lease %d of job %q: %w", j.Lease, j.ID, err)
-	}
-	return JobOf(j, &l), nil
-}
-
 // getJob answers GET /v1/jobs/{id}.
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request, c *call) error {
 	if _, err := params(r); err != nil {
 		return err
 	}
-	if err := lease.CheckID("job", c.job); err != nil {
-		return err
-	}
-	v, err := s.svc.JobView(r.Context(), c.job)
+	j, err := ops.Job(r.Context(), s.svc, c.job)
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, c, http.StatusOK, JobOf(v.Job, v.Live))
+	s.writeJSON(w, c, http.StatusOK, j)
 	return nil
 }
 
@@ -94,7 +79,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
-	after, err := parseJobCursor(q)
+	after, err := ops.ParseJobCursor(q["after"])
 	if err != nil {
 		return err
 	}
@@ -110,16 +95,9 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error
 	if f.Outcome, err = parseReportOutcome(q["outcome"]); err != nil {
 		return err
 	}
-	vs, more, err := s.svc.JobPage(r.Context(), f, after, limit)
+	out, err := ops.Jobs(r.Context(), s.svc, f, after, limit)
 	if err != nil {
 		return err
-	}
-	out := api.Jobs{Jobs: make([]api.Job, 0, len(vs))}
-	for _, v := range vs {
-		out.Jobs = append(out.Jobs, JobOf(v.Job, v.Live))
-	}
-	if more {
-		out.Next = jobCursor(vs[len(vs)-1].ID)
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
@@ -152,7 +130,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, c *call, do func
 	if err != nil {
 		return err
 	}
-	out, err := s.jobWithLease(r.Context(), j)
+	out, err := ops.JobWithLease(r.Context(), s.svc, j)
 	if err != nil {
 		return err
 	}
@@ -167,25 +145,13 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, c *call) error 
 	if err != nil {
 		return err
 	}
-	after, err := parseNumCursor(p)
+	after, err := ops.ParseNumCursor(p["after"])
 	if err != nil {
 		return err
 	}
-	if err := lease.CheckID("job", c.job); err != nil {
-		return err
-	}
-	// The job lookup waits until what the table knows of it is durable, so
-	// the log, which shows durable events only, has all of it.
-	if _, err := s.svc.Job(r.Context(), c.job); err != nil {
-		return err
-	}
-	evs, more, err := s.queryPage(lease.EventFilter{Job: c.job, After: after}, limit)
+	out, err := ops.History(r.Context(), s.svc, c.job, after, limit)
 	if err != nil {
 		return err
-	}
-	out := api.History{Events: evs}
-	if more {
-		out.Next = numCursor(evs[len(evs)-1].Seq)
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil

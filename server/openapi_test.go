@@ -22,7 +22,6 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
@@ -481,8 +480,8 @@ func TestOpenAPI(t *testing.T) {
 	}
 	c.call(rq("POST", api.BackupPath, adminTok, api.BackupRequest{To: "/b1"}), http.StatusBadRequest) // not empty now
 	c.call(rq("POST", api.BackupPath, adminTok, api.BackupRequest{To: "b2"}), http.StatusBadRequest)
-	elsewhere := newFixture(t, server.Options{Auth: testAuth(), Backup: func(string) (eventlog.CheckpointInfo, error) {
-		return eventlog.CheckpointInfo{}, fmt.Errorf("%w: back the stream up with NATS", server.ErrBackupElsewhere)
+	elsewhere := newFixture(t, server.Options{Auth: testAuth(), Backup: func(string) (lease.BackupInfo, error) {
+		return lease.BackupInfo{}, fmt.Errorf("%w: back the stream up with NATS", lease.ErrBackupElsewhere)
 	}})
 	ce := &contract{t: t, f: elsewhere, doc: doc, router: router, seen: c.seen}
 	ce.call(rq("POST", api.BackupPath, adminTok, api.BackupRequest{To: "/b2"}), http.StatusConflict)

@@ -1,11 +1,8 @@
 package server
 
 import (
-	"encoding/base64"
 	"net/http"
 	"strconv"
-
-	"github.com/leaselog/leaselog/lease"
 )
 
 // The paging contract of every list (GET /v1/jobs, /v1/leases,
@@ -16,7 +13,7 @@ import (
 // cursor names the last item of its page, so a page never repeats or skips
 // an item that existed when the first page was read, whatever was added or
 // ended since. Cursors are opaque to clients; each list checks its own, and
-// refuses one that is not, naming the parameter.
+// refuses one that is not, naming the parameter (package ops has them).
 
 // Limits of a page.
 const (
@@ -44,40 +41,6 @@ func pageLimit(p map[string]string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > MaxLimit {
 		return 0, badRequest("limit %q: want an integer from 1 to %d", v, MaxLimit)
-	}
-	return n, nil
-}
-
-// jobCursor is the cursor after job id: its id, base64url-encoded, so that
-// it is one opaque URL-safe token whatever the id holds.
-func jobCursor(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
-
-// parseJobCursor parses the after of a job list; "" is the start.
-func parseJobCursor(p map[string]string) (string, error) {
-	v := p["after"]
-	if v == "" {
-		return "", nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(v)
-	if err != nil || lease.CheckID("job", string(b)) != nil {
-		return "", badRequest("after %q: not a cursor of this list (pass a next back as it came)", v)
-	}
-	return string(b), nil
-}
-
-// numCursor is the cursor after a lease token or an event seq.
-func numCursor(n uint64) string { return strconv.FormatUint(n, 10) }
-
-// parseNumCursor parses the after of a list by token or seq; "" is 0, the
-// start.
-func parseNumCursor(p map[string]string) (uint64, error) {
-	v := p["after"]
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return 0, badRequest("after %q: not a cursor of this list (pass a next back as it came)", v)
 	}
 	return n, nil
 }

@@ -2,43 +2,16 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/ops"
 )
 
-// The calls that save round trips (lease/rounds.go): a report that carries
-// the next acquire, and a submit of many jobs. The acquire that starts its
-// jobs is the acquire's "start" (workers.go).
-
-// reportNext answers a report whose body carries next: the report as
-// without it, and, when this call accepted it, the grants of the acquire
-// made for the report's worker in the same command ("next"). A next of max 0
-// asks for 1, as an acquire does.
-func (s *Server) reportNext(ctx context.Context, c *call, id uint64, rep lease.Report, next *api.Next) (any, error) {
-	if next.Max == 0 {
-		next.Max = 1
-	}
-	if next.Max < 0 || next.Max > lease.MaxAcquire {
-		return nil, badRequest("next: max must be 1 to %d, is %d", lease.MaxAcquire, next.Max)
-	}
-	a, grants, err := s.svc.ReportNext(ctx, c.worker, id, rep, lease.AcquireOptions{Max: next.Max, Start: next.Start})
-	c.job = a.Job
-	if err != nil {
-		return nil, reportError(a, err)
-	}
-	out := api.ReportReply{Accepted: true, Job: a.Job, Lease: a.Lease, Seq: a.Seq}
-	if grants != nil {
-		g, err := s.grants(ctx, c.worker, grants, 0)
-		if err != nil {
-			return nil, err
-		}
-		out.Next = &g
-	}
-	return out, nil
-}
+// The calls that save round trips (lease/rounds.go) that are not worker
+// calls: a submit of many jobs. The acquire that starts its jobs and the
+// report that carries the next acquire are ops.Acquire's and ops.Report's.
 
 // submitBatch answers POST /v1/jobs/batch: 200 and, in the place of each
 // item, what POST /v1/jobs would have answered it — its status with the job,
@@ -86,10 +59,10 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request, c *call) er
 			if err == nil {
 				err = v.Err
 			}
-			e := ErrorOf(err)
+			e := ops.ErrorOf(err)
 			o.Status, o.Error = e.Status, &api.Error{Code: e.Code, Message: e.Message}
 		} else {
-			j := JobOf(v.Job, v.Live)
+			j := ops.JobOf(v.Job, v.Live)
 			o.Job = &j
 			if v.Created {
 				o.Status = http.StatusCreated

@@ -1,9 +1,11 @@
-// Package server is leaselog's HTTP API (../shared/API.md, docs/openapi.yaml)
-// over a lease.Service. It owns the routes, the translation of requests into
-// service commands and of answers and errors into JSON, bearer-token
-// authorisation, the Prometheus metrics of the daemon, and the log line of
-// every refused call. It holds no state of its own that matters: the service
-// decides, the event log remembers, and this package only speaks HTTP.
+// Package server is leaselog's HTTP API (docs/openapi.yaml) over a
+// lease.Service. It owns the routes, the decoding of requests and the
+// encoding of answers and errors as JSON, bearer-token authorisation, the
+// Prometheus metrics of the daemon, and the log line of every refused call;
+// the operations it carries, and the conversions of the service's answers
+// and errors to the API's, are package ops's. It holds no state of its own
+// that matters: the service decides, the event log remembers, and this
+// package only speaks HTTP.
 //
 // Every request goes through one wrapper:
 //
@@ -42,8 +44,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/ops"
 )
 
 // Defaults of Options.
@@ -110,8 +112,8 @@ type Options struct {
 	}
 	// Backup, if set, writes the backups of POST /v1/admin/backup; nil is
 	// the service's (lease.Service.Backup). A daemon whose store is backed
-	// up elsewhere refuses there with ErrBackupElsewhere.
-	Backup func(dir string) (eventlog.CheckpointInfo, error)
+	// up elsewhere refuses there with lease.ErrBackupElsewhere.
+	Backup func(dir string) (lease.BackupInfo, error)
 }
 
 // Server is the HTTP API. It is an http.Handler, safe for concurrent use.
@@ -420,7 +422,7 @@ func (s *Server) record(c *call, method, path string, d time.Duration) {
 // keep their message, which says what was wrong; anything else is internal,
 // and its text goes to the log only.
 func (s *Server) errorOf(ctx context.Context, err error) *api.Error {
-	if e := ErrorOf(err); e.Status != http.StatusInternalServerError {
+	if e := ops.ErrorOf(err); e.Status != http.StatusInternalServerError {
 		return e
 	}
 	// A read waits for durability under the request's deadline; running out

@@ -3,7 +3,7 @@ package server
 import (
 	"net/http"
 
-	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/ops"
 )
 
 // listWorkers answers GET /v1/workers?limit=&after=: the workers the table
@@ -17,24 +17,13 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request, c *call) er
 	}
 	// The cursor is the last id of a page, encoded as the jobs' are (a
 	// worker id is a valid job id).
-	after, err := parseJobCursor(p)
+	after, err := ops.ParseJobCursor(p["after"])
 	if err != nil {
 		return err
 	}
-	ws, err := s.svc.Workers(r.Context())
+	out, err := ops.Workers(r.Context(), s.svc, after, limit)
 	if err != nil {
 		return err
-	}
-	out := api.Workers{Workers: []api.Worker{}, Timing: TimingOf(s.svc.Config())}
-	for _, wk := range ws { // by id
-		if wk.ID <= after {
-			continue
-		}
-		if len(out.Workers) == limit {
-			out.Next = jobCursor(out.Workers[limit-1].ID)
-			break
-		}
-		out.Workers = append(out.Workers, api.Worker{ID: wk.ID, Reachable: !wk.Unreachable, Seen: unixTime(wk.Seen), LiveLeases: wk.Live})
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil

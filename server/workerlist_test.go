@@ -10,6 +10,7 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -40,7 +41,7 @@ func TestListWorkers(t *testing.T) {
 	if first.Workers[0].Reachable != true || first.Workers[1].Reachable != false || first.Workers[1].LiveLeases != 1 {
 		t.Errorf("first page %+v: want w1 reachable, w2 not, holding its lease", first.Workers)
 	}
-	if want := server.TimingOf(leasetest.Timing()); first.Timing != want {
+	if want := ops.TimingOf(leasetest.Timing()); first.Timing != want {
 		t.Errorf("timing %+v, want %+v", first.Timing, want)
 	}
 	last := decode[api.Workers](t, f.do("GET", "/v1/workers?limit=2&after="+url.QueryEscape(first.Next), "", nil), http.StatusOK)

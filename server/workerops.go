@@ -1,24 +1,21 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/ops"
 )
 
-// The worker calls — acquire, heartbeat, start, report — each have one
-// core, a workerOp: the body's bytes in, the answer's value out. The HTTP
+// The worker calls — acquire, heartbeat, start, report — are package ops's;
+// each has one transport here, a workerOp: the body's bytes in, decoded
+// strictly, the call's worker authorised, the answer's value out. The HTTP
 // handler (serveOp) and a session's frame (session.go) both run it, and both
 // encode its answer or its error with encodeJSON and errorJSON: a call
-// decides and answers the same, byte for byte, whichever carried it.
+// decides and answers the same, byte for byte, whichever carried it, and as
+// the daemon's own worker gets it in process (ops.Daemon).
 
 // workerOp is the core of one worker call: lease is the {lease} of the path
 // (start, report; "" for the others), body the request's body, c.in, which
@@ -69,10 +66,11 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request, c *call) error {
 	return s.serveOp(w, r, c, (*Server).reportOp)
 }
 
-// acquireOp: up to max leases (default 1), waiting up to wait_seconds
-// (capped at Options.MaxWait) for a job when none is queued. An empty wait
-// is {"leases":[]}, never null. ctx has no deadline of the request's: the
-// wait is the call's.
+// acquireOp: ops.Acquire, for the worker of the path (or the frame), held
+// from when the request's headers (or the frame) were read, on
+// Options.Clock. Its wait is capped at Options.MaxWait and ended by Close.
+// ctx has no deadline of the request's: the wait is the call's; the read
+// back after it has Options.RequestTimeout.
 func (s *Server) acquireOp(ctx context.Context, c *call, _ string, body []byte) (any, error) {
 	var in api.Acquire
 	err := decodeJSON(body, &in, true)
@@ -80,71 +78,32 @@ func (s *Server) acquireOp(ctx context.Context, c *call, _ string, body []byte) 
 	if err != nil {
 		return nil, err
 	}
-	if err := lease.CheckID("worker", c.worker); err != nil {
-		return nil, err
-	}
-	if in.Max == 0 {
-		in.Max = 1
-	}
-	if in.Max < 0 || in.Max > lease.MaxAcquire {
-		return nil, badRequest("max must be 1 to %d, is %d", lease.MaxAcquire, in.Max)
-	}
-	if in.WaitSeconds < 0 {
-		return nil, badRequest("wait_seconds must not be negative, is %v", in.WaitSeconds)
-	}
-	wait := s.opts.MaxWait
-	if in.WaitSeconds < wait.Seconds() {
-		wait = time.Duration(in.WaitSeconds * float64(time.Second))
-	}
+	return ops.Acquire(ctx, s.svc, c.worker, in, ops.Hold{MaxWait: s.opts.MaxWait, Wait: s.holdWait,
+		Clock: s.opts.Clock, Received: c.received, ReadTimeout: s.opts.RequestTimeout})
+}
 
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	defer context.AfterFunc(s.base, cancel)() // Close ends the wait
+// holdWait is the context of an acquire's wait for a job: ended by Close,
+// and passed through the test's hook.
+func (s *Server) holdWait(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.base, cancel) // Close ends the wait
 	if s.waitHook != nil {
-		wctx = s.waitHook(wctx)
+		ctx = s.waitHook(ctx)
 	}
-	grants, err := s.svc.AcquireWaitWith(wctx, c.worker, lease.AcquireOptions{Max: in.Max, Start: in.Start})
-	if err != nil {
-		return nil, err
-	}
-	// How long the daemon held the request, from its headers (or its
-	// frame) to the grant: the worker adds it to its send time to base its
-	// first fence deadline, so that a grant at the end of a long poll is not
-	// past its fence. It includes the grant's commit, a few milliseconds the
-	// worker's 2×renew margin absorbs; it never includes the network's time.
-	held := max(s.opts.Clock.Now().Sub(c.received), 0).Seconds()
-	// The wait's deadline may be spent; what remains is an ordinary read.
-	rctx, rcancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
-	defer rcancel()
-	return s.grants(rctx, c.worker, grants, held)
+	return ctx, func() { stop(); cancel() }
 }
 
-// grants reads back the grants an acquire made for worker, as the table
-// holds them now, the daemon having held the request held seconds.
-func (s *Server) grants(ctx context.Context, worker string, grants []lease.Grant, held float64) (api.Grants, error) {
-	vs, err := s.svc.GrantViews(ctx, grants)
-	if err != nil {
-		// The leases are taken: the worker finds them with GET .../leases.
-		return api.Grants{}, fmt.Errorf("server: read back %d leases granted to %q: %w", len(grants), worker, err)
-	}
-	return api.Grants{Leases: GrantsOf(grants, vs, held, TimingOf(s.svc.Config()))}, nil
-}
-
-// heartbeatOp: a directive per lease, "gone" for any that is not a live
-// lease of this worker's.
+// heartbeatOp: ops.Heartbeat, for the worker of the path (or the frame).
 func (s *Server) heartbeatOp(ctx context.Context, c *call, _ string, body []byte) (any, error) {
 	var in api.Heartbeat
 	if err := decodeJSON(body, &in, true); err != nil {
 		return nil, err
 	}
-	ds, err := s.svc.Heartbeat(ctx, c.worker, in.Leases)
-	if err != nil {
-		return nil, err
-	}
-	return api.HeartbeatReply{Leases: DirectivesOf(ds), Timing: TimingOf(s.svc.Config())}, nil
+	return ops.Heartbeat(ctx, s.svc, c.worker, in)
 }
 
-// startOp: the lease, running.
+// startOp: ops.Start, the body's worker held to the token's (and the
+// frame's).
 func (s *Server) startOp(ctx context.Context, c *call, leaseSeg string, body []byte) (any, error) {
 	id, err := parseLease(c, leaseSeg)
 	if err != nil {
@@ -155,31 +114,16 @@ func (s *Server) startOp(ctx context.Context, c *call, leaseSeg string, body []b
 		return nil, err
 	}
 	c.worker = in.Worker
-	if err := lease.CheckID("worker", in.Worker); err != nil {
-		return nil, err
-	}
-	if err := s.checkWorker(c, in.Worker); err != nil {
-		return nil, err
-	}
-	l, err := s.svc.Start(ctx, in.Worker, id)
+	l, err := ops.Start(ctx, s.svc, id, in, func(w string) error { return s.checkWorker(c, w) })
 	if err != nil {
 		return nil, err
 	}
 	c.job = l.Job
-	return LeaseOf(l), nil
+	return l, nil
 }
 
-// outcomes are the outcomes a report may give. lost is a worker's word that
-// it lost the job (it fenced itself, its run directory is gone): the daemon
-// records lease.lost and folds it like an expiry, never as an attempt.
-const outcomes = "succeeded, failed, cancelled, killed or lost"
-
-// reportOp: the live lease's first report is accepted; a retry of it gets
-// the first answer. A report on an expired lease, or a late claim on one
-// reported (a report that differs from its first: see lease.Service.Report),
-// is a 409 stale_lease that names, in stale_report_seq, the
-// lease.stale_report event keeping it; the same stale report gets the same
-// body.
+// reportOp: ops.Report, the body's worker held to the token's (and the
+// frame's).
 func (s *Server) reportOp(ctx context.Context, c *call, leaseSeg string, body []byte) (any, error) {
 	id, err := parseLease(c, leaseSeg)
 	if err != nil {
@@ -190,42 +134,12 @@ func (s *Server) reportOp(ctx context.Context, c *call, leaseSeg string, body []
 		return nil, err
 	}
 	c.worker = in.Worker
-	if err := lease.CheckID("worker", in.Worker); err != nil {
+	r, err := ops.Report(ctx, s.svc, id, in, func(w string) error { return s.checkWorker(c, w) })
+	c.job = r.Job
+	if err != nil {
 		return nil, err
 	}
-	if in.Outcome == "" {
-		return nil, badRequest("missing outcome: want %s", outcomes)
-	}
-	outcome, err := event.ParseOutcome(in.Outcome)
-	if err != nil {
-		return nil, badRequest("outcome %q: want %s", in.Outcome, outcomes)
-	}
-	if err := s.checkWorker(c, in.Worker); err != nil {
-		return nil, err
-	}
-	result := in.Result
-	if string(bytes.TrimSpace(result)) == "null" {
-		result = nil
-	}
-	rep := lease.Report{Outcome: outcome, Ref: in.Ref, Reason: in.Reason, Result: result}
-	if in.Next != nil {
-		return s.reportNext(ctx, c, id, rep, in.Next)
-	}
-	a, err := s.svc.Report(ctx, in.Worker, id, rep)
-	c.job = a.Job
-	if err != nil {
-		return nil, reportError(a, err)
-	}
-	return api.ReportReply{Accepted: true, Job: a.Job, Lease: a.Lease, Seq: a.Seq}, nil
-}
-
-// reportError is the API error of a refused report: a stale one names the
-// record that keeps it.
-func reportError(a lease.Answer, err error) error {
-	if a.Stale && errors.Is(err, lease.ErrStaleLease) {
-		return &api.Error{Status: http.StatusConflict, Code: api.CodeStaleLease, Message: err.Error(), StaleReportSeq: a.Seq}
-	}
-	return err
+	return r, nil
 }
 
 // parseLease parses the {lease} of a path (or of a session's frame): a

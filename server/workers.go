@@ -3,9 +3,9 @@ package server
 import (
 	"net/http"
 
-	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/projection"
 )
 
@@ -17,24 +17,13 @@ func (s *Server) workerLeases(w http.ResponseWriter, r *http.Request, c *call) e
 	if err != nil {
 		return err
 	}
-	after, err := parseNumCursor(p)
+	after, err := ops.ParseNumCursor(p["after"])
 	if err != nil {
 		return err
 	}
-	if err := lease.CheckID("worker", c.worker); err != nil {
-		return err
-	}
-	vs, more, err := s.svc.WorkerPage(r.Context(), c.worker, after, limit)
+	out, err := ops.WorkerLeases(r.Context(), s.svc, c.worker, after, limit)
 	if err != nil {
 		return err
-	}
-	out := api.Grants{Leases: make([]api.Grant, 0, len(vs))}
-	timing := TimingOf(s.svc.Config())
-	for _, v := range vs {
-		out.Leases = append(out.Leases, api.Grant{Lease: v.Live.ID, Job: JobOf(v.Job, v.Live), Timing: timing})
-	}
-	if more {
-		out.Next = numCursor(vs[len(vs)-1].Live.ID)
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
@@ -47,7 +36,7 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, c *call) err
 	if err != nil {
 		return err
 	}
-	after, err := parseNumCursor(q)
+	after, err := ops.ParseNumCursor(q["after"])
 	if err != nil {
 		return err
 	}
@@ -67,16 +56,9 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request, c *call) err
 	if f.Kind, err = parseKind(q["kind"]); err != nil {
 		return err
 	}
-	ls, more, err := s.svc.LeasePage(r.Context(), f, after, limit)
+	out, err := ops.Leases(r.Context(), s.svc, f, after, limit)
 	if err != nil {
 		return err
-	}
-	out := api.Leases{Leases: make([]api.Lease, 0, len(ls))}
-	for _, l := range ls {
-		out.Leases = append(out.Leases, LeaseOf(l))
-	}
-	if more {
-		out.Next = numCursor(ls[len(ls)-1].ID)
 	}
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil

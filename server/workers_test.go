@@ -12,6 +12,8 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -23,7 +25,7 @@ func TestAcquireGrantsCarryJobAndTiming(t *testing.T) {
 	if len(g.Leases) != 2 {
 		t.Fatalf("%d grants, want 2: %+v", len(g.Leases), g)
 	}
-	want := server.TimingOf(leasetest.Timing())
+	want := ops.TimingOf(leasetest.Timing())
 	for i, gr := range g.Leases {
 		if gr.Timing != want {
 			t.Errorf("grant %d timing %+v, want %+v", i, gr.Timing, want)
@@ -43,6 +45,18 @@ func TestAcquireGrantsCarryJobAndTiming(t *testing.T) {
 	}
 	if r := f.do("GET", "/v1/workers/w2/leases", "", nil); !bytes.Equal(r.body, []byte(`{"leases":[]}`+"\n")) {
 		t.Fatalf("leases of a worker with none: %s", r.body)
+	}
+}
+
+// TestAcquireAtOnceHeldNoTime: a grant made at once was held no time at
+// all — no held_seconds (docs/openapi.yaml), on the daemon's real clock too,
+// as the local worker is told in process — whatever the call's commit took.
+func TestAcquireAtOnceHeldNoTime(t *testing.T) {
+	f := newFixture(t, server.Options{Clock: lease.BoottimeClock()})
+	f.submit("j1", event.KindRun)
+	r := f.do("POST", "/v1/workers/w1/acquire", "", api.Acquire{WaitSeconds: 30})
+	if g := decode[api.Grants](t, r, http.StatusOK); len(g.Leases) != 1 || bytes.Contains(r.body, []byte("held_seconds")) {
+		t.Fatalf("a grant at once: %s, want one without held_seconds", r.body)
 	}
 }
 
@@ -141,7 +155,7 @@ func TestWorkerCannotTouchAnothersLease(t *testing.T) {
 	if len(hb.Leases) != 1 || hb.Leases[0].Lease != l || hb.Leases[0].Directive != api.DirectiveGone {
 		t.Fatalf("heartbeat of another's lease: %+v, want gone", hb)
 	}
-	if hb.Timing != server.TimingOf(leasetest.Timing()) {
+	if hb.Timing != ops.TimingOf(leasetest.Timing()) {
 		t.Fatalf("heartbeat timing %+v", hb.Timing)
 	}
 	if got := f.log.LastSeq(); got != last {

@@ -13,20 +13,19 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/inprocess"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/replay"
-	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/worker"
 )
 
 // daemon is the simulated `leaselog serve`: the real lease.Service on a real
 // Pebble store on a crashable in-memory filesystem, its clock the global
 // clock. Requests are handled the instant they arrive, one at a time, as the
-// service's mutex would order them; the worker API goes through
-// package inprocess, the adapter the built-in worker uses. An acquire with
-// nothing to grant is parked until a job is queued or its wait ends, as
-// Service.AcquireWait does.
+// service's mutex would order them; the worker API goes through ops.Daemon,
+// the adapter the built-in worker uses, and the answers to the others are
+// package ops's too. An acquire with nothing to grant is parked until a job
+// is queued or its wait ends, as Service.AcquireWait does.
 //
 // Its clock is the service's own (DESIGN §4): the wall clock read at open,
 // then its host's boottime clock's count since (wallstep.go).
@@ -118,7 +117,7 @@ func (d *daemon) open() error {
 		_ = log.Close()
 		return fmt.Errorf("sim: open the service: %w", err)
 	}
-	d.log, d.svc, d.api, d.up = log, svc, inprocess.New(svc), true
+	d.log, d.svc, d.api, d.up = log, svc, ops.NewDaemon(svc), true
 	d.s.tracef("daemon: open (seq %d)", log.LastSeq())
 	d.s.check.opened(before)
 	d.scheduleSweep(leaseConfig().SweepEvery())
@@ -202,7 +201,7 @@ func (d *daemon) handle(c *call) {
 			it.MaxRequeues = &r.maxRequeues
 		}
 		j, created, e := d.svc.SubmitItem(bg, it)
-		reply, err = submitted{job: server.JobOf(j, nil), created: created}, apiErr(e)
+		reply, err = submitted{job: ops.JobOf(j, nil), created: created}, apiErr(e)
 	case reqRevoke:
 		f := d.svc.Cancel
 		if r.kill {
@@ -235,25 +234,15 @@ func (d *daemon) acquire(r reqAcquire) ([]api.Grant, error) {
 
 // job is job id as the API shows it, with its live lease.
 func (d *daemon) job(id string) (api.Job, error) {
-	j, err := d.svc.Job(bg, id)
-	if err != nil {
-		return api.Job{}, apiErr(err)
-	}
-	if j.Lease == 0 {
-		return server.JobOf(j, nil), nil
-	}
-	l, err := d.svc.Lease(bg, j.Lease)
-	if err != nil {
-		return api.Job{}, apiErr(err)
-	}
-	return server.JobOf(j, &l), nil
+	j, err := ops.Job(bg, d.svc, id)
+	return j, apiErr(err)
 }
 
 func apiErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	return server.ErrorOf(err)
+	return ops.ErrorOf(err)
 }
 
 // answer records the processing (and whether it appended anything since

@@ -9,8 +9,8 @@ import (
 	"github.com/leaselog/leaselog/internal/linearize"
 )
 
-// request is what a call asks the daemon: the worker API (through package
-// inprocess, the adapter the built-in worker uses) and the client API.
+// request is what a call asks the daemon: the worker API (through
+// ops.Daemon, the adapter the built-in worker uses) and the client API.
 type request interface {
 	kind() string
 	String() string

@@ -34,7 +34,7 @@ import (
 )
 
 // Daemon is what a worker needs of the daemon. *api.Client is one (remote);
-// package inprocess adapts a lease.Service (the built-in local worker).
+// ops.Daemon adapts a lease.Service (the built-in local worker).
 type Daemon interface {
 	Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error)
 	Heartbeat(ctx context.Context, worker string, leases []uint64) (api.HeartbeatReply, error)
@@ -43,8 +43,8 @@ type Daemon interface {
 	Report(ctx context.Context, lease uint64, r api.Report) (api.ReportReply, error)
 }
 
-// Rounder is a Daemon that saves round trips; *api.Client and package
-// inprocess are. A worker whose Daemon is one reports each job with the next
+// Rounder is a Daemon that saves round trips; *api.Client and ops.Daemon
+// are. A worker whose Daemon is one reports each job with the next
 // acquire for the slot the job frees (Core.NextAfter): a busy worker takes
 // its next job in the report of the last, without an acquire of its own.
 //

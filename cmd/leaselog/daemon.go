@@ -13,10 +13,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/inprocess"
 	"github.com/leaselog/leaselog/internal/hostclock"
 	"github.com/leaselog/leaselog/internal/procs"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/worker"
 	"github.com/leaselog/leaselog/worker/local"
@@ -186,7 +186,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 			StoreLock: localStoreLock(cfg.Store)})
 		if err == nil {
 			var w *worker.Worker
-			w, err = worker.New(worker.Options{ID: "local", Capacity: n, Daemon: inprocess.New(svc), Executor: exec,
+			w, err = worker.New(worker.Options{ID: "local", Capacity: n, Daemon: ops.NewDaemon(svc), Executor: exec,
 				Timing: cfg.Lease(), Logger: wlog, Now: clock.Now})
 			if err == nil {
 				d.goRun("local worker", func() error { return w.Run(runCtx) })

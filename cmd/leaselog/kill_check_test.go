@@ -16,7 +16,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/server"
+	"github.com/leaselog/leaselog/ops"
 )
 
 // tally is one check's count.
@@ -303,7 +303,7 @@ func readOffline(t *testing.T, data string) []api.Event {
 	var out []api.Event
 	it := log.Iter(1)
 	for it.Next() {
-		out = append(out, server.EventOf(it.Event()))
+		out = append(out, ops.EventOf(it.Event()))
 	}
 	if err := it.Close(); err != nil {
 		t.Fatalf("read the log offline: %v", err)

@@ -16,7 +16,7 @@ import (
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/internal/buildinfo"
 	"github.com/leaselog/leaselog/jetstream"
-	"github.com/leaselog/leaselog/server"
+	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/timing"
 )
 
@@ -122,14 +122,14 @@ func newerStore(dir string, err error) error {
 // the cache would hold the log as this daemon knows it, but restored as a
 // cache against another stream it is deleted and rebuilt, and as a Pebble
 // store it is no longer the cluster's: not what a backup of the cluster is.
-func (s *store) backup() func(string) (eventlog.CheckpointInfo, error) {
+func (s *store) backup() func(string) (lease.BackupInfo, error) {
 	if s.js == nil {
 		return nil
 	}
-	return func(string) (eventlog.CheckpointInfo, error) {
-		return eventlog.CheckpointInfo{}, fmt.Errorf("%w: its log is the NATS JetStream stream %s (engine jetstream) and its store a cache of it: "+
+	return func(string) (lease.BackupInfo, error) {
+		return lease.BackupInfo{}, fmt.Errorf("%w: its log is the NATS JetStream stream %s (engine jetstream) and its store a cache of it: "+
 			"back the stream up with NATS (`nats stream backup %s DIR`, restored with `nats stream restore DIR`); the daemons rebuild their caches from it",
-			server.ErrBackupElsewhere, s.stream, s.stream)
+			lease.ErrBackupElsewhere, s.stream, s.stream)
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 
 // Daemon is what a Recorder wraps: the calls of the daemon's API that the
 // model judges, as the Go client (*api.Client) makes them. A test that
-// drives a lease.Service directly adapts it (as package inprocess does for
-// the worker's calls).
+// drives a lease.Service directly adapts it (as ops.Daemon does for the
+// worker's calls).
 type Daemon interface {
 	Submit(ctx context.Context, s api.Submit) (api.Job, bool, error)
 	Job(ctx context.Context, id string) (api.Job, error)

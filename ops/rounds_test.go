@@ -1,4 +1,4 @@
-package inprocess_test
+package ops_test
 
 import (
 	"context"
@@ -7,20 +7,24 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/inprocess"
 	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/worker"
 )
 
 // Both of the worker's Daemons save round trips.
-var _ worker.Rounder = (*api.Client)(nil)
+var (
+	_ worker.Rounder = (*api.Client)(nil)
+	_ worker.Rounder = (*ops.Daemon)(nil)
+	_ worker.Daemon  = (*ops.Daemon)(nil)
+)
 
 // TestInProcessRounds: the adapter saves round trips as the server does (the
 // local worker relies on it): grants that come running, a report that takes
 // the next job, no next in a repeated answer, and a stale report's seq.
 func TestInProcessRounds(t *testing.T) {
 	_, svc := leasetest.Open(t)
-	d, ok := inprocess.New(svc).(interface {
+	d, ok := worker.Daemon(ops.NewDaemon(svc)).(interface {
 		worker.Rounder
 		AcquireStart(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error)
 	})
@@ -47,7 +51,7 @@ func TestInProcessRounds(t *testing.T) {
 		t.Fatalf("the same report again: %+v %v, want the first answer without next", again, err)
 	}
 	// Report with Next set is the same call.
-	rr2, err := inprocess.New(svc).Report(ctx, rr.Next.Leases[0].Lease, api.Report{Worker: "w1", Outcome: "failed", Next: &api.Next{}})
+	rr2, err := ops.NewDaemon(svc).Report(ctx, rr.Next.Leases[0].Lease, api.Report{Worker: "w1", Outcome: "failed", Next: &api.Next{}})
 	if err != nil || rr2.Next == nil || len(rr2.Next.Leases) != 0 {
 		t.Fatalf("report carrying next, nothing queued: %+v %v", rr2, err)
 	}

@@ -1,24 +1,18 @@
-package server
+package ops
 
 import (
 	"encoding/json"
-	"errors"
-	"net/http"
 	"time"
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/timing"
 )
 
 // The conversions from the lease table, the log and the service to the
-// documents of package api. They live here, beside the handlers that send
-// them, so that api stays the wire contract alone and links none of the
-// daemon; the in-process adapter of the local worker (package inprocess)
-// and the simulation use them too, so that they answer as the server does.
+// documents of package api.
 
 func unixTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }
 
@@ -71,6 +65,11 @@ func GrantsOf(gs []lease.Grant, vs []lease.JobView, held float64, t api.Timing) 
 	return out
 }
 
+// WorkerOf converts a table worker.
+func WorkerOf(w projection.Worker) api.Worker {
+	return api.Worker{ID: w.ID, Reachable: !w.Unreachable, Seen: unixTime(w.Seen), LiveLeases: w.Live}
+}
+
 // TimingOf converts the service's timing to what a worker is told of it.
 func TimingOf(c timing.Config) api.Timing {
 	return api.Timing{RenewSeconds: c.Renew.Seconds(), GraceSeconds: c.Grace.Seconds(), TolerationSeconds: c.Toleration.Seconds()}
@@ -96,40 +95,4 @@ func DirectivesOf(ds []lease.LeaseDirective) []api.LeaseDirective {
 		out = append(out, api.LeaseDirective{Lease: d.Lease, Directive: a})
 	}
 	return out
-}
-
-// errorStatus maps the service's sentinels to their HTTP status and code.
-var errorStatus = []struct {
-	errs   []error
-	status int
-	code   string
-}{
-	{[]error{lease.ErrInvalid}, http.StatusBadRequest, api.CodeBadRequest},
-	{[]error{lease.ErrNotFound}, http.StatusNotFound, api.CodeNotFound},
-	{[]error{lease.ErrWrongWorker}, http.StatusForbidden, api.CodeForbidden},
-	{[]error{lease.ErrStaleLease}, http.StatusConflict, api.CodeStaleLease},
-	{[]error{lease.ErrJobExists}, http.StatusConflict, api.CodeJobExists},
-	{[]error{lease.ErrStopping}, http.StatusServiceUnavailable, api.CodeStopping},
-	{[]error{ErrBackupElsewhere}, http.StatusConflict, api.CodeBackupElsewhere},
-	// The command that finds the log failed gets the log's own error; the
-	// service fails with it and refuses every later one.
-	{[]error{lease.ErrFailed, eventlog.ErrFailed, eventlog.ErrClosed}, http.StatusServiceUnavailable, api.CodeUnavailable},
-}
-
-// ErrorOf maps an error of the lease service to the API error a client sees:
-// its HTTP status and code. An *api.Error is returned as it is; errors that
-// are not the service's sentinels are internal (500).
-func ErrorOf(err error) *api.Error {
-	var e *api.Error
-	if errors.As(err, &e) {
-		return e
-	}
-	for _, m := range errorStatus {
-		for _, target := range m.errs {
-			if errors.Is(err, target) {
-				return &api.Error{Status: m.status, Code: m.code, Message: err.Error()}
-			}
-		}
-	}
-	return &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: err.Error()}
 }
