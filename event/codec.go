@@ -35,6 +35,11 @@ const (
 	tagGap     = 9
 	tagSpec    = 10
 	tagResult  = 11
+	// lease.heartbeats (Beats)
+	tagBeatCount     = 12
+	tagBeatFirstSeq  = 13
+	tagBeatFirstTime = 14
+	tagBeatClaim     = 15
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -72,6 +77,12 @@ func AppendRecord(dst []byte, e *Event) []byte {
 	}
 	dst = appendBytes(dst, tagSpec, e.Spec)
 	dst = appendBytes(dst, tagResult, e.Result)
+	if e.Beats != (Beats{}) {
+		dst = appendUvarintField(dst, tagBeatCount, e.Beats.Count)
+		dst = appendUvarintField(dst, tagBeatFirstSeq, e.Beats.FirstSeq)
+		dst = appendUvarintField(dst, tagBeatFirstTime, zigzag(e.Beats.FirstTime))
+		dst = appendUvarintField(dst, tagBeatClaim, e.Beats.Claim)
+	}
 	binary.LittleEndian.PutUint32(dst[start:], recordChecksum(e.Seq, dst[start+4:]))
 	return dst
 }
@@ -193,6 +204,16 @@ func DecodeAliased(seq uint64, b []byte, e *Event) error {
 			e.Spec = nonEmpty(data)
 		case tagResult:
 			e.Result = nonEmpty(data)
+		case tagBeatCount:
+			e.Beats.Count, err = uvarintField(data)
+		case tagBeatFirstSeq:
+			e.Beats.FirstSeq, err = uvarintField(data)
+		case tagBeatFirstTime:
+			var v uint64
+			v, err = uvarintField(data)
+			e.Beats.FirstTime = unzigzag(v)
+		case tagBeatClaim:
+			e.Beats.Claim, err = uvarintField(data)
 		default:
 			// A field from a newer writer: skipping it is what keeps old readers working.
 		}

@@ -21,7 +21,7 @@ func TestStageWritesArchiveWithItsEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if log.Format() != eventlog.CurrentFormat {
+	if log.Format() != eventlog.ArchiveFormat {
 		t.Fatalf("new store of format %d", log.Format())
 	}
 	derive := func(evs []event.Event) ([]eventlog.Record, error) {

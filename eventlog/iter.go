@@ -54,6 +54,20 @@ type Iter struct {
 	// window, ordered, from the current one on; Next seeks over the gaps.
 	ranges  []seqRange
 	seekKey []byte // the index (or log) prefix, then scratch for seeks
+
+	// A scan of the whole log from a seq on (checked) holds every gap it
+	// meets to the runs of compacted seqs (compact.go): want is the seq the
+	// next event has unless some were compacted, gap the compacted seqs
+	// just before the current event. The runs are read through the same
+	// Pebble snapshot as the events (snap), so that a compaction under way
+	// cannot show one without the other; a store never compacted has no
+	// runs, and every gap in it is corruption.
+	checked bool
+	lo      uint64 // the first seq the scan may return
+	want    uint64
+	gap     gapRun
+	gaps    *pebble.Iterator
+	snap    *pebble.Snapshot
 }
 
 // Iter returns an iterator over every durable event with Seq >= from.
@@ -96,7 +110,17 @@ func (l *Log) Query(q Query) *Iter {
 	var err error
 	if prefix == nil {
 		it.seekKey = []byte{prefixEvent}
-		it.index, err = l.db.NewIter(&pebble.IterOptions{
+		var r pebble.Reader = l.db
+		if it.checked, it.lo, it.want = it.ranges == nil || q.ReadAhead, lo, lo; it.checked && l.format.Load() >= compactedFormat {
+			it.snap = l.db.NewSnapshot()
+			r = it.snap
+			it.gaps, err = r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGap}, UpperBound: []byte{prefixGap + 1}})
+			if err != nil {
+				it.err = it.readErr(err)
+				return it
+			}
+		}
+		it.index, err = r.NewIter(&pebble.IterOptions{
 			LowerBound: eventKey(nil, lo),
 			UpperBound: eventKey(nil, hi+1),
 		})
@@ -233,11 +257,63 @@ func (it *Iter) load() bool {
 		it.err = fmt.Errorf("eventlog: read seq %d: %w", seq, err)
 		return false
 	}
+	if !it.follows(seq) {
+		return false
+	}
 	if err := event.DecodeAliased(seq, val, &it.ev); err != nil {
 		it.err = err
 		return false
 	}
 	return true
+}
+
+// follows checks, on a checked scan, that seq comes next: right after the
+// event before, or after seqs a compaction removed, exactly a run of them
+// (or, at the scan's start, the end of one), which it keeps as it.gap.
+// Anything else is corruption, named by the missing seqs.
+func (it *Iter) follows(seq uint64) bool {
+	it.gap = gapRun{}
+	if !it.checked || seq == it.want {
+		it.want = seq + 1
+		return true
+	}
+	first, last := it.want, seq-1
+	ok := false
+	if it.gaps != nil && seq > it.want {
+		if it.gaps.SeekLT(gapKey(nil, first+1)) {
+			g, err := readGap(it.gaps)
+			if err != nil {
+				it.err = err
+				return false
+			}
+			ok = g.last == last && (g.first == first || first == it.lo)
+		} else if err := it.gaps.Error(); err != nil {
+			it.err = it.readErr(err)
+			return false
+		}
+	}
+	if !ok {
+		it.err = fmt.Errorf("%w: %s missing from the log, and no compaction removed them", ErrCorrupt, seqsName(first, last))
+		return false
+	}
+	it.gap, it.want = gapRun{first, last}, seq+1
+	return true
+}
+
+// seqsName names seqs first..last in errors.
+func seqsName(first, last uint64) string {
+	if first == last {
+		return fmt.Sprintf("seq %d", first)
+	}
+	return fmt.Sprintf("seqs %d..%d", first, last)
+}
+
+// Compacted returns the seqs a compaction removed just before the current
+// event, if any: on a scan of the whole log (no index, no time window without
+// ReadAhead), which checks that every gap it meets is one. A fold skips them
+// (projection.Table.Skip).
+func (it *Iter) Compacted() (first, last uint64, ok bool) {
+	return it.gap.first, it.gap.last, it.gap.last != 0
 }
 
 func (it *Iter) matches() bool {
@@ -267,6 +343,12 @@ func (it *Iter) Close() error {
 	}
 	if it.events != nil {
 		errs = append(errs, it.events.Close())
+	}
+	if it.gaps != nil {
+		errs = append(errs, it.gaps.Close())
+	}
+	if it.snap != nil {
+		errs = append(errs, it.snap.Close())
 	}
 	if it.err != nil {
 		return it.err // Pebble's iterators repeat it on Close

@@ -18,6 +18,7 @@ const (
 	prefixArchive  = 'a'
 	prefixClock    = 'c' // time index: runs by second
 	prefixRun      = 'r' // time index: runs by seq
+	prefixGap      = 'g' // compacted seqs: runs of seqs a compaction removed
 )
 
 // sep ends the variable-length part of a job or worker index key. IDs are
@@ -31,15 +32,35 @@ var metaFormatKey = []byte{prefixMeta, 'f', 'o', 'r', 'm', 'a', 't'}
 // has no such key.
 var metaTimeIndexKey = []byte{prefixMeta, 't', 'i', 'm', 'e', 'i', 'n', 'd', 'e', 'x'}
 
-// storeFormat is the layout version of the keyspace, kept under metaFormatKey.
+// metaCompactedKey holds the compaction's cursor (Log.SetCompacted): a seq
+// its driver has compacted the log up to, by its own measure.
+var metaCompactedKey = []byte{prefixMeta, 'c', 'o', 'm', 'p', 'a', 'c', 't', 'e', 'd'}
+
+// The layout versions of the keyspace, kept under metaFormatKey.
+//
 // Format 2 added the archive: a store of format 1 has events whose archive
 // records were never written, and is upgraded by the first rebuild that
-// writes them (Log.PutArchive).
-const storeFormat = 2
+// writes them (Log.PutArchive). A new store is created at format 2.
+//
+// Format 3 is a store that has been compacted (compact.go): its log has
+// gaps that the runs under prefixGap account for, and lease.heartbeats
+// records, which an older build would fold as nothing it knows. The first
+// compaction writes it, in its own batch, so that a store never compacted
+// stays readable by the build before.
+const (
+	archiveFormat   = 2
+	compactedFormat = 3
+	storeFormat     = compactedFormat // the newest this build reads
+)
 
 func eventKey(dst []byte, seq uint64) []byte {
 	dst = append(dst, prefixEvent)
 	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+func gapKey(dst []byte, first uint64) []byte {
+	dst = append(dst, prefixGap)
+	return binary.BigEndian.AppendUint64(dst, first)
 }
 
 func snapshotKey(dst []byte, seq uint64) []byte {

@@ -96,14 +96,14 @@ func (l *Log) checkFormat() error {
 	v, closer, err := l.db.Get(metaFormatKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
-		l.format.Store(storeFormat)
+		l.format.Store(archiveFormat)
 		if l.opts.ReadOnly {
 			return nil // an empty store read offline
 		}
 		// A new store starts with a time index, empty and whole.
 		b := l.db.NewBatch()
 		defer b.Close()
-		if err := errors.Join(b.Set(metaFormatKey, []byte{storeFormat}, nil), b.Set(metaTimeIndexKey, []byte{1}, nil),
+		if err := errors.Join(b.Set(metaFormatKey, []byte{archiveFormat}, nil), b.Set(metaTimeIndexKey, []byte{1}, nil),
 			l.db.Apply(b, pebble.Sync)); err != nil {
 			return fmt.Errorf("eventlog: write key %q: %w", metaFormatKey, err)
 		}

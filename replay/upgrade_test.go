@@ -80,8 +80,8 @@ func TestUpgradeFormat1Store(t *testing.T) {
 		t.Fatal(err)
 	}
 	// r1, r2, c1, e1 ended: 4 jobs, their 4 leases, 1 stale report.
-	if st.Upgraded != 9 || log.Format() != eventlog.CurrentFormat {
-		t.Fatalf("upgrade wrote %d records, store format %d; want 9 and %d", st.Upgraded, log.Format(), eventlog.CurrentFormat)
+	if st.Upgraded != 9 || log.Format() != eventlog.ArchiveFormat {
+		t.Fatalf("upgrade wrote %d records, store format %d; want 9 and %d", st.Upgraded, log.Format(), eventlog.ArchiveFormat)
 	}
 	if got := table.String(); strings.Contains(got, "job r1") || !strings.Contains(got, "job l1") || !strings.Contains(got, "job q1") {
 		t.Fatalf("rebuilt table should hold only the live jobs l1 and q1:\n%s", got)

@@ -33,7 +33,7 @@ func Fixture(s Shape, history int, snapshot bool) (string, error) {
 	if snapshot {
 		name += fmt.Sprintf("-v%d", projection.SnapshotVersion) // a snapshot of another format would be skipped
 	}
-	name += fmt.Sprintf("-f%d", eventlog.CurrentFormat)
+	name += fmt.Sprintf("-f%d", eventlog.ArchiveFormat) // a new store's, never compacted
 	dir := filepath.Join(Dir(), name)
 	if _, err := os.Stat(filepath.Join(dir, "complete")); err == nil {
 		// Open it once for writing, so that a fixture an older build wrote
