@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -111,6 +112,7 @@ func (l *Log) CompactJob(job string, end uint64) (CompactStats, error) {
 	if err != nil {
 		return st, err
 	}
+	job = strings.Clone(job) // the caller's may alias an iterator of its own
 	max := l.opts.SegmentHeartbeats
 	if max <= 0 {
 		max = DefaultSegmentHeartbeats
@@ -140,7 +142,7 @@ func (l *Log) CompactJob(job string, end uint64) (CompactStats, error) {
 					it.Close()
 					return st, err
 				}
-				seg.job, seg.worker, seg.lease = job, e.Worker, e.Lease
+				seg.job, seg.worker, seg.lease = job, strings.Clone(e.Worker), e.Lease // e aliases the iterator
 			}
 			seg.beats = append(seg.beats, beat{seq: e.Seq, time: e.Time, id: e.ID, size: recordSize(e)})
 			if len(seg.beats) == max {
