@@ -43,11 +43,11 @@ func newFixture(t *testing.T, opts server.Options) *fixture {
 }
 
 // newFixtureHooked is newFixture with a hook run on the server before it
-// serves (to set test hooks).
-func newFixtureHooked(t *testing.T, opts server.Options, hook func(*server.Server)) *fixture {
+// serves (to set test hooks), and options of the store or the service.
+func newFixtureHooked(t *testing.T, opts server.Options, hook func(*server.Server), more ...leasetest.Option) *fixture {
 	t.Helper()
 	f := &fixture{t: t, clock: clocktest.New(clocktest.Epoch), reg: prometheus.NewRegistry(), logs: &testutil.SyncBuffer{}}
-	f.log, f.svc = leasetest.Open(t, leasetest.Clock(f.clock))
+	f.log, f.svc = leasetest.Open(t, append([]leasetest.Option{leasetest.Clock(f.clock)}, more...)...)
 	if opts.Registerer == nil && opts.Metrics == nil {
 		opts.Registerer = f.reg
 	}
