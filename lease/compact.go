@@ -28,8 +28,12 @@ import (
 const CompactBatch = 64
 
 // compactEvery is how often RunCompaction starts a pass while the last found
-// nothing more to do.
-const compactEvery = time.Minute
+// nothing more to do, at most: a quarter of the retention when that is less
+// (but no less than minCompactEvery), so that a short retention is kept.
+const (
+	compactEvery    = time.Minute
+	minCompactEvery = 100 * time.Millisecond
+)
 
 // CompactStats says what passes of the compactor did.
 type CompactStats struct {
@@ -178,8 +182,9 @@ func (s *Service) endsJob(h *head) (bool, error) {
 }
 
 // RunCompaction runs passes of the compactor until ctx is done: one after
-// another while there is more to do, else one every minute, or as tick
-// says (nil: a ticker of a minute; a test sends its own). Each pass is
+// another while there is more to do, else one every minute (a quarter of
+// the retention if that is shorter), or as tick says (nil: that ticker; a
+// test sends its own). Each pass is
 // logged: at info when it compacted, at debug when not. A pass that fails
 // is logged and tried again at the next tick; a failed log ends it.
 func (s *Service) RunCompaction(ctx context.Context, tick <-chan time.Time) error {
@@ -187,7 +192,7 @@ func (s *Service) RunCompaction(ctx context.Context, tick <-chan time.Time) erro
 		return nil
 	}
 	if tick == nil {
-		t := time.NewTicker(compactEvery)
+		t := time.NewTicker(min(compactEvery, max(s.retention/4, minCompactEvery)))
 		defer t.Stop()
 		tick = t.C
 	}
