@@ -1,7 +1,6 @@
 package eventlog
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -25,9 +24,13 @@ import (
 //
 // No seq moves and none is reused: a compaction leaves gaps, which it
 // records, in the same batch, as runs of consecutive removed seqs (merged
-// with the runs beside them):
+// with the runs beside them), each under its first seq and its last, so that
+// every lookup is a point read (a seek would step over the tombstones of
+// every heartbeat compacted before it, until Pebble's compactions drop
+// them):
 //
 //	'g' first(8) -> last(8)        seqs first..last were compacted away
+//	'G' last(8)  -> first(8)       the same run
 //
 // A scan of the log checks every gap it meets against these runs (iter.go),
 // and a verifier holds the runs to the summaries (their Claims add up to the
@@ -47,7 +50,9 @@ import (
 // compaction never holds Pebble's commit pipeline for long; a crash between
 // two of them leaves what is done done, and CompactJob done again finds the
 // rest. The batches are not events: they take no seq, and enter the WAL
-// beside the appends, under the log's mutex only to be applied (writeSynced).
+// beside the appends, under the log's mutex only to be applied, each synced
+// (writeSynced, whose fsync concurrent appends share): a reader never sees
+// a compaction that a crash could take back.
 
 // DefaultSegmentHeartbeats is the most heartbeats one summary stands for,
 // unless Options.SegmentHeartbeats says otherwise: about 11 hours of a
@@ -217,10 +222,13 @@ func (l *Log) compactSegment(seg *segment, snaps []uint64) (CompactStats, error)
 	for i, x := range gone {
 		seqs[i] = x.seq
 	}
-	if err := l.rerun(b, gone); err != nil {
+	pr, err := l.newProbes()
+	if err != nil {
 		return fail(err)
 	}
-	if err := l.addGaps(b, seqs); err != nil {
+	err = errors.Join(l.rerun(b, pr, gone), addGaps(b, pr, seqs))
+	pr.close()
+	if err != nil {
 		return fail(err)
 	}
 	for _, snap := range snaps {
@@ -252,83 +260,35 @@ func (l *Log) compactSegment(seg *segment, snaps []uint64) (CompactStats, error)
 // A deleted event that started a run loses its keys; the event left after a
 // stretch of deleted ones starts a run exactly when its second differs from
 // that of the event left before the stretch. No other event's standing
-// changes. The events around are read as they are before b: a compaction
-// runs alone, and the events it reads are older than any being appended.
-func (l *Log) rerun(b *pebble.Batch, gone []beat) error {
+// changes. The events around are read as they are before b (pr): a
+// compaction runs alone, and the events it reads are older than any being
+// appended.
+func (l *Log) rerun(b *pebble.Batch, pr *probes, gone []beat) error {
 	if !l.timeIndexed || len(gone) == 0 {
 		return nil
 	}
-	events, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixEvent}, UpperBound: []byte{prefixEvent + 1}})
-	if err != nil {
-		return err
-	}
-	defer events.Close()
-	runs, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRun}, UpperBound: []byte{prefixRun + 1}})
-	if err != nil {
-		return err
-	}
-	defer runs.Close()
-	starts := func(seq uint64) (bool, error) {
-		key := runKey(nil, seq)
-		if runs.SeekGE(key) && bytes.Equal(runs.Key(), key) {
-			return true, nil
-		}
-		return false, runs.Error()
-	}
-	// at reads the seq and second of the event the iterator is on.
-	at := func() (uint64, int64, error) {
-		seq, err := seqSuffix(events.Key())
-		if err != nil {
-			return 0, 0, err
-		}
-		v, err := events.ValueAndErr()
-		if err != nil {
-			return 0, 0, fmt.Errorf("read seq %d: %w", seq, err)
-		}
-		var e event.Event
-		if err := event.DecodeAliased(seq, v, &e); err != nil {
-			return 0, 0, err
-		}
-		return seq, secondOf(e.Time), nil
+	isGone := func(seq uint64) bool {
+		_, found := slices.BinarySearchFunc(gone, seq, func(x beat, s uint64) int { return cmp.Compare(x.seq, s) })
+		return found
 	}
 	var s []byte
 	for i := 0; i < len(gone); {
 		// The stretch of deleted events from gone[i] on, up to the next
 		// event left (n), and the event left before it (p).
-		j := i
-		var n uint64
-		var nsec int64
-		nok := false
-		for {
-			if !events.SeekGE(eventKey(s[:0], gone[j].seq+1)) {
-				if err := events.Error(); err != nil {
-					return err
-				}
-				break
-			}
-			seq, sec, err := at()
-			if err != nil {
-				return err
-			}
-			if j+1 < len(gone) && seq == gone[j+1].seq {
-				j++ // deleted too: the stretch goes on
-				continue
-			}
-			n, nsec, nok = seq, sec, true
-			break
+		n, nsec, nok, err := pr.neighbour(gone[i].seq+1, +1, isGone)
+		if err != nil {
+			return err
 		}
-		var psec int64
-		pok := events.SeekLT(eventKey(s[:0], gone[i].seq))
-		if pok {
-			var err error
-			if _, psec, err = at(); err != nil {
-				return err
-			}
-		} else if err := events.Error(); err != nil {
+		j := i
+		for j+1 < len(gone) && (!nok || gone[j+1].seq < n) {
+			j++
+		}
+		_, psec, pok, err := pr.neighbour(gone[i].seq-1, -1, isGone)
+		if err != nil {
 			return err
 		}
 		for _, x := range gone[i : j+1] {
-			had, err := starts(x.seq)
+			_, had, err := pr.get(pr.runs, runKey(s[:0], x.seq))
 			if err != nil {
 				return err
 			}
@@ -340,7 +300,7 @@ func (l *Log) rerun(b *pebble.Batch, gone []beat) error {
 			}
 		}
 		if nok {
-			had, err := starts(n)
+			_, had, err := pr.get(pr.runs, runKey(s[:0], n))
 			if err != nil {
 				return err
 			}
@@ -360,13 +320,151 @@ func (l *Log) rerun(b *pebble.Batch, gone []beat) error {
 	return nil
 }
 
+// probes read single keys for one compaction batch, as the store is before
+// it, each through an iterator of its keyspace bounded to the key: reused,
+// an iterator keeps the blocks it read (a compaction reads keys near each
+// other), and bounded, it never steps over the tombstones of what was
+// compacted before, as a seek would until Pebble's compactions drop them.
+type probes struct {
+	events, runs, gaps, ends *pebble.Iterator
+	upper                    []byte
+	// found are the events neighbour found there: no run of compacted
+	// seqs starts or ends at them.
+	found map[uint64]bool
+}
+
+func (l *Log) newProbes() (*probes, error) {
+	pr := &probes{found: map[uint64]bool{}}
+	var err error
+	for _, x := range []struct {
+		it     **pebble.Iterator
+		prefix byte
+	}{{&pr.events, prefixEvent}, {&pr.runs, prefixRun}, {&pr.gaps, prefixGap}, {&pr.ends, prefixGapEnd}} {
+		if *x.it, err = l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{x.prefix}, UpperBound: []byte{x.prefix + 1}}); err != nil {
+			pr.close()
+			return nil, err
+		}
+	}
+	return pr, nil
+}
+
+func (pr *probes) close() {
+	for _, it := range []*pebble.Iterator{pr.events, pr.runs, pr.gaps, pr.ends} {
+		if it != nil {
+			it.Close()
+		}
+	}
+}
+
+// get returns the value of key through it, valid until its next use, if
+// the key is there.
+func (pr *probes) get(it *pebble.Iterator, key []byte) ([]byte, bool, error) {
+	pr.upper = append(append(pr.upper[:0], key...), 0) // the iterator copies its bounds
+	it.SetBounds(key, pr.upper)
+	if !it.First() {
+		if err := it.Error(); err != nil {
+			return nil, false, fmt.Errorf("read key %q: %w", key, err)
+		}
+		return nil, false, nil
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return nil, false, fmt.Errorf("read key %q: %w", key, err)
+	}
+	return v, true, nil
+}
+
+// gap returns the run of compacted seqs that starts at seq, or with byEnd
+// the one that ends at it, if there is one.
+func (pr *probes) gap(seq uint64, byEnd bool) (gapRun, bool, error) {
+	if byEnd {
+		return gapOf(seq, true, func(key []byte) ([]byte, bool, error) { return pr.get(pr.ends, key) })
+	}
+	return gapOf(seq, false, func(key []byte) ([]byte, bool, error) { return pr.get(pr.gaps, key) })
+}
+
+// neighbour finds the first event from seq on, in direction dir (+1 or -1),
+// that is neither gone (in the batch being written) nor compacted already,
+// and returns its seq and second; ok is false past either end of the log.
+func (pr *probes) neighbour(seq uint64, dir int, gone func(uint64) bool) (uint64, int64, bool, error) {
+	for seq != 0 {
+		if gone(seq) {
+			seq = uint64(int64(seq) + int64(dir))
+			continue
+		}
+		v, ok, err := pr.get(pr.events, eventKey(nil, seq))
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if ok {
+			var e event.Event
+			if err := event.DecodeAliased(seq, v, &e); err != nil {
+				return 0, 0, false, err
+			}
+			pr.found[seq] = true
+			return seq, secondOf(e.Time), true, nil
+		}
+		// Not there: compacted already, or past the log's end (or lost,
+		// which a scan names).
+		g, ok, err := pr.gap(seq, dir < 0)
+		if err != nil || !ok {
+			return 0, 0, false, err
+		}
+		if dir > 0 {
+			seq = g.last + 1
+		} else {
+			seq = g.first - 1
+		}
+	}
+	return 0, 0, false, nil
+}
+
 // gapRun is seqs first..last, a run of compacted seqs.
 type gapRun struct{ first, last uint64 }
 
+// gapOf returns the run of compacted seqs that starts at seq, or with byEnd
+// the one that ends at it, if get finds its key.
+func gapOf(seq uint64, byEnd bool, get func(key []byte) ([]byte, bool, error)) (gapRun, bool, error) {
+	key := gapKey(nil, seq)
+	if byEnd {
+		key = gapEndKey(nil, seq)
+	}
+	v, ok, err := get(key)
+	if err != nil || !ok {
+		return gapRun{}, false, err
+	}
+	if len(v) != 8 {
+		return gapRun{}, false, fmt.Errorf("%w: compaction key %q holds %d bytes, want 8", ErrCorrupt, key, len(v))
+	}
+	g := gapRun{first: seq, last: binary.BigEndian.Uint64(v)}
+	if byEnd {
+		g = gapRun{first: g.last, last: seq}
+	}
+	if g.last < g.first {
+		return gapRun{}, false, fmt.Errorf("%w: compaction key %q names seqs %d..%d", ErrCorrupt, key, g.first, g.last)
+	}
+	return g, true, nil
+}
+
+// getGap is gapOf read from r.
+func getGap(r pebble.Reader, seq uint64, byEnd bool) (gapRun, bool, error) {
+	return gapOf(seq, byEnd, func(key []byte) ([]byte, bool, error) {
+		v, closer, err := r.Get(key)
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("eventlog: read compaction key %q: %w", key, err)
+		}
+		defer closer.Close()
+		return slices.Clone(v), true, nil
+	})
+}
+
 // addGaps writes into b the runs of compacted seqs once seqs (sorted) are
 // compacted too: each joins the runs beside it, so that a gap between two
-// events left is always exactly one run.
-func (l *Log) addGaps(b *pebble.Batch, seqs []uint64) error {
+// events left is always exactly one run, under its first seq and its last.
+func addGaps(b *pebble.Batch, pr *probes, seqs []uint64) error {
 	var runs []gapRun
 	for _, x := range seqs {
 		if n := len(runs); n > 0 && runs[n-1].last+1 == x {
@@ -375,39 +473,26 @@ func (l *Log) addGaps(b *pebble.Batch, seqs []uint64) error {
 			runs = append(runs, gapRun{x, x})
 		}
 	}
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGap}, UpperBound: []byte{prefixGap + 1}})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	var stale [][]byte // the keys of the runs joined
+	var stale []gapRun // the runs joined: their keys go
 	for i := range runs {
 		r := &runs[i]
-		if it.SeekLT(gapKey(nil, r.first)) {
-			g, err := readGap(it)
-			if err != nil {
-				return err
-			}
-			if g.last+1 == r.first {
-				r.first = g.first
-				stale = append(stale, gapKey(nil, g.first))
-			}
-		}
-		key := gapKey(nil, r.last+1)
-		if it.SeekGE(key) && bytes.Equal(it.Key(), key) {
-			g, err := readGap(it)
-			if err != nil {
-				return err
-			}
-			r.last = g.last
-			stale = append(stale, key)
-		}
-		if err := it.Error(); err != nil {
+		if pr.found[r.first-1] {
+			// An event: no run ends there.
+		} else if g, ok, err := pr.gap(r.first-1, true); err != nil {
 			return err
+		} else if ok {
+			r.first = g.first
+			stale = append(stale, g)
+		}
+		if pr.found[r.last+1] {
+		} else if g, ok, err := pr.gap(r.last+1, false); err != nil {
+			return err
+		} else if ok {
+			r.last = g.last
+			stale = append(stale, g)
 		}
 	}
 	// Runs that grew into each other (a run between two of seqs) are one.
-	slices.SortFunc(runs, func(a, b gapRun) int { return cmp.Compare(a.first, b.first) })
 	merged := runs[:0]
 	for _, r := range runs {
 		if n := len(merged); n > 0 && r.first <= merged[n-1].last+1 {
@@ -416,20 +501,21 @@ func (l *Log) addGaps(b *pebble.Batch, seqs []uint64) error {
 			merged = append(merged, r)
 		}
 	}
-	for _, k := range stale {
-		if err := b.Delete(k, nil); err != nil {
+	for _, g := range stale {
+		if err := errors.Join(b.Delete(gapKey(nil, g.first), nil), b.Delete(gapEndKey(nil, g.last), nil)); err != nil {
 			return err
 		}
 	}
 	for _, r := range merged {
-		if err := b.Set(gapKey(nil, r.first), binary.BigEndian.AppendUint64(nil, r.last), nil); err != nil {
+		if err := errors.Join(b.Set(gapKey(nil, r.first), binary.BigEndian.AppendUint64(nil, r.last), nil),
+			b.Set(gapEndKey(nil, r.last), binary.BigEndian.AppendUint64(nil, r.first), nil)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// readGap reads the run of compacted seqs the iterator is on.
+// readGap reads the run of compacted seqs a scan of them is on.
 func readGap(it *pebble.Iterator) (gapRun, error) {
 	key := it.Key()
 	if len(key) != 9 {
@@ -450,8 +536,9 @@ func readGap(it *pebble.Iterator) (gapRun, error) {
 }
 
 // ScanCompacted calls fn, in order, with every run of seqs compactions
-// removed from the log. For verification: Verify holds them to the gaps
-// and to the summaries' claims.
+// removed from the log, each checked against its key by its last seq (a
+// run under one key and not the other is ErrCorrupt, naming it). For
+// verification: Verify holds them to the gaps and to the summaries' claims.
 func (l *Log) ScanCompacted(fn func(first, last uint64) error) error {
 	done, err := l.reading()
 	if err != nil {
@@ -463,19 +550,36 @@ func (l *Log) ScanCompacted(fn func(first, last uint64) error) error {
 		return fmt.Errorf("eventlog: scan the compactions: %w", err)
 	}
 	defer it.Close()
+	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
 		g, err := readGap(it)
 		if err != nil {
 			return err
 		}
+		if twin, ok, err := getGap(l.db, g.last, true); err != nil {
+			return err
+		} else if !ok || twin != g {
+			return fmt.Errorf("%w: compaction key %q names seqs %d..%d, key %q does not", ErrCorrupt, it.Key(), g.first, g.last, gapEndKey(nil, g.last))
+		}
 		if err := fn(g.first, g.last); err != nil {
 			return err
 		}
+		n++
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("eventlog: scan the compactions: %w", err)
 	}
-	return nil
+	ends, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGapEnd}, UpperBound: []byte{prefixGapEnd + 1}})
+	if err != nil {
+		return fmt.Errorf("eventlog: scan the compactions: %w", err)
+	}
+	defer ends.Close()
+	for ok := ends.First(); ok; ok = ends.Next() {
+		if n--; n < 0 {
+			return fmt.Errorf("%w: compaction key %q names a run no key by its first seq does", ErrCorrupt, ends.Key())
+		}
+	}
+	return ends.Error()
 }
 
 // Compacted returns the compaction's cursor, 0 if none was set.

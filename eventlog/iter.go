@@ -61,12 +61,11 @@ type Iter struct {
 	// just before the current event. The runs are read through the same
 	// Pebble snapshot as the events (snap), so that a compaction under way
 	// cannot show one without the other; a store never compacted has no
-	// runs, and every gap in it is corruption.
+	// runs (snap is nil), and every gap in it is corruption.
 	checked bool
 	lo      uint64 // the first seq the scan may return
 	want    uint64
 	gap     gapRun
-	gaps    *pebble.Iterator
 	snap    *pebble.Snapshot
 }
 
@@ -114,11 +113,6 @@ func (l *Log) Query(q Query) *Iter {
 		if it.checked, it.lo, it.want = it.ranges == nil || q.ReadAhead, lo, lo; it.checked && l.format.Load() >= compactedFormat {
 			it.snap = l.db.NewSnapshot()
 			r = it.snap
-			it.gaps, err = r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGap}, UpperBound: []byte{prefixGap + 1}})
-			if err != nil {
-				it.err = it.readErr(err)
-				return it
-			}
 		}
 		it.index, err = r.NewIter(&pebble.IterOptions{
 			LowerBound: eventKey(nil, lo),
@@ -279,18 +273,18 @@ func (it *Iter) follows(seq uint64) bool {
 	}
 	first, last := it.want, seq-1
 	ok := false
-	if it.gaps != nil && seq > it.want {
-		if it.gaps.SeekLT(gapKey(nil, first+1)) {
-			g, err := readGap(it.gaps)
-			if err != nil {
-				it.err = err
-				return false
-			}
-			ok = g.last == last && (g.first == first || first == it.lo)
-		} else if err := it.gaps.Error(); err != nil {
-			it.err = it.readErr(err)
+	if it.snap != nil && seq > it.want {
+		// The run of the gap: the one that starts at it, or, where the scan
+		// starts, the one that ends at it.
+		g, found, err := getGap(it.snap, first, false)
+		if err == nil && !found && first == it.lo {
+			g, found, err = getGap(it.snap, last, true)
+		}
+		if err != nil {
+			it.err = err
 			return false
 		}
+		ok = found && g.last == last && (g.first == first || first == it.lo && g.first < first)
 	}
 	if !ok {
 		it.err = fmt.Errorf("%w: %s missing from the log, and no compaction removed them", ErrCorrupt, seqsName(first, last))
@@ -343,9 +337,6 @@ func (it *Iter) Close() error {
 	}
 	if it.events != nil {
 		errs = append(errs, it.events.Close())
-	}
-	if it.gaps != nil {
-		errs = append(errs, it.gaps.Close())
 	}
 	if it.snap != nil {
 		errs = append(errs, it.snap.Close())

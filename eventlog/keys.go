@@ -18,7 +18,8 @@ const (
 	prefixArchive  = 'a'
 	prefixClock    = 'c' // time index: runs by second
 	prefixRun      = 'r' // time index: runs by seq
-	prefixGap      = 'g' // compacted seqs: runs of seqs a compaction removed
+	prefixGap      = 'g' // compacted seqs: runs of seqs a compaction removed, by first seq
+	prefixGapEnd   = 'G' // the same runs, by last seq
 )
 
 // sep ends the variable-length part of a job or worker index key. IDs are
@@ -61,6 +62,11 @@ func eventKey(dst []byte, seq uint64) []byte {
 func gapKey(dst []byte, first uint64) []byte {
 	dst = append(dst, prefixGap)
 	return binary.BigEndian.AppendUint64(dst, first)
+}
+
+func gapEndKey(dst []byte, last uint64) []byte {
+	dst = append(dst, prefixGapEnd)
+	return binary.BigEndian.AppendUint64(dst, last)
 }
 
 func snapshotKey(dst []byte, seq uint64) []byte {

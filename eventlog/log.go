@@ -26,6 +26,7 @@
 //	'c' second(8) seq(8)               -> empty                  (time index: runs by second)
 //	'r' seq(8)                         -> second(8)              (time index: runs by seq)
 //	'g' first(8)                       -> last(8)                (seqs a compaction removed)
+//	'G' last(8)                        -> first(8)               (the same, by their last)
 //	'm' "compacted"                    -> seq(8)                 (the compaction's cursor)
 //
 // Integers are big-endian, so that keys sort by number (a second has its sign

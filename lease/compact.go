@@ -44,7 +44,7 @@ type CompactStats struct {
 
 // compaction is what the compactor counted in this life, for metrics.
 type compaction struct {
-	jobs, summaries, heartbeats, bytes, passes atomic.Int64
+	jobs, summaries, heartbeats, bytes atomic.Int64
 }
 
 // CompactionTotals returns what the compactor did in this daemon's life.
@@ -61,10 +61,23 @@ func (s *Service) CompactionTotals() CompactStats {
 // endTypes are the types of the events that may end a job.
 var endTypes = []event.Type{event.TypeReported, event.TypeCancelled, event.TypeExpired, event.TypeLost}
 
+// compactDuty is the share of one CPU RunCompaction's passes take at most:
+// after each job it compacted, a pass waits nine times as long as the job
+// took, so that a backlog (a store compacted for the first time) does not
+// take a CPU from the calls it serves for as long as it lasts. A daemon's
+// steady flow of ended jobs needs far less (docs/performance.md).
+const compactDuty = 0.1
+
 // Compact is one pass of the compactor. It returns what it did, and whether
 // it stopped at its batch with more to do. With no retention (0) it does
 // nothing.
 func (s *Service) Compact() (CompactStats, bool, error) {
+	return s.compact(nil)
+}
+
+// compact is Compact, calling pace, if not nil, after each job compacted
+// with the time it took.
+func (s *Service) compact(pace func(time.Duration)) (CompactStats, bool, error) {
 	var st CompactStats
 	if s.retention <= 0 {
 		return st, false, nil
@@ -106,12 +119,17 @@ func (s *Service) Compact() (CompactStats, bool, error) {
 			return st, false, err
 		}
 		if ends {
+			start := time.Now()
 			c, err := s.log.CompactJob(h.job, h.seq)
 			if err != nil {
 				return st, false, fmt.Errorf("lease: compact job %q: %w", h.job, err)
 			}
 			st.Add(c)
 			st.Jobs++
+			s.compaction.add(c)
+			if pace != nil {
+				pace(time.Since(start))
+			}
 		}
 		st.Cursor = h.seq
 		h.next()
@@ -126,13 +144,15 @@ func (s *Service) Compact() (CompactStats, bool, error) {
 			return st, false, fmt.Errorf("lease: compact: %w", err)
 		}
 	}
-	c := &s.compaction
-	c.passes.Add(1)
-	c.jobs.Add(int64(st.Jobs))
+	return st, more, nil
+}
+
+// add counts a job compacted.
+func (c *compaction) add(st eventlog.CompactStats) {
+	c.jobs.Add(1)
 	c.summaries.Add(int64(st.Summaries))
 	c.heartbeats.Add(int64(st.Heartbeats))
 	c.bytes.Add(st.Bytes)
-	return st, more, nil
 }
 
 // head is the next event of one type that may end a job.
@@ -184,7 +204,7 @@ func (s *Service) endsJob(h *head) (bool, error) {
 // RunCompaction runs passes of the compactor until ctx is done: one after
 // another while there is more to do, else one every minute (a quarter of
 // the retention if that is shorter), or as tick says (nil: that ticker; a
-// test sends its own). Each pass is
+// test sends its own); paced to compactDuty of a CPU. Each pass is
 // logged: at info when it compacted, at debug when not. A pass that fails
 // is logged and tried again at the next tick; a failed log ends it.
 func (s *Service) RunCompaction(ctx context.Context, tick <-chan time.Time) error {
@@ -196,9 +216,17 @@ func (s *Service) RunCompaction(ctx context.Context, tick <-chan time.Time) erro
 		defer t.Stop()
 		tick = t.C
 	}
+	pace := func(took time.Duration) {
+		t := time.NewTimer(time.Duration(float64(took) * (1/compactDuty - 1)))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
 	for {
 		start := time.Now()
-		st, more, err := s.Compact()
+		st, more, err := s.compact(pace)
 		switch {
 		case errors.Is(err, eventlog.ErrFailed) || errors.Is(err, eventlog.ErrClosed) || errors.Is(err, ErrFailed):
 			return nil // the service's own failure says it

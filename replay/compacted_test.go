@@ -157,8 +157,16 @@ func TestVerifyCompactedDamage(t *testing.T) {
 			return db.Set(eventKey(sum.Seq), event.AppendRecord(nil, &sum), pebble.Sync)
 		}, func(event.Event, uint64) string { return "are not those its" }},
 		{"a run over an event", func(db *pebble.DB, _ event.Event, other uint64) error {
-			return db.Set(append([]byte{'g'}, eventKey(other)[1:]...), eventKey(other)[1:], pebble.Sync)
+			// A run of compacted seqs is kept under its first seq and its last.
+			seq := eventKey(other)[1:]
+			return errors.Join(db.Set(append([]byte{'g'}, seq...), seq, pebble.Sync), db.Set(append([]byte{'G'}, seq...), seq, pebble.Sync))
 		}, func(event.Event, uint64) string { return "runs of compacted seqs name" }},
+		{"a run under one key", func(db *pebble.DB, _ event.Event, other uint64) error {
+			seq := eventKey(other)[1:]
+			return db.Set(append([]byte{'g'}, seq...), seq, pebble.Sync)
+		}, func(_ event.Event, other uint64) string {
+			return fmt.Sprintf("names seqs %d..%d, key", other, other)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs, ends := compactedStore(t)
