@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -504,4 +505,96 @@ func openForTest(t *testing.T, fs vfs.FS) *Log {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// TestCheckpointRoundTrip: a checkpoint of a compacted log, loaded into an
+// empty store batch by batch, gives the same events, the same runs of
+// compacted seqs and a time index that checks; what is appended after the
+// checkpoint was taken is not in it.
+func TestCheckpointRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	l, err := Open("data", Options{FS: vfs.NewMem(), SegmentHeartbeats: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	w := leaseLog(t, r, l, 12)
+	done := map[string]bool{}
+	for _, job := range w.jobs[:8] {
+		if _, err := l.CompactJob(job, w.ends[job]); err != nil {
+			t.Fatal(err)
+		}
+		done[job] = true
+	}
+	if err := l.SetCompacted(w.ends[w.jobs[7]]); err != nil {
+		t.Fatal(err)
+	}
+	want := compactOracle(w.all, done, 3)
+	c, err := l.Checkpoint(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := l.Append([]event.Event{{Type: event.TypeDaemonStopping, Time: 1}}); err != nil { // after the checkpoint
+		t.Fatal(err)
+	}
+	if c.Last != want[len(want)-1].Seq || c.Compacted != w.ends[w.jobs[7]] {
+		t.Fatalf("checkpoint at seq %d, cursor %d; want %d, %d", c.Last, c.Compacted, want[len(want)-1].Seq, w.ends[w.jobs[7]])
+	}
+	into, err := Open("copy", Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer into.Close()
+	var evs []event.Event
+	var gaps []Compacted
+	flush := func() {
+		if len(evs) == 0 {
+			return
+		}
+		if err := into.Import(nil, nil, nil); err == nil {
+			t.Fatal("an import of no events was taken")
+		}
+		cm, err := into.StageImportCompacted(evs, gaps, nil, []byte("m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cm.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		evs, gaps = evs[:0], gaps[:0]
+	}
+	err = c.Events(func(e *event.Event, gap Compacted, ok bool) error {
+		if ok {
+			gaps = append(gaps, gap)
+		}
+		evs = append(evs, e.Clone())
+		if len(evs) == 1+r.IntN(7) {
+			flush()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	checkCompacted(t, r, into, want)
+	var a, b []Compacted
+	for _, x := range []struct {
+		l   *Log
+		out *[]Compacted
+	}{{l, &a}, {into, &b}} {
+		if err := x.l.ScanCompacted(func(first, last uint64) error {
+			*x.out = append(*x.out, Compacted{first, last})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(a, b) || len(a) == 0 {
+		t.Fatalf("runs of compacted seqs: %v in the log, %v loaded", a, b)
+	}
+	if into.Format() != compactedFormat {
+		t.Fatalf("loaded store of format %d", into.Format())
+	}
 }

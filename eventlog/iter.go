@@ -67,6 +67,7 @@ type Iter struct {
 	want    uint64
 	gap     gapRun
 	snap    *pebble.Snapshot
+	ownSnap bool // the iterator took snap, and closes it
 }
 
 // Iter returns an iterator over every durable event with Seq >= from.
@@ -79,8 +80,11 @@ func (l *Log) Iter(from uint64) *Iter {
 }
 
 // Query returns an iterator over the durable events q selects.
-func (l *Log) Query(q Query) *Iter {
-	it := &Iter{q: q, upper: l.durable.Load(), what: "the log"}
+func (l *Log) Query(q Query) *Iter { return l.query(q, nil, l.durable.Load()) }
+
+// query is Query on snap (nil: the store as it is), up to seq upper.
+func (l *Log) query(q Query, snap *pebble.Snapshot, upper uint64) *Iter {
+	it := &Iter{q: q, upper: upper, what: "the log"}
 	var prefix []byte
 	switch {
 	case q.Job != "":
@@ -110,8 +114,12 @@ func (l *Log) Query(q Query) *Iter {
 	if prefix == nil {
 		it.seekKey = []byte{prefixEvent}
 		var r pebble.Reader = l.db
-		if it.checked, it.lo, it.want = it.ranges == nil || q.ReadAhead, lo, lo; it.checked && l.format.Load() >= compactedFormat {
-			it.snap = l.db.NewSnapshot()
+		it.checked, it.lo, it.want = it.ranges == nil || q.ReadAhead, lo, lo
+		switch {
+		case snap != nil:
+			it.snap, r = snap, snap
+		case it.checked && l.format.Load() >= compactedFormat:
+			it.snap, it.ownSnap = l.db.NewSnapshot(), true
 			r = it.snap
 		}
 		it.index, err = r.NewIter(&pebble.IterOptions{
@@ -338,7 +346,7 @@ func (it *Iter) Close() error {
 	if it.events != nil {
 		errs = append(errs, it.events.Close())
 	}
-	if it.snap != nil {
+	if it.snap != nil && it.ownSnap {
 		errs = append(errs, it.snap.Close())
 	}
 	if it.err != nil {

@@ -158,6 +158,9 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 	svc := d.svc
 	d.goRun("sweeper", func() error { return svc.Run(runCtx) })
 	d.goRun("compaction", func() error { return svc.RunCompaction(runCtx, nil) })
+	if st.js != nil { // the stream, compacted below checkpoints of the compacted cache
+		d.goRun("checkpoints", func() error { return st.js.RunCheckpoints(runCtx, nil) })
+	}
 	if gov != nil {
 		d.goRun("procs", func() error { gov.Run(runCtx); return nil })
 	}
