@@ -2,8 +2,10 @@
 // JetStream stream, the source of truth, with the local Pebble store
 // (package eventlog) as its cache: [store] engine = "jetstream".
 //
-// It owns the stream (created on first use: one subject, nothing ever
-// removed), the encoding of a batch as one message (batch.go), the append
+// It owns the stream (created on first use: one subject, no message ever
+// deleted, purged only below a checkpoint), the encoding of a batch as one
+// message (batch.go), the checkpoints of the compacted cache that the stream
+// is purged below and a cache is rebuilt from (checkpoint.go), the append
 // path (each batch published under the log's mutex with the stream sequence
 // it expects to follow, so that only a daemon whose view is the stream's end
 // can append: a deposed one gets ErrDeposed and its log fail-stops), and the
