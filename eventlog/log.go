@@ -12,7 +12,9 @@
 // Fatalf); append.go numbers, stages and group-commits events and waits for
 // their durability; iter.go reads them (Get, Iter, Query; readahead.go for
 // long scans); compact.go folds the heartbeats of jobs that ended into
-// summaries; timeindex.go, snapshot.go, archive.go and alive.go keep
+// summaries, gaps.go keeps the runs of seqs that removes, checkpoint.go
+// takes the log as it is, for a replica's engine; timeindex.go,
+// snapshot.go, archive.go and alive.go keep
 // what their names say; keys.go lays out the keyspace:
 //
 //	'm' "format"                       -> format(1)              (meta: store format)
