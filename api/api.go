@@ -210,6 +210,17 @@ type Event struct {
 	GapSeconds float64         `json:"gap_seconds,omitempty"`
 	Spec       json.RawMessage `json:"spec,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
+	Heartbeats *Heartbeats     `json:"heartbeats,omitempty"`
+}
+
+// Heartbeats is what a lease.heartbeats event stands for: heartbeats of its
+// lease that the daemon compacted, a while after the job ended, into the last
+// of them, which the event is (its seq and time are that heartbeat's). The
+// others' seqs are unused from then on.
+type Heartbeats struct {
+	Count     uint64    `json:"count"`      // the heartbeats, the last one included
+	FirstSeq  uint64    `json:"first_seq"`  // the first one's seq
+	FirstTime time.Time `json:"first_time"` // and its time
 }
 
 // Every list of the API pages: a list takes limit (default 100, at most

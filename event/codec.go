@@ -39,6 +39,11 @@ const (
 	// tagMaxRequeues came with lease.failed: a reader before it skips the
 	// field, and so reads every job as uncapped.
 	tagMaxRequeues = 12
+	// lease.heartbeats (Beats)
+	tagBeatCount     = 13
+	tagBeatFirstSeq  = 14
+	tagBeatFirstTime = 15
+	tagBeatClaim     = 16
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -77,6 +82,12 @@ func AppendRecord(dst []byte, e *Event) []byte {
 	dst = appendBytes(dst, tagSpec, e.Spec)
 	dst = appendBytes(dst, tagResult, e.Result)
 	dst = appendUvarintField(dst, tagMaxRequeues, uint64(e.MaxRequeues))
+	if e.Beats != (Beats{}) {
+		dst = appendUvarintField(dst, tagBeatCount, e.Beats.Count)
+		dst = appendUvarintField(dst, tagBeatFirstSeq, e.Beats.FirstSeq)
+		dst = appendUvarintField(dst, tagBeatFirstTime, zigzag(e.Beats.FirstTime))
+		dst = appendUvarintField(dst, tagBeatClaim, e.Beats.Claim)
+	}
 	binary.LittleEndian.PutUint32(dst[start:], recordChecksum(e.Seq, dst[start+4:]))
 	return dst
 }
@@ -205,6 +216,16 @@ func DecodeAliased(seq uint64, b []byte, e *Event) error {
 				err = fmt.Errorf("value %d out of range", v)
 			}
 			e.MaxRequeues = uint32(v)
+		case tagBeatCount:
+			e.Beats.Count, err = uvarintField(data)
+		case tagBeatFirstSeq:
+			e.Beats.FirstSeq, err = uvarintField(data)
+		case tagBeatFirstTime:
+			var v uint64
+			v, err = uvarintField(data)
+			e.Beats.FirstTime = unzigzag(v)
+		case tagBeatClaim:
+			e.Beats.Claim, err = uvarintField(data)
 		default:
 			// A field from a newer writer: skipping it is what keeps old readers working.
 		}

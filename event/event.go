@@ -15,7 +15,9 @@ type Type uint8
 // The event types of DESIGN §3. TypeLost (lease.lost) is a worker's word that
 // it lost a live lease's job, and TypeFailed (lease.failed) the end of an
 // evaluation lost once more than its max_requeues allows; they came after the
-// others, hence their numbers.
+// others, hence their numbers. TypeHeartbeats (lease.heartbeats) is never
+// appended: a compaction of the log writes it in place of a lease's last
+// heartbeat, summarising the heartbeats it removed (Beats).
 const (
 	TypeQueued Type = iota + 1
 	TypeAcquired
@@ -33,6 +35,7 @@ const (
 	TypeDaemonResumed
 	TypeLost
 	TypeFailed
+	TypeHeartbeats
 
 	typeEnd // one past the last known type
 )
@@ -58,6 +61,7 @@ var typeNames = [...]string{
 	TypeDaemonResumed:     "daemon.resumed",
 	TypeLost:              "lease.lost",
 	TypeFailed:            "lease.failed",
+	TypeHeartbeats:        "lease.heartbeats",
 }
 
 // Types lists every known type in numeric order.
@@ -221,6 +225,31 @@ type Event struct {
 	// the daemon's default recorded when the submission named none, so that
 	// a later change of the default rewrites no history.
 	MaxRequeues uint32
+	Beats       Beats // lease.heartbeats: the heartbeats it stands for
+}
+
+// Beats summarises the heartbeats of one lease that a compaction of the log
+// folded into a lease.heartbeats event, written at the seq of the last of
+// them, whose time, id, job, lease and worker the event keeps. The others
+// are gone from the log; their seqs stay unused, and Claim lets a verifier
+// hold the gaps they left to the summaries that claim them.
+type Beats struct {
+	Count     uint64 // heartbeats summarised, the last one (this event) included
+	FirstSeq  uint64 // the seq of the first of them
+	FirstTime int64  // its time, Unix ns
+	Claim     uint64 // ClaimOf the seqs removed: every one but the last
+}
+
+// ClaimOf is the contribution of the removed seq to a summary's Claim: Claims
+// add up (mod 2^64) over the seqs a summary removed, so that a verifier can
+// hold the sum over every gap of the log to the sum over every summary's
+// Claim. The mix (splitmix64's finaliser) keeps two different sets of seqs
+// from summing alike but by chance.
+func ClaimOf(seq uint64) uint64 {
+	z := seq + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }
 
 // Clone returns a copy of e that shares no memory with it.
@@ -278,6 +307,9 @@ func (e *Event) String() string {
 	}
 	if e.MaxRequeues != 0 {
 		fmt.Fprintf(&b, " max_requeues=%d", e.MaxRequeues)
+	}
+	if e.Beats.Count != 0 {
+		fmt.Fprintf(&b, " heartbeats=%d first=%d", e.Beats.Count, e.Beats.FirstSeq)
 	}
 	return b.String()
 }

@@ -89,6 +89,9 @@ func (l *Log) Stage(evs []event.Event, derive func(evs []event.Event) ([]Record,
 		if err := validate(&evs[i]); err != nil {
 			return nil, err
 		}
+		if evs[i].Type == event.TypeHeartbeats {
+			return nil, fmt.Errorf("eventlog: append %s: written by a compaction in place, never appended", evs[i].Type)
+		}
 	}
 	b := l.db.NewBatch()
 	l.mu.Lock()

@@ -48,13 +48,19 @@ func (l *Log) addArchiveLocked(b *pebble.Batch, recs []Record) (err error) {
 	return err
 }
 
-// Format is the format of the store as it was opened: the current format for
-// a store this build created or upgraded. A store of an older format lacks
-// the archive records of its events; whoever derives them writes them with
+// Format is the format of the store: CurrentFormat once this build opened
+// it for writing (a store older than ArchiveFormat once PutArchive upgraded
+// it); as it was, read-only. A store older than ArchiveFormat lacks the
+// archive records of its events; whoever derives them writes them with
 // PutArchive(recs, true).
 func (l *Log) Format() int { return int(l.format.Load()) }
 
-// CurrentFormat is the store format this build writes.
+// ArchiveFormat is the first store format whose archive holds the record of
+// every event.
+const ArchiveFormat = archiveFormat
+
+// CurrentFormat is the newest store format this build reads, and the one it
+// writes: a store it opens for writing is raised to it.
 const CurrentFormat = storeFormat
 
 // PutArchive durably writes recs, in one batch ordered after every staged
@@ -67,6 +73,7 @@ func (l *Log) PutArchive(recs []Record, upgrade bool) error {
 	}
 	b := l.db.NewBatch()
 	_, err := addArchive(b, recs, nil)
+	upgrade = upgrade && l.Format() < archiveFormat
 	if err == nil && upgrade {
 		err = b.Set(metaFormatKey, []byte{storeFormat}, nil)
 	}

@@ -22,7 +22,7 @@ func TestStageWritesArchiveWithItsEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	if log.Format() != eventlog.CurrentFormat {
-		t.Fatalf("new store of format %d", log.Format())
+		t.Fatalf("new store of format %d, want %d", log.Format(), eventlog.CurrentFormat)
 	}
 	derive := func(evs []event.Event) ([]eventlog.Record, error) {
 		var recs []eventlog.Record

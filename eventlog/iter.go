@@ -54,6 +54,20 @@ type Iter struct {
 	// window, ordered, from the current one on; Next seeks over the gaps.
 	ranges  []seqRange
 	seekKey []byte // the index (or log) prefix, then scratch for seeks
+
+	// A scan of the whole log from a seq on (checked) holds every gap it
+	// meets to the runs of compacted seqs (compact.go): want is the seq the
+	// next event has unless some were compacted, gap the compacted seqs
+	// just before the current event. The runs are read through the same
+	// Pebble snapshot as the events (snap), so that a compaction under way
+	// cannot show one without the other; a store never compacted has no
+	// runs (snap is nil), and every gap in it is corruption.
+	checked bool
+	lo      uint64 // the first seq the scan may return
+	want    uint64
+	gap     gapRun
+	snap    *pebble.Snapshot
+	ownSnap bool // the iterator took snap, and closes it
 }
 
 // Iter returns an iterator over every durable event with Seq >= from.
@@ -66,8 +80,11 @@ func (l *Log) Iter(from uint64) *Iter {
 }
 
 // Query returns an iterator over the durable events q selects.
-func (l *Log) Query(q Query) *Iter {
-	it := &Iter{q: q, upper: l.durable.Load(), what: "the log"}
+func (l *Log) Query(q Query) *Iter { return l.query(q, nil, l.durable.Load()) }
+
+// query is Query on snap (nil: the store as it is), up to seq upper.
+func (l *Log) query(q Query, snap *pebble.Snapshot, upper uint64) *Iter {
+	it := &Iter{q: q, upper: upper, what: "the log"}
 	var prefix []byte
 	switch {
 	case q.Job != "":
@@ -96,7 +113,16 @@ func (l *Log) Query(q Query) *Iter {
 	var err error
 	if prefix == nil {
 		it.seekKey = []byte{prefixEvent}
-		it.index, err = l.db.NewIter(&pebble.IterOptions{
+		var r pebble.Reader = l.db
+		it.checked, it.lo, it.want = it.ranges == nil || q.ReadAhead, lo, lo
+		switch {
+		case snap != nil:
+			it.snap, r = snap, snap
+		case it.checked && l.format.Load() >= compactedFormat:
+			it.snap, it.ownSnap = l.db.NewSnapshot(), true
+			r = it.snap
+		}
+		it.index, err = r.NewIter(&pebble.IterOptions{
 			LowerBound: eventKey(nil, lo),
 			UpperBound: eventKey(nil, hi+1),
 		})
@@ -233,11 +259,63 @@ func (it *Iter) load() bool {
 		it.err = fmt.Errorf("eventlog: read seq %d: %w", seq, err)
 		return false
 	}
+	if !it.follows(seq) {
+		return false
+	}
 	if err := event.DecodeAliased(seq, val, &it.ev); err != nil {
 		it.err = err
 		return false
 	}
 	return true
+}
+
+// follows checks, on a checked scan, that seq comes next: right after the
+// event before, or after seqs a compaction removed, exactly a run of them
+// (or, at the scan's start, the end of one), which it keeps as it.gap.
+// Anything else is corruption, named by the missing seqs.
+func (it *Iter) follows(seq uint64) bool {
+	it.gap = gapRun{}
+	if !it.checked || seq == it.want {
+		it.want = seq + 1
+		return true
+	}
+	first, last := it.want, seq-1
+	ok := false
+	if it.snap != nil && seq > it.want {
+		// The run of the gap: the one that starts at it, or, where the scan
+		// starts, the one that ends at it.
+		g, found, err := getGap(it.snap, first, false)
+		if err == nil && !found && first == it.lo {
+			g, found, err = getGap(it.snap, last, true)
+		}
+		if err != nil {
+			it.err = err
+			return false
+		}
+		ok = found && g.last == last && (g.first == first || first == it.lo && g.first < first)
+	}
+	if !ok {
+		it.err = fmt.Errorf("%w: %s missing from the log, and no compaction removed them", ErrCorrupt, seqsName(first, last))
+		return false
+	}
+	it.gap, it.want = gapRun{first, last}, seq+1
+	return true
+}
+
+// seqsName names seqs first..last in errors.
+func seqsName(first, last uint64) string {
+	if first == last {
+		return fmt.Sprintf("seq %d", first)
+	}
+	return fmt.Sprintf("seqs %d..%d", first, last)
+}
+
+// Compacted returns the seqs a compaction removed just before the current
+// event, if any: on a scan of the whole log (no index, no time window without
+// ReadAhead), which checks that every gap it meets is one. A fold skips them
+// (projection.Table.Skip).
+func (it *Iter) Compacted() (first, last uint64, ok bool) {
+	return it.gap.first, it.gap.last, it.gap.last != 0
 }
 
 func (it *Iter) matches() bool {
@@ -267,6 +345,9 @@ func (it *Iter) Close() error {
 	}
 	if it.events != nil {
 		errs = append(errs, it.events.Close())
+	}
+	if it.snap != nil && it.ownSnap {
+		errs = append(errs, it.snap.Close())
 	}
 	if it.err != nil {
 		return it.err // Pebble's iterators repeat it on Close

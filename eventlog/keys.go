@@ -18,6 +18,8 @@ const (
 	prefixArchive  = 'a'
 	prefixClock    = 'c' // time index: runs by second
 	prefixRun      = 'r' // time index: runs by seq
+	prefixGap      = 'g' // compacted seqs: runs of seqs a compaction removed, by first seq
+	prefixGapEnd   = 'G' // the same runs, by last seq
 )
 
 // sep ends the variable-length part of a job or worker index key. IDs are
@@ -31,20 +33,49 @@ var metaFormatKey = []byte{prefixMeta, 'f', 'o', 'r', 'm', 'a', 't'}
 // has no such key.
 var metaTimeIndexKey = []byte{prefixMeta, 't', 'i', 'm', 'e', 'i', 'n', 'd', 'e', 'x'}
 
-// storeFormat is the layout version of the keyspace, kept under metaFormatKey.
+// metaCompactedKey holds the compaction's cursor (Log.SetCompacted): a seq
+// its driver has compacted the log up to, by its own measure.
+var metaCompactedKey = []byte{prefixMeta, 'c', 'o', 'm', 'p', 'a', 'c', 't', 'e', 'd'}
+
+// The layout versions of the keyspace, kept under metaFormatKey.
+//
 // Format 2 added the archive: a store of format 1 has events whose archive
 // records were never written, and is upgraded by the first rebuild that
 // writes them (Log.PutArchive).
 //
-// A build that stores anything an older build cannot read raises it, so that
-// the older build refuses the store before writing to it (checkReadable), and
+// Format 3 is what this build writes beyond format 2, which the build
+// before cannot read: lease.failed and an evaluation's cap on requeues
+// (event tag 12, archive record version 2, snapshot version 4), and the
+// compaction of heartbeats (compact.go) — gaps in the log that the runs
+// under prefixGap account for, and lease.heartbeats summaries. A store is
+// raised to it when this build opens it for writing, in its own synced
+// batch before anything else is written, so that the build before refuses
+// it (checkReadable) rather than misread it. A store of format 1 is raised
+// when its archive is written.
+//
+// A build that stores anything an older build cannot read raises it again,
+// so that the older build refuses the store before writing to it, and
 // commits a store of the new format under replay/testdata for every later
 // build to open (replay's TestWriteStoreFixture).
-const storeFormat = 2
+const (
+	archiveFormat   = 2
+	compactedFormat = 3
+	storeFormat     = compactedFormat // the newest this build reads, and what it writes
+)
 
 func eventKey(dst []byte, seq uint64) []byte {
 	dst = append(dst, prefixEvent)
 	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+func gapKey(dst []byte, first uint64) []byte {
+	dst = append(dst, prefixGap)
+	return binary.BigEndian.AppendUint64(dst, first)
+}
+
+func gapEndKey(dst []byte, last uint64) []byte {
+	dst = append(dst, prefixGapEnd)
+	return binary.BigEndian.AppendUint64(dst, last)
 }
 
 func snapshotKey(dst []byte, seq uint64) []byte {

@@ -11,9 +11,11 @@
 // one store in this process; logger.go routes Pebble's messages and its
 // Fatalf); append.go numbers, stages and group-commits events and waits for
 // their durability; iter.go reads them (Get, Iter, Query; readahead.go for
-// long scans); timeindex.go, snapshot.go, archive.go and alive.go keep
-// what their names say; checkpoint.go copies the running store (a backup);
-// keys.go lays out the keyspace:
+// long scans); compact.go folds the heartbeats of jobs that ended into
+// summaries, gaps.go keeps the runs of seqs that removes; timeindex.go,
+// snapshot.go, archive.go and alive.go keep what their names say;
+// checkpoint.go copies the running store (a backup) and takes the log as it
+// is, for a replica's engine; keys.go lays out the keyspace:
 //
 //	'm' "format"                       -> format(1)              (meta: store format)
 //	'm' "timeindex"                    -> 1                      (the time index is whole)
@@ -25,6 +27,9 @@
 //	'a' key                            -> value                  (the archive, see Record)
 //	'c' second(8) seq(8)               -> empty                  (time index: runs by second)
 //	'r' seq(8)                         -> second(8)              (time index: runs by seq)
+//	'g' first(8)                       -> last(8)                (seqs a compaction removed)
+//	'G' last(8)                        -> first(8)               (the same, by their last)
+//	'm' "compacted"                    -> seq(8)                 (the compaction's cursor)
 //
 // Integers are big-endian, so that keys sort by number (a second has its sign
 // bit flipped, so that times before 1970 sort first). Beside Pebble's files,
@@ -37,10 +42,12 @@
 //
 // An event and its index entries are written in one batch, so an index never
 // names an event that is not there, and an event is never missing from the
-// indexes that should name it. Sequence numbers start at 1 and have no gaps:
-// they are assigned under one mutex in the order batches enter Pebble's commit
+// indexes that should name it. Sequence numbers start at 1 and are assigned
+// without gaps under one mutex in the order batches enter Pebble's commit
 // pipeline, so the order of sequence numbers is the commit order and a crash
-// can only lose a suffix of the log, never a hole in it.
+// can only lose a suffix of the log, never a hole in it. The only gaps are a
+// compaction's, which it records (compact.go): a scan of the log refuses
+// any other as corruption.
 //
 // Append returns once the events are durable (fsynced); Stage and
 // Commit.Wait split it for a caller that decides under its own lock.
@@ -148,6 +155,10 @@ type Options struct {
 		Leave()
 	}
 
+	// SegmentHeartbeats is the most heartbeats one lease.heartbeats summary
+	// stands for (CompactJob); 0 means DefaultSegmentHeartbeats.
+	SegmentHeartbeats int
+
 	// memTableSize overrides Pebble's memtable size, so that tests in this
 	// package can make Pebble rotate its WAL; 0 means the default.
 	memTableSize uint64
@@ -175,8 +186,14 @@ type Log struct {
 
 		run runState // the run of the last event, for the time index
 	}
-	format   atomic.Int32 // the store's format as opened; storeFormat once upgraded
+	format   atomic.Int32 // the store's format as opened, then as upgraded
 	inflight sync.WaitGroup
+
+	// compactMu keeps compactions one at a time (compact.go).
+	compactMu sync.Mutex
+	// compacted, if set (by tests), is called after each batch a
+	// compaction wrote: a crash point.
+	compacted func()
 
 	// failure is sticky: set once, by the first write that could not be made
 	// durable or by Pebble's Fatalf. It is an atomic, not guarded by mu,

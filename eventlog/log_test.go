@@ -235,6 +235,7 @@ func TestAppendRefusesWhatWouldCorruptTheKeyspace(t *testing.T) {
 		{Type: 200},
 		{Type: event.TypeQueued, Job: "a\x00b"},
 		{Type: event.TypeQueued, Worker: strings.Repeat("w", eventlog.MaxIDLen+1)},
+		{Type: event.TypeHeartbeats, Job: "j", Lease: 1, Worker: "w", Beats: event.Beats{Count: 2, FirstSeq: 1}}, // a compaction's, in place
 	} {
 		if err := l.Append([]event.Event{e}); err == nil {
 			t.Errorf("Append(%+v) succeeded", e)

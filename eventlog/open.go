@@ -162,7 +162,18 @@ func (l *Log) checkFormat() error {
 		return fmt.Errorf("eventlog: store format %d (this build reads up to %d): %w", v[0], storeFormat, ErrNewerFormat)
 	}
 	l.format.Store(int32(v[0]))
-	return nil
+	if l.opts.ReadOnly || v[0] < archiveFormat || v[0] == storeFormat {
+		return nil // read as it is; or a store of format 1, raised when its archive is written
+	}
+	// What this build writes from now on the build before cannot read:
+	// raise the format first, so that it refuses the store.
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := errors.Join(b.Set(metaFormatKey, []byte{storeFormat}, nil), l.db.Apply(b, pebble.Sync)); err != nil {
+		return fmt.Errorf("eventlog: raise the store format from %d to %d: write key %q: %w", v[0], storeFormat, metaFormatKey, err)
+	}
+	l.format.Store(storeFormat)
+	return l.Err()
 }
 
 // checkLastRecord refuses a store whose last event is a record of a newer

@@ -113,6 +113,9 @@ func (it *Iter) nextAhead() bool {
 			}
 			seq, rec := ra.cur.seqs[ra.pos], ra.cur.buf[start:ra.cur.ends[ra.pos]]
 			ra.pos++
+			if !it.follows(seq) {
+				return false
+			}
 			if err := event.DecodeAliased(seq, rec, &it.ev); err != nil {
 				it.err = err
 				return false

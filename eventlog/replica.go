@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -78,28 +79,54 @@ func (l *Log) Import(evs []event.Event, recs []Record, marker []byte) error {
 // before relying on it being durable. A catch-up stages many batches before
 // it waits, so that they share fsyncs as concurrent appends do.
 func (l *Log) StageImport(evs []event.Event, recs []Record, marker []byte) (*Commit, error) {
+	return l.StageImportCompacted(evs, nil, recs, marker)
+}
+
+// StageImportCompacted is StageImport for the events of a compacted log (a
+// checkpoint's, LoadCheckpoint): compacted are the runs of seqs compacted
+// away before and among evs, in order, each before the event it precedes;
+// the batch records them as a compaction does (compact.go), and so makes
+// the store of format 3. The events may hold lease.heartbeats summaries.
+func (l *Log) StageImportCompacted(evs []event.Event, compacted []Compacted, recs []Record, marker []byte) (*Commit, error) {
 	if len(evs) == 0 {
 		return nil, errors.New("eventlog: import of no events")
+	}
+	next, gi := evs[0].Seq, 0
+	if len(compacted) > 0 {
+		next = min(next, compacted[0].First)
 	}
 	for i := range evs {
 		e := &evs[i]
 		if err := validate(e); err != nil {
 			return nil, err
 		}
-		if i > 0 && e.Seq != evs[i-1].Seq+1 {
-			return nil, fmt.Errorf("%w: import: seq %d follows seq %d", ErrCorrupt, e.Seq, evs[i-1].Seq)
+		for ; gi < len(compacted) && compacted[gi].First == next; gi++ {
+			if compacted[gi].Last < next {
+				return nil, fmt.Errorf("%w: import: compacted seqs %d..%d", ErrCorrupt, compacted[gi].First, compacted[gi].Last)
+			}
+			next = compacted[gi].Last + 1
 		}
+		if e.Seq != next {
+			return nil, fmt.Errorf("%w: import: seq %d where %d was expected", ErrCorrupt, e.Seq, next)
+		}
+		next++
 		if e.Type == event.TypeAcquired && e.Lease != e.Seq {
 			return nil, fmt.Errorf("%w: import: acquired event seq %d holds lease %d", ErrCorrupt, e.Seq, e.Lease)
 		}
 	}
+	if gi != len(compacted) {
+		return nil, fmt.Errorf("%w: import: compacted seqs %d..%d come after the batch's events", ErrCorrupt, compacted[gi].First, compacted[gi].Last)
+	}
 	b := l.db.NewBatch()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.importLocked(b, evs, recs, marker)
+	return l.importLocked(b, evs, compacted, recs, marker)
 }
 
-func (l *Log) importLocked(b *pebble.Batch, evs []event.Event, recs []Record, marker []byte) (*Commit, error) {
+// Compacted is a run of seqs a compaction removed, first..last.
+type Compacted struct{ First, Last uint64 }
+
+func (l *Log) importLocked(b *pebble.Batch, evs []event.Event, compacted []Compacted, recs []Record, marker []byte) (*Commit, error) {
 	if l.mu.closed {
 		b.Close()
 		return nil, ErrClosed
@@ -109,9 +136,29 @@ func (l *Log) importLocked(b *pebble.Batch, evs []event.Event, recs []Record, ma
 		return nil, err
 	}
 	first := evs[0].Seq
+	if len(compacted) > 0 {
+		first = min(first, compacted[0].First)
+	}
 	if first != l.mu.next {
 		b.Close()
 		return nil, fmt.Errorf("eventlog: import of seq %d: the log's next is %d", first, l.mu.next)
+	}
+	for _, g := range compacted {
+		// Each run is whole (a checkpoint's runs are), and the log's
+		// before it ends at an event: nothing to join.
+		err := errors.Join(b.Set(gapKey(nil, g.First), binary.BigEndian.AppendUint64(nil, g.Last), nil),
+			b.Set(gapEndKey(nil, g.Last), binary.BigEndian.AppendUint64(nil, g.First), nil))
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("eventlog: import of compacted seqs %d..%d: %w", g.First, g.Last, err)
+		}
+	}
+	if len(compacted) > 0 && l.format.Load() < compactedFormat {
+		l.format.Store(compactedFormat) // before the batch, as a compaction does
+		if err := b.Set(metaFormatKey, []byte{compactedFormat}, nil); err != nil {
+			b.Close()
+			return nil, err
+		}
 	}
 	run := l.mu.run
 	for i := range evs {
@@ -120,7 +167,7 @@ func (l *Log) importLocked(b *pebble.Batch, evs []event.Event, recs []Record, ma
 			return nil, fmt.Errorf("eventlog: import seq %d: %w", evs[i].Seq, err)
 		}
 	}
-	what := span{first: first, last: first + uint64(len(evs)) - 1, imported: true}
+	what := span{first: first, last: evs[len(evs)-1].Seq, imported: true}
 	err := l.addArchiveLocked(b, recs)
 	if err == nil {
 		err = b.Set(metaReplicaKey, marker, nil)
@@ -132,9 +179,9 @@ func (l *Log) importLocked(b *pebble.Batch, evs []event.Event, recs []Record, ma
 	if err := l.applyLocked(b, what); err != nil {
 		return nil, err
 	}
-	l.mu.next, l.mu.run = first+uint64(len(evs)), run
+	l.mu.next, l.mu.run = what.last+1, run
 	l.inflight.Add(1)
-	return &Commit{log: l, batch: b, first: first, last: l.mu.next - 1}, nil
+	return &Commit{log: l, batch: b, first: first, last: what.last}, nil
 }
 
 // publishLocked hands a staged batch to the Replica, if there is one, and

@@ -118,7 +118,8 @@ func (s *Store) catchUp(ctx context.Context) error {
 		return fmt.Errorf("jetstream: stream %s: %w", s.opts.Stream, err)
 	}
 	from, to := s.StreamSeq()+1, info.State.LastSeq
-	if from > to {
+	purged := from < info.State.FirstSeq // below the newest checkpoint but one (checkpoint.go)
+	if from > to && !purged {
 		return nil
 	}
 	table, _, err := replay.Rebuild(s.log, s.logger)
@@ -126,6 +127,24 @@ func (s *Store) catchUp(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", errCache, err)
 	}
 	table.SetRetire(projection.RetireRecord)
+	if purged {
+		// What the stream no longer holds is in the checkpoint: an empty
+		// cache loads it first. A cache that holds some of it cannot take
+		// it in (its events are not the checkpoint's compaction of them):
+		// it is deleted and rebuilt when the daemon opens it again.
+		if s.log.LastSeq() != 0 {
+			return fmt.Errorf("%w: %w: it ends at stream seq %d, the stream begins at %d", errCache, ErrBehind, from-1, info.State.FirstSeq)
+		}
+		if err := s.restore(ctx, table); err != nil {
+			return err
+		}
+		if from = s.StreamSeq() + 1; from < info.State.FirstSeq {
+			return fmt.Errorf("%w: the checkpoint ends at stream seq %d, the stream begins at %d", errCache, from-1, info.State.FirstSeq)
+		}
+		if from > to {
+			return s.putSnapshot(table)
+		}
+	}
 	s.logger.Info().Uint64("from", from).Uint64("to", to).Uint64("seq", s.log.LastSeq()).
 		Msg("jetstream: catching the cache up with the stream")
 	// Imports are staged and waited for a fetch's worth at a time, so that
@@ -137,6 +156,11 @@ func (s *Store) catchUp(ctx context.Context) error {
 	if err := errors.Join(err, staged.wait()); err != nil {
 		return err
 	}
+	return s.putSnapshot(table)
+}
+
+// putSnapshot writes a snapshot of table, the cache's fold.
+func (s *Store) putSnapshot(table *projection.Table) error {
 	if err := s.log.PutSnapshot(table.Seq(), table.Snapshot()); err != nil {
 		return fmt.Errorf("%w: snapshot: %w", errCache, err)
 	}

@@ -157,6 +157,7 @@ func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Durati
 	defer cancel()
 	var staged imports
 	defer func() { err = errors.Join(err, staged.wait()) }()
+	checked := false
 	for window.Err() == nil {
 		seq := s.StreamSeq() + 1
 		data, ok, err := s.read(window, seq)
@@ -170,6 +171,12 @@ func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Durati
 			if err := staged.wait(); err != nil {
 				return err
 			}
+			if !checked { // once a window: a question to the stream
+				checked = true
+				if err := s.purgedPast(window, seq); err != nil {
+					return err
+				}
+			}
 			select {
 			case <-window.Done():
 			case <-time.After(d / 4):
@@ -181,6 +188,20 @@ func (s *Store) tail(ctx context.Context, table *projection.Table, d time.Durati
 		}
 	}
 	return ctx.Err()
+}
+
+// purgedPast returns ErrBehind (and errCache: the campaign stops) if the
+// stream was purged past seq, which the cache needs next: the message is
+// not there, and will never be.
+func (s *Store) purgedPast(ctx context.Context, seq uint64) error {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return nil // a question for the next window
+	}
+	if seq < info.State.FirstSeq {
+		return fmt.Errorf("%w: %w: it needs stream seq %d, the stream begins at %d", errCache, ErrBehind, seq, info.State.FirstSeq)
+	}
+	return nil
 }
 
 // lead makes this daemon the active one: the key, created at revision rev

@@ -2,8 +2,10 @@
 // JetStream stream, the source of truth, with the local Pebble store
 // (package eventlog) as its cache: [store] engine = "jetstream".
 //
-// It owns the stream (created on first use: one subject, nothing ever
-// removed), the encoding of a batch as one message (batch.go), the append
+// It owns the stream (created on first use: one subject, no message ever
+// deleted, purged only below a checkpoint), the encoding of a batch as one
+// message (batch.go), the checkpoints of the compacted cache that the stream
+// is purged below and a cache is rebuilt from (checkpoint.go), the append
 // path (each batch published under the log's mutex with the stream sequence
 // it expects to follow, so that only a daemon whose view is the stream's end
 // can append: a deposed one gets ErrDeposed and its log fail-stops), and the
@@ -76,6 +78,9 @@ type Options struct {
 	// leadership (leader.go). nil: the daemon appends from Open on, fenced
 	// by the stream alone.
 	Leader *Leader
+	// CheckpointBytes is the least the stream holds before RunCheckpoints
+	// writes a checkpoint (checkpoint.go); 0 means 64 MiB.
+	CheckpointBytes uint64
 }
 
 func (o *Options) check() error {
@@ -96,6 +101,9 @@ func (o *Options) check() error {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
+	}
+	if o.CheckpointBytes == 0 {
+		o.CheckpointBytes = 64 << 20
 	}
 	if l := o.Leader; l != nil && (l.ID == "" || l.TTL <= 0) {
 		return fmt.Errorf("jetstream: leader: an id and a TTL are needed, have %q and %v", l.ID, l.TTL)
@@ -176,7 +184,8 @@ func (s *Store) open(ctx context.Context) error {
 }
 
 // ensureStream returns the stream, created if it does not exist: limits
-// retention with no limit, no deletes, no purges — the stream is the log.
+// retention with no limit, no deletes — the stream is the log — and purges
+// only by the active daemon, of what a checkpoint holds (checkpoint.go).
 func (s *Store) ensureStream(ctx context.Context) (natsjs.Stream, error) {
 	st, err := s.js.Stream(ctx, s.opts.Stream)
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
@@ -208,7 +217,7 @@ func (s *Store) createStream(ctx context.Context) (natsjs.Stream, error) {
 			MaxMsgs:     -1,
 			MaxBytes:    -1,
 			DenyDelete:  true,
-			DenyPurge:   true,
+			DenyPurge:   false,           // the active daemon purges below its checkpoints (checkpoint.go)
 			Duplicates:  2 * time.Minute, // a batch republished after a lost ack is stored once
 		})
 		if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) { // another daemon created it first

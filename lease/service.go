@@ -90,7 +90,15 @@ type Options struct {
 	// for a start, "takeover" for a standby that takes over from the active
 	// daemon (package jetstream). Its gap is counted against nobody either way.
 	StartReason string
+	// HeartbeatRetention is how long (on Clock) after its job ended a
+	// lease's heartbeats are kept before the compactor (Compact,
+	// RunCompaction) folds them into summaries; 0 keeps them all, as the
+	// tests' default. The daemon's default is DefaultHeartbeatRetention.
+	HeartbeatRetention time.Duration
 }
+
+// DefaultHeartbeatRetention is the daemon's HeartbeatRetention: a day.
+const DefaultHeartbeatRetention = 24 * time.Hour
 
 // DefaultSnapshotEvery is the daemon's default SnapshotEvery, so that a
 // restart replays no more than about this many events after its snapshot.
@@ -108,6 +116,10 @@ type Service struct {
 	// maxRequeues is Options.MaxRequeues: the cap of an evaluation
 	// submitted without one.
 	maxRequeues int
+	// retention is Options.HeartbeatRetention; compaction is what the
+	// compactor did (compact.go).
+	retention  time.Duration
+	compaction compaction
 	// failed is set with mu.err: Err reads it without the mutex, which every
 	// API call would otherwise take once more.
 	failed atomic.Bool
@@ -165,7 +177,8 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 		opts.Clock = newLifeClock(opts.Wall, opts.Boot, opts.Mono, alive)
 	}
 	s := &Service{log: log, cfg: opts.Config, clock: opts.Clock, logger: opts.Logger,
-		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st, maxRequeues: opts.MaxRequeues}
+		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st, maxRequeues: opts.MaxRequeues,
+		retention: opts.HeartbeatRetention}
 	table.SetRetire(projection.RetireRecord) // ended jobs go to the archive with their events
 	s.mu.table = table
 	s.mu.entropy = ulid.Monotonic(opts.Entropy, 0)

@@ -47,12 +47,16 @@ func LeaseOf(l projection.Lease) api.Lease {
 func EventOf(e *event.Event) api.Event {
 	c := e.Clone()
 	e = &c
-	return api.Event{
+	out := api.Event{
 		Seq: e.Seq, ID: e.ID.String(), Type: e.Type.String(), Time: unixTime(e.Time), Job: e.Job, Lease: e.Lease,
 		Worker: e.Worker, Kind: e.Kind.String(), Outcome: e.Outcome.String(), Revoke: e.Mode.String(),
 		Ref: e.Ref, Reason: e.Reason, GapSeconds: time.Duration(e.Gap).Seconds(),
 		Spec: json.RawMessage(e.Spec), Result: json.RawMessage(e.Result),
 	}
+	if b := e.Beats; b.Count != 0 {
+		out.Heartbeats = &api.Heartbeats{Count: b.Count, FirstSeq: b.FirstSeq, FirstTime: unixTime(b.FirstTime)}
+	}
+	return out
 }
 
 // GrantsOf converts the grants of an acquire, read back as vs (the service's

@@ -180,7 +180,26 @@ func (t *Table) Apply(e *event.Event) error {
 	}
 	t.seq = e.Seq
 	t.lastTime = e.Time
-	t.counts[e.Type]++
+	if e.Type == event.TypeHeartbeats {
+		// Counted as the heartbeats it stands for, as the log before its
+		// compaction was: the counts, and so the snapshots, are the same.
+		t.counts[event.TypeHeartbeat] += e.Beats.Count
+	} else {
+		t.counts[e.Type]++
+	}
+	return nil
+}
+
+// Skip records that seqs first..last, the next ones, were compacted away
+// (heartbeats a lease.heartbeats event further on stands for): there is
+// nothing to fold, and the next event applied follows last. The log says
+// which seqs it compacted, and checks each gap it meets against that
+// (package eventlog); the table only keeps its own order.
+func (t *Table) Skip(first, last uint64) error {
+	if first != t.seq+1 || last < first {
+		return fmt.Errorf("projection: seqs %d..%d skipped after seq %d", first, last, t.seq)
+	}
+	t.seq = last
 	return nil
 }
 
@@ -191,7 +210,14 @@ func (t *Table) apply(e *event.Event) error {
 	case event.TypeAcquired:
 		return t.applyAcquired(e)
 	case event.TypeRunning, event.TypeHeartbeat, event.TypeRevoked, event.TypeReported, event.TypeExpired, event.TypeLost:
-		return t.applyOnLease(e)
+		return t.applyOnLease(e, e.Type)
+	case event.TypeHeartbeats:
+		if err := checkBeats(e); err != nil {
+			return err
+		}
+		// The summary sits where the last of its heartbeats was, with its
+		// time: folded as that heartbeat, it leaves the table as they did.
+		return t.applyOnLease(e, event.TypeHeartbeat)
 	case event.TypeCancelled:
 		j := t.jobs[e.Job]
 		if j == nil {
@@ -325,9 +351,26 @@ func (t *Table) applyAcquired(e *event.Event) error {
 	return nil
 }
 
+// checkBeats refuses a summary of heartbeats that no compaction wrote: fewer
+// than two, or a first one that is not after the lease's grant and before
+// the summary itself.
+func checkBeats(e *event.Event) error {
+	b := e.Beats
+	switch {
+	case b.Count < 2:
+		return fmt.Errorf("summarises %d heartbeats, not 2 or more", b.Count)
+	case b.FirstSeq <= e.Lease || b.FirstSeq >= e.Seq:
+		return fmt.Errorf("first heartbeat at seq %d, not between the lease's grant (seq %d) and the summary", b.FirstSeq, e.Lease)
+	case b.Count > e.Seq-b.FirstSeq+1:
+		return fmt.Errorf("summarises %d heartbeats in seqs %d..%d", b.Count, b.FirstSeq, e.Seq)
+	}
+	return nil
+}
+
 // applyOnLease folds the events a live lease's holder (or the sweeper) sends
-// about it: running, heartbeat, revoked, reported, expired, lost.
-func (t *Table) applyOnLease(e *event.Event) error {
+// about it: running, heartbeat, revoked, reported, expired, lost; typ is
+// e's type, or for a summary of heartbeats the heartbeat it folds as.
+func (t *Table) applyOnLease(e *event.Event, typ event.Type) error {
 	l := t.leases[e.Lease]
 	if l == nil {
 		return fmt.Errorf("unknown lease %d", e.Lease)
@@ -339,15 +382,15 @@ func (t *Table) applyOnLease(e *event.Event) error {
 	if j.current != l || !l.state.Live() {
 		return fmt.Errorf("lease %d is %s, not live", l.id, l.state)
 	}
-	from := e.Type == event.TypeRunning || e.Type == event.TypeHeartbeat || e.Type == event.TypeReported || e.Type == event.TypeLost
+	from := typ == event.TypeRunning || typ == event.TypeHeartbeat || typ == event.TypeReported || typ == event.TypeLost
 	if from && e.Worker != l.worker.id {
 		return fmt.Errorf("lease %d belongs to worker %q, not %q", l.id, l.worker.id, e.Worker)
 	}
-	to, err := next(j, e.Type)
+	to, err := next(j, typ)
 	if err != nil {
 		return err
 	}
-	switch e.Type {
+	switch typ {
 	case event.TypeRevoked:
 		if e.Mode <= l.mode || e.Mode > event.RevokeKill {
 			return fmt.Errorf("revoke mode %s does not strengthen %s", e.Mode, l.mode)

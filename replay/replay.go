@@ -40,12 +40,13 @@ type Log interface {
 	PutArchive(recs []eventlog.Record, upgrade bool) error
 }
 
-// Checked is what Verify uses: a Source, and the indexes and archive it
-// holds against the fold.
+// Checked is what Verify uses: a Source, and the indexes, archive and
+// compactions it holds against the fold.
 type Checked interface {
 	Source
 	ScanArchive(prefix []byte, fn func(key, value []byte) error) error
 	CheckTimeIndex() error
+	ScanCompacted(fn func(first, last uint64) error) error
 }
 
 // Stats says what a rebuild did.
@@ -68,7 +69,7 @@ type Stats struct {
 // folded in RetireKeep mode instead, and nothing is written.
 func Rebuild(log Log, logger zerolog.Logger) (*projection.Table, Stats, error) {
 	var st Stats
-	if log.Format() < eventlog.CurrentFormat {
+	if log.Format() < eventlog.ArchiveFormat {
 		return rebuildOlder(log, logger)
 	}
 	seqs, err := log.Snapshots()
@@ -111,7 +112,7 @@ func rebuildOlder(log Log, logger zerolog.Logger) (*projection.Table, Stats, err
 	t := projection.New()
 	var put func() error
 	if !log.ReadOnly() {
-		logger.Warn().Int("format", log.Format()).Int("to", eventlog.CurrentFormat).
+		logger.Warn().Int("format", log.Format()).Int("to", eventlog.ArchiveFormat).
 			Msg("replay: store written by an older build: folding the whole log to write its archive")
 		t.SetRetire(projection.RetireRecord)
 		put = func() error {
@@ -154,13 +155,15 @@ func restore(log Source, seq uint64) (*projection.Table, error) {
 	return t, nil
 }
 
-// fold applies every event of it to t, in order. It fails on the first event
-// that cannot be decoded or applied, naming its sequence number. put, if not
-// nil, is called every so many events, to write what the fold retired.
+// fold applies every event of it to t, in order, skipping the seqs
+// compactions removed (the iterator checks each gap). It fails on the first
+// event that cannot be decoded or applied, naming its sequence number. put,
+// if not nil, is called every so many events, to write what the fold
+// retired.
 func fold(t *projection.Table, it *eventlog.Iter, put func() error) (int, error) {
 	n := 0
 	for it.Next() {
-		if err := t.Apply(it.Event()); err != nil {
+		if err := apply(t, it); err != nil {
 			it.Close()
 			return n, fmt.Errorf("replay: %w", err)
 		}
@@ -178,6 +181,17 @@ func fold(t *projection.Table, it *eventlog.Iter, put func() error) (int, error)
 	return n, nil
 }
 
+// apply folds the iterator's event into t, after the seqs compacted away
+// before it.
+func apply(t *projection.Table, it *eventlog.Iter) error {
+	if first, last, ok := it.Compacted(); ok {
+		if err := t.Skip(first, last); err != nil {
+			return err
+		}
+	}
+	return t.Apply(it.Event())
+}
+
 // Report is what Verify found on a log that passed.
 type Report struct {
 	Events    int
@@ -190,12 +204,14 @@ type Report struct {
 var ErrMismatch = errors.New("replay: snapshot differs from the full fold")
 
 // Verify folds the whole log from nothing and checks: sequence numbers run
-// from 1 without a gap; every event decodes and is a legal transition of the
+// from 1 without a gap but those compactions removed, which they recorded
+// (compacted below); every event decodes and is a legal transition of the
 // lease state machine, with fencing tokens growing per job (Apply refuses
-// anything else); every type index names exactly the events of its type; and
+// anything else); every type index names exactly the events of its type;
 // every stored snapshot equals the fold at its sequence number; the time
 // index names exactly the runs of the events; and the archive holds exactly
-// the records of what the fold retired.
+// the records of what the fold retired. Nothing may compact the log while
+// it runs.
 func Verify(log Checked) (Report, error) {
 	var rep Report
 	snaps, err := log.Snapshots()
@@ -207,17 +223,22 @@ func Verify(log Checked) (Report, error) {
 		at[s] = true
 	}
 	t := projection.New()
+	var c compacted
 	it := log.Query(eventlog.Query{ReadAhead: true})
 	for it.Next() {
 		e := it.Event()
-		if e.Seq != t.Seq()+1 {
+		first, last, gap := it.Compacted()
+		if gap {
+			c.gap(first, last)
+		} else if e.Seq != t.Seq()+1 {
 			it.Close()
 			return rep, fmt.Errorf("replay: gap: seq %d follows seq %d", e.Seq, t.Seq())
 		}
-		if err := t.Apply(e); err != nil {
+		if err := apply(t, it); err != nil {
 			it.Close()
 			return rep, fmt.Errorf("replay: %w", err)
 		}
+		c.event(e)
 		rep.Events++
 		if at[e.Seq] {
 			err := compareSnapshot(log, t)
@@ -235,13 +256,16 @@ func Verify(log Checked) (Report, error) {
 	if err := it.Close(); err != nil {
 		return rep, fmt.Errorf("replay: after seq %d: %w", t.Seq(), err)
 	}
-	if err := checkTypeIndexes(log, t); err != nil {
+	if err := c.check(log); err != nil {
+		return rep, err
+	}
+	if err := checkTypeIndexes(log, t, &c); err != nil {
 		return rep, err
 	}
 	if err := log.CheckTimeIndex(); err != nil {
 		return rep, fmt.Errorf("replay: %w", err)
 	}
-	if log.Format() >= eventlog.CurrentFormat {
+	if log.Format() >= eventlog.ArchiveFormat {
 		if err := checkArchive(log, t); err != nil {
 			return rep, err
 		}
@@ -261,7 +285,10 @@ func compareSnapshot(log Source, t *projection.Table) error {
 	return nil
 }
 
-func checkTypeIndexes(log Source, t *projection.Table) error {
+// checkTypeIndexes checks that each type index names as many events as the
+// log holds of its type: the fold's count, but that a summary of heartbeats
+// is counted as the heartbeats it stands for, and is an event of its own type.
+func checkTypeIndexes(log Source, t *projection.Table, c *compacted) error {
 	for _, typ := range event.Types() {
 		it := log.Query(eventlog.Query{Type: typ})
 		var n uint64
@@ -271,7 +298,14 @@ func checkTypeIndexes(log Source, t *projection.Table) error {
 		if err := it.Close(); err != nil {
 			return fmt.Errorf("replay: type index %s: %w", typ, err)
 		}
-		if want := t.Count(typ); n != want {
+		want := t.Count(typ)
+		switch typ {
+		case event.TypeHeartbeat:
+			want -= c.beats
+		case event.TypeHeartbeats:
+			want = c.summaries
+		}
+		if n != want {
 			return fmt.Errorf("replay: type index %s names %d events, the log holds %d", typ, n, want)
 		}
 	}

@@ -2,6 +2,7 @@ package replay_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -115,40 +116,45 @@ func (l noMark) PutArchive(recs []eventlog.Record, upgrade bool) error {
 	return l.Log.PutArchive(recs, false)
 }
 
-// TestUpgradeFormat2Store: a store written by the build of format 2
-// (testdata/format2-store, written by TestWriteStoreFixture: every type of
-// event, jobs ended every way, a stale report, a live lease, a queued job,
-// snapshots, the archive) opens with every job, lease and stale report as
-// its log has them, as a store of the current format.
+// TestUpgradeFormat2Store: a store written by the build of format 2, and
+// one by the build of format 3 (testdata/format<N>-store, written by
+// TestWriteStoreFixture: every type of event that build knew, jobs ended
+// every way, a stale report, a live lease, a queued job, snapshots, the
+// archive; format 3 a poison evaluation and compacted heartbeats besides),
+// opens with every job, lease and stale report as its log has them, as a
+// store of the current format whose live lease goes on where it was.
 func TestUpgradeFormat2Store(t *testing.T) {
-	dir := copyStore(t, "format2-store")
-	if full := fullFold(t, nil, dir); full.Seq() == 0 {
-		t.Fatal("an empty store")
-	}
-	ro, err := eventlog.Open(dir, eventlog.Options{Logger: zerolog.Nop(), ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ro.Format() != 2 {
-		t.Fatalf("testdata store is of format %d, want 2", ro.Format())
-	}
-	ro.Close()
-	log, svc := checkIntact(t, dir)
-	if log.Format() != eventlog.CurrentFormat {
-		t.Fatalf("opened, the store is of format %d, want %d", log.Format(), eventlog.CurrentFormat)
-	}
-	// Its live lease goes on where it was.
-	l, err := svc.Lease(ctx, 31)
-	if err != nil || l.Job != "l1" || !l.Live() {
-		t.Fatalf("l1's lease: %+v, %v", l, err)
-	}
-	if _, err := svc.Heartbeat(ctx, "w1", []uint64{31}); err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := replay.Verify(log); err != nil {
-		t.Fatalf("verify once written by this build: %v", err)
+	for _, format := range []int{2, 3} {
+		t.Run(fmt.Sprintf("format%d", format), func(t *testing.T) {
+			dir := copyStore(t, fmt.Sprintf("format%d-store", format))
+			if full := fullFold(t, nil, dir); full.Seq() == 0 {
+				t.Fatal("an empty store")
+			}
+			ro, err := eventlog.Open(dir, eventlog.Options{Logger: zerolog.Nop(), ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ro.Format() != format {
+				t.Fatalf("testdata store is of format %d, want %d", ro.Format(), format)
+			}
+			ro.Close()
+			log, svc := checkIntact(t, dir)
+			if log.Format() != eventlog.CurrentFormat {
+				t.Fatalf("opened, the store is of format %d, want %d", log.Format(), eventlog.CurrentFormat)
+			}
+			gs, err := svc.WorkerLeases(ctx, "w1")
+			if err != nil || len(gs) != 1 || gs[0].Job.ID != "l1" {
+				t.Fatalf("w1's leases: %+v, %v; want l1's", gs, err)
+			}
+			if ds, err := svc.Heartbeat(ctx, "w1", []uint64{gs[0].Lease}); err != nil || len(ds) != 1 || ds[0].Directive != lease.Continue {
+				t.Fatalf("l1's heartbeat: %+v, %v", ds, err)
+			}
+			if err := svc.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := replay.Verify(log); err != nil {
+				t.Fatalf("verify once written by this build: %v", err)
+			}
+		})
 	}
 }

@@ -18,8 +18,10 @@
 //
 // Commands:
 //
-//	open [renew=D grace=D toleration=D snapshot-every=N snapshot-interval=D max-requeues=N]
-//	                                     (max-requeues: the default cap of an evaluation)
+//	open [renew=D grace=D toleration=D snapshot-every=N snapshot-interval=D max-requeues=N retention=D segment=N]
+//	                     max-requeues: the default cap of an evaluation;
+//	                     retention: the heartbeat retention (none: kept);
+//	                     segment: the most heartbeats one summary stands for
 //	submit id=J kind=run|evaluation [max-requeues=N]  (input: the spec, JSON)
 //	acquire worker=W [max=N]
 //	start worker=W lease=L
@@ -32,6 +34,7 @@
 //	tick D [beat=W,...]  the clock moves in sweeper steps and the daemon sweeps
 //	                     after each; the named workers heartbeat every renew
 //	sweep
+//	compact              the compactor's passes, until it has nothing more to do
 //	crash [unsynced=P] [down=D]
 //	                     the process dies; the store keeps what was synced (and
 //	                     P% of what was not: 100 is a process killed on a host
@@ -71,7 +74,9 @@ type Runner struct {
 	cfg          timing.Config
 	snapEvery    int
 	snapInterval time.Duration
-	maxRequeues  int // the daemon's default cap on an evaluation's requeues
+	maxRequeues  int           // the daemon's default cap on an evaluation's requeues
+	retention    time.Duration // of heartbeats, after their job ended
+	segment      int           // the most heartbeats one summary stands for
 	log          *eventlog.Log
 	svc          *lease.Service
 	shown        uint64 // the last seq printed
@@ -131,6 +136,8 @@ func (r *Runner) do(c Command) (string, error) {
 		r.snapEvery = a.int("snapshot-every", -1)
 		r.snapInterval = a.dur("snapshot-interval", 0)
 		r.maxRequeues = a.int("max-requeues", 0)
+		r.retention = a.dur("retention", 0)
+		r.segment = a.int("segment", 0)
 		if a.err != nil {
 			return "", a.err
 		}
@@ -270,6 +277,20 @@ func (r *Runner) do(c Command) (string, error) {
 		if err := r.svc.Sweep(); err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
 		}
+	case "compact":
+		var st lease.CompactStats
+		for more := true; more; {
+			var pass lease.CompactStats
+			var err error
+			if pass, more, err = r.svc.Compact(); err != nil {
+				fmt.Fprintf(&b, "error: %v\n", err)
+				break
+			}
+			st.CompactStats.Add(pass.CompactStats)
+			st.Jobs, st.Cursor = st.Jobs+pass.Jobs, pass.Cursor
+		}
+		fmt.Fprintf(&b, "compacted jobs=%d heartbeats=%d summaries=%d snapshots-dropped=%d cursor=%d\n",
+			st.Jobs, st.Heartbeats+st.Summaries, st.Summaries, st.Snapshots, st.Cursor)
 	case "tick":
 		d, workers := a.pos(), a.list("beat")
 		if a.err != nil {
@@ -374,8 +395,9 @@ func (r *Runner) read(a args) (string, error) {
 func (r *Runner) open() error {
 	log, svc, err := leasetest.OpenErr(leasetest.FS(r.fs), leasetest.Clock(r.clock), leasetest.Config(r.cfg),
 		leasetest.Service(func(o *lease.Options) {
-			o.SnapshotEvery, o.SnapshotInterval, o.MaxRequeues = r.snapEvery, r.snapInterval, r.maxRequeues
-		}))
+			o.SnapshotEvery, o.SnapshotInterval, o.MaxRequeues, o.HeartbeatRetention = r.snapEvery, r.snapInterval, r.maxRequeues, r.retention
+		}),
+		leasetest.Store(func(o *eventlog.Options) { o.SegmentHeartbeats = r.segment }))
 	if err != nil {
 		return err
 	}

@@ -96,7 +96,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // attach registers the collector that reads svc's table at scrape time, and
 // sends promhttp's errors to log.
 func (m *Metrics) attach(svc *lease.Service, timeout time.Duration, log zerolog.Logger) {
-	m.reg.MustRegister(newTableCollector(svc, timeout))
+	m.reg.MustRegister(newTableCollector(svc, timeout), newCompactionCollector(svc))
 	m.handler = promhttp.HandlerFor(m.gather, promhttp.HandlerOpts{
 		ErrorLog:      promLogger{log},
 		ErrorHandling: promhttp.ContinueOnError, // a partial scrape beats none
@@ -197,6 +197,9 @@ func (tc *tableCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(tc.reported, prometheus.CounterValue, float64(n.Reported[o]), o.String())
 	}
 	for _, typ := range event.Types() {
+		if typ == event.TypeHeartbeats {
+			continue // the fold counts a summary as the heartbeats it stands for, in lease.heartbeat
+		}
 		ch <- prometheus.MustNewConstMetric(tc.events, prometheus.CounterValue, float64(n.Events[typ]), typ.String())
 	}
 	ch <- prometheus.MustNewConstMetric(tc.seq, prometheus.GaugeValue, float64(n.Seq))
@@ -208,3 +211,37 @@ func (tc *tableCollector) Collect(ch chan<- prometheus.Metric) {
 type promLogger struct{ log zerolog.Logger }
 
 func (l promLogger) Println(v ...any) { l.log.Error().Msg(fmt.Sprint(v...)) }
+
+// compactionCollector reads what the compactor did (lease.Service's
+// CompactionTotals) at scrape time: counted since the daemon started.
+type compactionCollector struct {
+	svc interface{ CompactionTotals() lease.CompactStats }
+
+	jobs, heartbeats, summaries, bytes *prometheus.Desc
+}
+
+func newCompactionCollector(svc interface{ CompactionTotals() lease.CompactStats }) *compactionCollector {
+	return &compactionCollector{
+		svc:  svc,
+		jobs: prometheus.NewDesc("leaselog_compacted_jobs_total", "Jobs whose heartbeats the compactor folded into summaries.", nil, nil),
+		heartbeats: prometheus.NewDesc("leaselog_compacted_heartbeats_total",
+			"Heartbeat events the compactor removed from the log, each run of a lease's kept as one lease.heartbeats summary.", nil, nil),
+		summaries: prometheus.NewDesc("leaselog_compaction_summaries_total", "lease.heartbeats summaries the compactor wrote.", nil, nil),
+		bytes: prometheus.NewDesc("leaselog_compacted_bytes_total",
+			"Bytes of keys and values the compactor removed from the log, less the summaries it wrote (before Pebble's own compaction reclaims them).", nil, nil),
+	}
+}
+
+func (cc *compactionCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{cc.jobs, cc.heartbeats, cc.summaries, cc.bytes} {
+		ch <- d
+	}
+}
+
+func (cc *compactionCollector) Collect(ch chan<- prometheus.Metric) {
+	st := cc.svc.CompactionTotals()
+	ch <- prometheus.MustNewConstMetric(cc.jobs, prometheus.CounterValue, float64(st.Jobs))
+	ch <- prometheus.MustNewConstMetric(cc.heartbeats, prometheus.CounterValue, float64(st.Heartbeats))
+	ch <- prometheus.MustNewConstMetric(cc.summaries, prometheus.CounterValue, float64(st.Summaries))
+	ch <- prometheus.MustNewConstMetric(cc.bytes, prometheus.CounterValue, float64(st.Bytes))
+}

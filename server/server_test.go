@@ -43,12 +43,11 @@ func newFixture(t *testing.T, opts server.Options) *fixture {
 }
 
 // newFixtureHooked is newFixture with a hook run on the server before it
-// serves (to set test hooks), and the store's options beside the fixture's
-// clock (leasetest.Disk: a store on disk).
-func newFixtureHooked(t *testing.T, opts server.Options, hook func(*server.Server), store ...leasetest.Option) *fixture {
+// serves (to set test hooks), and options of the store or the service.
+func newFixtureHooked(t *testing.T, opts server.Options, hook func(*server.Server), more ...leasetest.Option) *fixture {
 	t.Helper()
 	f := &fixture{t: t, clock: clocktest.New(clocktest.Epoch), reg: prometheus.NewRegistry(), logs: &testutil.SyncBuffer{}}
-	f.log, f.svc = leasetest.Open(t, append(store, leasetest.Clock(f.clock))...)
+	f.log, f.svc = leasetest.Open(t, append([]leasetest.Option{leasetest.Clock(f.clock)}, more...)...)
 	if opts.Registerer == nil && opts.Metrics == nil {
 		opts.Registerer = f.reg
 	}

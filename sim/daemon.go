@@ -94,7 +94,7 @@ func openDaemon(s *Sim) (*daemon, error) {
 }
 
 func (d *daemon) open() error {
-	log, err := eventlog.Open("data", eventlog.Options{FS: d.fs, Logger: zerolog.Nop(),
+	log, err := eventlog.Open("data", eventlog.Options{FS: d.fs, Logger: zerolog.Nop(), SegmentHeartbeats: d.s.compact.segment,
 		OnFatal: func(msg string) { panic("sim: pebble fatal: " + msg) }})
 	if err != nil {
 		return fmt.Errorf("sim: open the log: %w", err)
@@ -105,7 +105,7 @@ func (d *daemon) open() error {
 		seed[i] = byte(d.s.rng.Uint32())
 	}
 	opts := lease.Options{Config: leaseConfig(), Wall: wallClock{d}, Boot: bootClock{d.s}, Mono: monoClock{d.s}, Entropy: rand.NewChaCha8(seed),
-		Logger: zerolog.Nop(), SnapshotEvery: 40}
+		Logger: zerolog.Nop(), SnapshotEvery: 40, HeartbeatRetention: d.s.compact.retention}
 	switch d.s.brk.name {
 	case "wall-deadlines":
 		opts.Clock = wallClock{d} // deadlines on the wall clock, as it steps
@@ -152,6 +152,7 @@ func (d *daemon) sweep() {
 	d.stepped("sweep", before)
 	d.s.hist.sweep(d.s.now, d.s.check.eventsSince(before))
 	d.s.check.silentExpired()
+	d.compactAfterSweep()
 }
 
 // receive is a request arriving.

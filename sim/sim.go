@@ -32,7 +32,8 @@
 // directories may be removed meanwhile), worker hosts that suspend,
 // network partitions, daemon sleeps past grace, daemon crashes with a
 // CrashClone that keeps 0, 50 or 100% of unsynced data, and steps of the
-// daemon's wall clock. After every
+// daemon's wall clock. The daemon compacts its log at random sweeps
+// (compact.go), which no client may notice. After every
 // step the checker holds the invariants of DESIGN §7 (check.go); once the
 // faults stop, every job must end within a stated bound (liveness); and the
 // history of every call, with call and return times, must be linearizable
@@ -60,6 +61,9 @@ type Options struct {
 	// Break, when set, is a named fault injected into the simulated system
 	// itself, for showing that the checks catch it (see breaks.go).
 	Break string
+	// NoCompaction keeps the daemon from compacting its log (compact.go):
+	// a run without it must take the steps a run with it takes.
+	NoCompaction bool
 }
 
 // DefaultSteps is how many events the faulty phase runs by default: about a
@@ -90,6 +94,7 @@ type Stats struct {
 	LocalSuspends                int // the daemon's host suspended, with the local worker
 	Crashes, Sleeps, Partitions  int
 	CrashLoops                   int           // the daemon crash-looped (a loop's crashes count in Crashes)
+	Compactions, Compacted       int           // passes that compacted jobs; heartbeats they removed
 	Fenced, Supervised           int           // fences fallen in workers; jobs killed by supervisors
 	Held                         int           // deadlines the local worker's supervisors moved by the daemon's downtime
 	Lost, Dropped, Dup           int           // lost reports accepted
@@ -116,6 +121,7 @@ type Sim struct {
 	check   *checker
 	hist    *History
 	faults  *faults
+	compact *compaction
 	trace   *strings.Builder
 	brk     *breaker
 
@@ -238,6 +244,7 @@ func (s *Sim) run() error {
 	s.brk = brk
 	s.p = drawParams(s.rng, s.opts.Break)
 	s.p.crashLoop = loopDraw(s.opts.Seed)
+	s.compact = newCompaction(s.opts.Seed, s.opts.NoCompaction)
 	s.hist = newHistory()
 	s.check = newChecker(s)
 	s.net = newNetwork(s)

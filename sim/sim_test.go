@@ -177,6 +177,8 @@ func (t *totals) add(s Stats, l Linearizability) {
 	t.s.Dup += s.Dup
 	t.s.Again += s.Again
 	t.s.Claims += s.Claims
+	t.s.Compactions += s.Compactions
+	t.s.Compacted += s.Compacted
 	t.s.SimTime += s.SimTime
 	t.ops += l.Ops
 	t.lin += l.Elapsed
@@ -190,10 +192,10 @@ func (t *totals) String() string {
 	return fmt.Sprintf("%d runs, %v simulated: %d events, %d appended; %d jobs, %d leases, %d expired, %d stale reports; "+
 		"%d pauses (%d past a renew), %d host suspends (%d of the daemon's host, with the local worker), %d aimed at a fence, %d deaths, %d partitions, %d daemon sleeps, %d crashes (%d crash loops), %d wall-clock steps; "+
 		"%d fences fell, %d jobs killed by their supervisor, %d held by theirs across the daemon's downtime, %d losses reported, %d evaluations failed at their cap; "+
-		"%d second reports sent, %d late claims refused; "+
+		"%d second reports sent, %d late claims refused; %d compactions removed %d heartbeats; "+
 		"%d messages lost, %d duplicated; 0 overlaps (none excused); porcupine: %d operations in %v (slowest seed %v)",
 		t.runs, s.SimTime.Round(time.Second), s.Events, s.Appended, s.Jobs, s.Leases, s.Expired, s.Stale,
 		s.Pauses, s.LongPauses, s.Suspends, s.LocalSuspends, s.Aimed, s.Deaths, s.Partitions, s.Sleeps, s.Crashes, s.CrashLoops, s.WallSteps,
-		s.Fenced, s.Supervised, s.Held, s.Lost, s.Poisoned, s.Again, s.Claims, s.Dropped, s.Dup,
+		s.Fenced, s.Supervised, s.Held, s.Lost, s.Poisoned, s.Again, s.Claims, s.Compactions, s.Compacted, s.Dropped, s.Dup,
 		t.ops, t.lin.Round(time.Millisecond), t.linMx.Round(time.Millisecond))
 }

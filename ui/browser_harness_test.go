@@ -103,15 +103,15 @@ func newDaemon(t *testing.T, auth *server.Auth) *daemon {
 }
 
 // newDaemonOutput is newDaemon whose own worker's runs are out (GET
-// /v1/jobs/{id}/output).
-func newDaemonOutput(t *testing.T, auth *server.Auth, out server.OutputSource) *daemon {
+// /v1/jobs/{id}/output), with options of its store or service.
+func newDaemonOutput(t *testing.T, auth *server.Auth, out server.OutputSource, more ...leasetest.Option) *daemon {
 	t.Helper()
 	// The daemon's clock is an hour behind the browser's: the pages must
 	// count the time left on the daemon's, which they learn from the Date
 	// of its answers (set from that clock, as a real daemon's wall clock
 	// sets it).
 	d := &daemon{t: t, clock: clocktest.New(time.Now().Add(-time.Hour))}
-	_, d.svc = leasetest.Open(t, leasetest.Clock(d.clock))
+	_, d.svc = leasetest.Open(t, append([]leasetest.Option{leasetest.Clock(d.clock)}, more...)...)
 	srv := server.New(d.svc, server.Options{Auth: auth, Registerer: prometheus.NewRegistry(), Clock: d.clock, Output: out})
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Date", d.clock.Now().UTC().Format(http.TimeFormat))

@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
 
@@ -195,6 +196,32 @@ func TestDashboardOutcomes(t *testing.T) {
 	p.waitFor("the poison job's failure", `document.querySelector('#timeline .mark.failed') !== null && document.querySelector('#main dl.facts .badge[data-tone="lost"]') !== null`)
 	if got := eval[string](p, `document.querySelector('#main dl.facts').innerText`); !strings.Contains(got, "lost 2 times") || !strings.Contains(got, "max requeues\n1") {
 		t.Errorf("the poison job's facts %q: want its reason and its cap", got)
+	}
+}
+
+// TestDashboardCompacted: a job whose heartbeats were compacted shows their
+// summary: one line in the event list saying how many, and on the
+// timeline their count, a tick at the first and the last.
+func TestDashboardCompacted(t *testing.T) {
+	b := browser(t)
+	d := newDaemonOutput(t, nil, nil, leasetest.Service(func(o *lease.Options) { o.HeartbeatRetention = time.Minute }))
+	d.seed() // run-1 heartbeats 3 times, then is reported
+	d.clock.Advance(2 * time.Minute)
+	if st, _, err := d.svc.Compact(); err != nil || st.Heartbeats != 2 {
+		t.Fatalf("compacted %+v, %v; want run-1's 3 heartbeats folded into 1", st, err)
+	}
+	p := newPage(t, b)
+	p.do("load the job", chromedp.Navigate(d.url+"/ui/#/job/run-1"))
+	p.waitFor("the summary listed", `document.querySelector('#events tr[data-type="lease.heartbeats"]') !== null`)
+	if got := eval[string](p, `document.querySelector('#events tr[data-type="lease.heartbeats"]').innerText`); !strings.Contains(got, "3 heartbeats compacted") {
+		t.Errorf("the summary's row %q: want its 3 heartbeats", got)
+	}
+	p.waitFor("the band", `document.querySelectorAll('#timeline g.lease').length === 1`)
+	if got := eval[string](p, `document.querySelector('#timeline g.lease text').textContent`); !strings.Contains(got, "3 heartbeats") {
+		t.Errorf("the band's label %q: want 3 heartbeats", got)
+	}
+	if n := eval[int](p, `document.querySelectorAll('#timeline line.beat').length`); n != 2 {
+		t.Errorf("%d ticks, want the first heartbeat's and the last's", n)
 	}
 }
 

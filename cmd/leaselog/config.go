@@ -32,6 +32,7 @@ import (
 //	dir = "./leaselog-data"
 //	snapshot_every = 100000          # events between snapshots; 0: never by count
 //	snapshot_seconds = 60            # time between snapshots while events come; 0: never by time
+//	heartbeat_retention_seconds = 86400 # heartbeats of jobs ended longer ago are compacted into summaries; 0: kept
 //	engine = "pebble"                # or "jetstream": the log on a NATS JetStream stream (docs/cluster.md)
 //	servers = ["nats://n1:4222"]     # jetstream: the NATS servers
 //	stream = "LEASELOG"              # jetstream: the stream; store.dir keeps its cache
@@ -90,6 +91,10 @@ type StoreConfig struct {
 	Dir             string  `toml:"dir"`
 	SnapshotEvery   int     `toml:"snapshot_every"`
 	SnapshotSeconds float64 `toml:"snapshot_seconds"`
+	// HeartbeatRetentionSeconds is how long after its job ended a lease's
+	// heartbeats are kept whole before the compactor folds them into
+	// summaries (lease.Options.HeartbeatRetention); 0 keeps them all.
+	HeartbeatRetentionSeconds float64 `toml:"heartbeat_retention_seconds"`
 	// Engine is "pebble" (or empty) or "jetstream" (store.go): then Servers,
 	// Stream and Replicas say where the log is.
 	Engine   string   `toml:"engine"`
@@ -139,7 +144,8 @@ func DefaultConfig() Config {
 	capacity := runtime.NumCPU()
 	return Config{
 		Server: ServerConfig{Listen: "127.0.0.1:7420", CancelQueuedOnStop: true},
-		Store:  StoreConfig{Dir: "./leaselog-data", SnapshotEvery: lease.DefaultSnapshotEvery, SnapshotSeconds: 60},
+		Store: StoreConfig{Dir: "./leaselog-data", SnapshotEvery: lease.DefaultSnapshotEvery, SnapshotSeconds: 60,
+			HeartbeatRetentionSeconds: lease.DefaultHeartbeatRetention.Seconds()},
 		Plugins: PluginsConfig{Executor: ExecutorConfig{
 			RenewSeconds: def.Renew.Seconds(), GraceSeconds: def.Grace.Seconds(), TolerationSeconds: def.Toleration.Seconds(),
 			LocalCapacity: &capacity, RetentionSeconds: local.DefaultRetention.Seconds(),
@@ -198,6 +204,12 @@ func (c Config) StopQueue() lease.QueuePolicy {
 	return lease.KeepQueued
 }
 
+// HeartbeatRetention is how long after its job ended a lease's heartbeats
+// are kept before they are compacted; 0 keeps them.
+func (c Config) HeartbeatRetention() time.Duration {
+	return time.Duration(c.Store.HeartbeatRetentionSeconds * float64(time.Second))
+}
+
 // Workdir is where the local worker runs its jobs.
 func (c Config) Workdir() string {
 	if c.Plugins.Executor.Workdir != "" {
@@ -221,6 +233,7 @@ func (c Config) Validate() error {
 		{"plugins.executor.grace_seconds", e.GraceSeconds},
 		{"plugins.executor.toleration_seconds", e.TolerationSeconds},
 		{"store.snapshot_seconds", c.Store.SnapshotSeconds},
+		{"store.heartbeat_retention_seconds", c.Store.HeartbeatRetentionSeconds},
 		{"plugins.executor.retention_seconds", e.RetentionSeconds},
 	} {
 		if math.IsNaN(d.v) || math.Abs(d.v) > maxSeconds {
@@ -253,6 +266,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: store.snapshot_every: must be 0 (never) or more, is %d", c.Store.SnapshotEvery)
 	case c.Store.SnapshotSeconds < 0:
 		return fmt.Errorf("config: store.snapshot_seconds: must be 0 (never) or more, is %v", c.Store.SnapshotSeconds)
+	case c.Store.HeartbeatRetentionSeconds < 0:
+		return fmt.Errorf("config: store.heartbeat_retention_seconds: must be 0 (keep every heartbeat) or more, is %v", c.Store.HeartbeatRetentionSeconds)
 	case c.Log.Format != "json" && c.Log.Format != "console":
 		return fmt.Errorf("config: log.format: must be json or console, is %q", c.Log.Format)
 	}

@@ -38,7 +38,7 @@ w1 = "worker-token-0123456789"
 		t.Errorf("config %+v", c)
 	}
 	if d := DefaultConfig(); d.Validate() != nil || d.Lease().Toleration != 300*time.Second || d.Retention() != 7*24*time.Hour ||
-		d.StopQueue() != lease.CancelQueued || d.Plugins.Executor.MaxRequeues != 0 {
+		d.StopQueue() != lease.CancelQueued || d.Plugins.Executor.MaxRequeues != 0 || d.HeartbeatRetention() != 24*time.Hour {
 		t.Errorf("default config %+v: %v", d, d.Validate())
 	}
 	// A stop that keeps the queue, and a default cap on requeues.
@@ -74,6 +74,10 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"[plugins.executor]\ngrace_seconds = nan", "plugins.executor.grace_seconds: must be a number of seconds up to"},
 		{"[store]\nsnapshot_seconds = 1e20", "store.snapshot_seconds: must be a number of seconds up to"},
 		{"[plugins.executor]\nretention_seconds = -1", "plugins.executor.retention_seconds: must be 0"},
+		{"[store]\nheartbeat_retention_seconds = -1", "store.heartbeat_retention_seconds: must be 0 (keep every heartbeat) or more, is -1"},
+		{"[store]\nheartbeat_retention_seconds = 1e20", "store.heartbeat_retention_seconds: must be a number of seconds up to"},
+		{"[store]\nheartbeat_retention_seconds = nan", "store.heartbeat_retention_seconds: must be a number of seconds up to"},
+		{"[store]\nheartbeat_retention = 60", "unknown key store.heartbeat_retention"},
 		{"[plugins.executor]\nretention_seconds = 300", "plugins.executor.retention_seconds: must be 0 (keep every run directory) or more than toleration_seconds (300)"},
 		{"[plugins.executor]\nretention_seconds = 1e20", "plugins.executor.retention_seconds: must be a number of seconds up to"},
 	} {

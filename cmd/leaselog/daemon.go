@@ -121,7 +121,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 	logger.Info().Msg("rebuilding the lease table")
 	d.svc, err = lease.Open(log, lease.Options{Config: cfg.Lease(), Logger: logger, SnapshotEvery: cfg.Store.SnapshotEvery,
 		SnapshotInterval: time.Duration(cfg.Store.SnapshotSeconds * float64(time.Second)), StartReason: reason,
-		MaxRequeues: cfg.Plugins.Executor.MaxRequeues})
+		MaxRequeues: cfg.Plugins.Executor.MaxRequeues, HeartbeatRetention: cfg.HeartbeatRetention()})
 	if err != nil {
 		return fail(fmt.Errorf("serve: %w", err))
 	}
@@ -158,6 +158,10 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 	runCtx, d.stopRun = context.WithCancel(context.Background())
 	svc := d.svc
 	d.goRun("sweeper", func() error { return svc.Run(runCtx) })
+	d.goRun("compaction", func() error { return svc.RunCompaction(runCtx, nil) })
+	if st.js != nil { // the stream, compacted below checkpoints of the compacted cache
+		d.goRun("checkpoints", func() error { return st.js.RunCheckpoints(runCtx, nil) })
+	}
 	if gov != nil {
 		d.goRun("procs", func() error { gov.Run(runCtx); return nil })
 	}

@@ -196,5 +196,10 @@ func detail(e api.Event) string {
 	if e.GapSeconds != 0 {
 		add("gap", time.Duration(e.GapSeconds*float64(time.Second)).Round(time.Millisecond).String())
 	}
+	if h := e.Heartbeats; h != nil {
+		// The summary of compacted heartbeats: how many, from the first (its
+		// seq and time) to the last (this event's).
+		parts = append(parts, fmt.Sprintf("heartbeats=%d first_seq=%d first=%q", h.Count, h.FirstSeq, fmtTime(h.FirstTime)))
+	}
 	return strings.Join(parts, " ")
 }

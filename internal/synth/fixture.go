@@ -2,6 +2,8 @@ package synth
 
 import (
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -30,10 +32,13 @@ func Dir() string {
 // started again.
 func Fixture(s Shape, history int, snapshot bool) (string, error) {
 	name := fmt.Sprintf("w%d-h%d-k%d-s%d-live%d-events%d-snap%v", s.Wave, s.Heartbeats, s.Workers, s.StaleEvery, s.Live, history, snapshot)
+	if s.Renew != 0 {
+		name += fmt.Sprintf("-renew%v", s.Renew)
+	}
 	if snapshot {
 		name += fmt.Sprintf("-v%d", projection.SnapshotVersion) // a snapshot of another format would be skipped
 	}
-	name += fmt.Sprintf("-f%d", eventlog.CurrentFormat)
+	name += fmt.Sprintf("-f%d", eventlog.ArchiveFormat) // a new store's, never compacted
 	dir := filepath.Join(Dir(), name)
 	if _, err := os.Stat(filepath.Join(dir, "complete")); err == nil {
 		// Open it once for writing, so that a fixture an older build wrote
@@ -79,4 +84,39 @@ func Fixture(s Shape, history int, snapshot bool) (string, error) {
 		return "", fmt.Errorf("synth: build fixture %s: %w", name, err)
 	}
 	return dir, os.WriteFile(filepath.Join(dir, "complete"), nil, 0o644)
+}
+
+// CopyStore copies the store in dir (a fixture) to to, which must not
+// exist: for a benchmark that changes what it is given (a compaction).
+func CopyStore(dir, to string) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		if rel == "complete" || d.Name() == "LOCK" {
+			return nil
+		}
+		src, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		out, err := os.Create(dst)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, src); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
 }

@@ -130,6 +130,9 @@ class Event:
     gap_seconds: Optional[float] = None
     spec: Optional[Dict[str, Any]] = None
     result: Any = None
+    # lease.heartbeats: the heartbeats compacted into this one, the last
+    # (count, first_seq, first_time).
+    heartbeats: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -138,7 +141,7 @@ class Event:
                    job=d.get("job"), lease=d.get("lease"), worker=d.get("worker"), kind=d.get("kind"),
                    outcome=d.get("outcome"), revoke=d.get("revoke"), ref=d.get("ref"),
                    reason=d.get("reason"), gap_seconds=d.get("gap_seconds"), spec=d.get("spec"),
-                   result=d.get("result"), raw=dict(d))
+                   result=d.get("result"), heartbeats=d.get("heartbeats"), raw=dict(d))
 
 
 @dataclass

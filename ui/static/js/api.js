@@ -127,6 +127,7 @@ export const EVENT_TYPES = [
   'lease.queued', 'lease.acquired', 'lease.running', 'lease.heartbeat', 'lease.revoked',
   'lease.reported', 'lease.expired', 'lease.lost', 'lease.cancelled', 'lease.failed', 'lease.stale_report',
   'worker.unreachable', 'worker.reachable', 'daemon.started', 'daemon.stopping', 'daemon.resumed',
+  'lease.heartbeats',
 ];
 
 // stream follows the log from after seq: onEvent gets each event, onState

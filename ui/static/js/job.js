@@ -93,7 +93,9 @@ function collapse(events) {
 
 function row(e) {
   const detail = [e.outcome, e.revoke && `revoke ${e.revoke}`, e.reason, e.ref && `ref ${e.ref}`,
-    e.gap_seconds && `gap ${e.gap_seconds}s`, e.result && `result ${JSON.stringify(e.result)}`].filter(Boolean).join(' · ');
+    e.gap_seconds && `gap ${e.gap_seconds}s`, e.result && `result ${JSON.stringify(e.result)}`,
+    e.heartbeats && `${e.heartbeats.count} heartbeats compacted, the first at seq ${e.heartbeats.first_seq}, ${time(e.heartbeats.first_time)}`,
+  ].filter(Boolean).join(' · ');
   const type = e.count > 1 ? `${e.type} ×${e.count}` : e.type;
   const when = e.count > 1 ? `${time(e.time)} … ${time(e.until.time).slice(11)}` : time(e.time);
   return h('tr', { 'data-type': e.type },

@@ -14,7 +14,7 @@ export function model(events) {
   const jobMarks = [];
   const band = (e) => {
     if (!leases.has(e.lease)) {
-      leases.set(e.lease, { lease: e.lease, worker: e.worker, start: ms(e.time), end: null, end_type: null, beats: [], marks: [] });
+      leases.set(e.lease, { lease: e.lease, worker: e.worker, start: ms(e.time), end: null, end_type: null, beats: [], count: 0, marks: [] });
     }
     return leases.get(e.lease);
   };
@@ -23,7 +23,9 @@ export function model(events) {
     switch (e.type) {
       case 'lease.acquired': band(e); break;
       case 'lease.running': band(e).running = t; break;
-      case 'lease.heartbeat': band(e).beats.push(t); break;
+      case 'lease.heartbeat': { const b = band(e); b.beats.push(t); b.count++; break; }
+      // Heartbeats compacted into their last: ticks at the first and the last.
+      case 'lease.heartbeats': { const b = band(e); b.beats.push(ms(e.heartbeats.first_time), t); b.count += e.heartbeats.count; break; }
       case 'lease.reported': case 'lease.expired': case 'lease.lost': {
         const b = band(e);
         b.end = t;
@@ -74,7 +76,7 @@ export function draw({ leases, jobMarks }, now) {
     const y = ROW * (i + 1) + 6;
     const live = l.end === null;
     const cls = `band ${live ? 'live' : l.end_type}`;
-    const label = `lease ${l.lease} · ${l.worker} · ${l.beats.length} heartbeat${l.beats.length === 1 ? '' : 's'}`;
+    const label = `lease ${l.lease} · ${l.worker} · ${l.count} heartbeat${l.count === 1 ? '' : 's'}`;
     rows.push(h('g', { class: 'lease', 'data-lease': l.lease },
       h('text', { x: 8, y: y + 15 }, label),
       h('rect', { class: cls, x: x(l.start), y, width: Math.max(2, x(end(l)) - x(l.start)), height: ROW - 10, rx: 3 },
