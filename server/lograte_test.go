@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -64,9 +65,18 @@ func TestRefusalsAreLoggedAtABoundedRate(t *testing.T) {
 					wantError(t, s.call(id, "renew", "-", `{}`), http.StatusBadRequest, api.CodeBadRequest)
 				}
 			}
+			// A session answers a frame before it records the call: the
+			// test waits until every refusal was recorded before it reads
+			// the log or moves the clock.
+			recorded := func(n int) {
+				eventually(t, fmt.Sprintf("%d refusals recorded", n), func() bool {
+					return requestsAnswered(t, f.reg, tc.route) == float64(n)
+				})
+			}
 			for range server.LogBurst + extra {
 				refuse(t, f)
 			}
+			recorded(server.LogBurst + extra)
 			if n := len(f.logLines()); n != server.LogBurst {
 				t.Fatalf("%d lines for %d refusals at once, want the burst of %d", n, server.LogBurst+extra, server.LogBurst)
 			}
@@ -76,6 +86,7 @@ func TestRefusalsAreLoggedAtABoundedRate(t *testing.T) {
 			for range server.LogRate + extra {
 				refuse(t, f)
 			}
+			recorded(server.LogBurst + server.LogRate + 2*extra)
 			lines := f.logLines()
 			if n := len(lines); n != server.LogBurst+server.LogRate {
 				t.Fatalf("%d lines a second later, want %d", n, server.LogBurst+server.LogRate)

@@ -374,9 +374,10 @@ func (s *Server) finish(w *recorder, r *http.Request, c *call, start time.Time, 
 }
 
 // record counts a call answered in d and, when it was refused, logs it: an
-// HTTP call by its method and path, a session's frame by its op.
+// HTTP call by its method and path, a session's frame by its op. The count
+// comes last, so that a call counted has been logged (or held back).
 func (s *Server) record(c *call, method, path string, d time.Duration) {
-	s.metrics.observe(c.route, c.status, d)
+	defer s.metrics.observe(c.route, c.status, d)
 	if c.status < 400 {
 		return
 	}
