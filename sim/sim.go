@@ -34,7 +34,7 @@
 // CrashClone that keeps 0, 50 or 100% of unsynced data, and steps of the
 // daemon's wall clock. The daemon compacts its log at random sweeps
 // (compact.go), which no client may notice. After every
-// step the checker holds the invariants of DESIGN §7 (check.go); once the
+// step the checker holds the invariants of docs/design.md §7 (check.go); once the
 // faults stop, every job must end within a stated bound (liveness); and the
 // history of every call, with call and return times, must be linearizable
 // against a sequential model of the lease service (package internal/linearize, porcupine).
