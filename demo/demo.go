@@ -1,7 +1,8 @@
-// Package demo is the guided tour of `leaselog demo`: a daemon on a folder
-// of its own, and the rows of the Leases page played on it through the API —
-// an expiry, a requeue with a new fencing token, a revoke, a late report, a
-// repeated report, a restart under a running agent, the audit trail.
+// Package demo is the guided tour of `leaselog demo` ([Run]): a daemon on a
+// folder of its own, and the rows of the Leases page (docs/design.md) played
+// on it through the API — an expiry, a requeue with a new fencing token, a
+// revoke, a late report, a repeated report, a restart under a running agent,
+// the audit trail.
 //
 // The demo plays workers w1 and w2 itself, call by call, so that what it
 // prints is the same from one run to the next: each step's new events, and
