@@ -77,9 +77,10 @@ func TestCommentsNameFilesThatExist(t *testing.T) {
 	}
 }
 
-// TestDocsLinkFilesThatExist: a relative link of a Markdown file of the
-// repository leads to a file of it.
-func TestDocsLinkFilesThatExist(t *testing.T) {
+// TestDocsNameFilesThatExist: a relative link of a Markdown file of the
+// repository leads to a file of it, and a path its text names (as in a
+// comment) is one, from the repository's top or the document's folder.
+func TestDocsNameFilesThatExist(t *testing.T) {
 	walk(t, func(name string) {
 		if !strings.HasSuffix(name, ".md") {
 			return
@@ -88,7 +89,18 @@ func TestDocsLinkFilesThatExist(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
+		text := string(b)
+		for _, m := range goPath.FindAllStringIndex(text, -1) {
+			p := text[m[0]:m[1]]
+			if !isPath(text, m[0], p) {
+				continue
+			}
+			if why := missing(p, root, filepath.Dir(name)); why != "" {
+				line := 1 + strings.Count(text[:m[0]], "\n")
+				t.Errorf("%s:%d names %s, %s", name, line, p, why)
+			}
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
 			target, _, _ := strings.Cut(m[1], "#")
 			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
