@@ -24,6 +24,9 @@ var goPath = regexp.MustCompile(`(?:\.\.?/)*(?:[A-Za-z0-9_-][A-Za-z0-9_.-]*/)+[A
 // package (check.go).
 var goFile = regexp.MustCompile(`\b[A-Za-z0-9_]+\.go\b`)
 
+// elsewhere ends the error of a path that names no file of the repository.
+const elsewhere = " (a file of another project is named with its module's path: github.com/nats-io/nats-server/v2/server/raft.go)"
+
 // mdLink is the target of a Markdown link.
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
@@ -57,7 +60,7 @@ func TestCommentsNameFilesThatExist(t *testing.T) {
 					}
 					n++
 					if why := missing(p, root, filepath.Dir(name)); why != "" {
-						t.Errorf("%s: a comment names %s, %s", fset.Position(c.Pos()), p, why)
+						t.Errorf("%s: a comment names %s, %s%s", fset.Position(c.Pos()), p, why, elsewhere)
 					}
 				}
 				for _, m := range goFile.FindAllStringIndex(c.Text, -1) {
@@ -97,7 +100,7 @@ func TestDocsNameFilesThatExist(t *testing.T) {
 			}
 			if why := missing(p, root, filepath.Dir(name)); why != "" {
 				line := 1 + strings.Count(text[:m[0]], "\n")
-				t.Errorf("%s:%d names %s, %s", name, line, p, why)
+				t.Errorf("%s:%d names %s, %s%s", name, line, p, why, elsewhere)
 			}
 		}
 		for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
