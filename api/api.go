@@ -1,10 +1,9 @@
-// Package api is the wire contract of leaselog's HTTP API (../shared/API.md,
+// Package api is the wire contract of leaselog's HTTP API (docs/api.md,
 // docs/openapi.yaml): the JSON documents the server sends and takes, its
-// error codes, and a Go client. The server, the Go worker and the CLI all
-// speak through it, so they cannot drift apart. It imports nothing of the
-// project: a worker or a client links the contract, never the daemon. The
-// conversions from the daemon's own types to these documents are the
-// server's (package server).
+// error codes, and a Go client ([Client]). The server, the Go worker and the
+// CLI all speak through it. It imports nothing of the project: a worker or a
+// client links the contract, never the daemon. The conversions from the
+// daemon's own types to these documents are package ops's.
 package api
 
 import (

@@ -433,7 +433,7 @@ func (h *harness) eventsAfter(seq uint64) []event.Event {
 	return out
 }
 
-// check holds after every step: the invariants of DESIGN §7 that a single
+// check holds after every step: the invariants of docs/design.md §7 that a single
 // process can see.
 func (h *harness) check(t *rapid.T) {
 	snap, jobs, leases, _ := h.table()

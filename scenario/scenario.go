@@ -6,7 +6,7 @@
 // the log from scratch equals the live table), and after a crash that the
 // rebuilt table is the one before it.
 //
-// Each row of the Leases page has a file whose first line names the row
+// Each row of the Leases page (docs/design.md) has a file whose first line names the row
 // ("# Word: ...", "# Timing: ...", "# What happens: ..."; a test holds that);
 // the other files pin the edges of its diagram and the corners around them.
 //

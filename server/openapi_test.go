@@ -44,7 +44,7 @@ func loadDoc(t *testing.T) (*openapi3.T, routers.Router) {
 		t.Fatalf("load docs/openapi.yaml: %v", err)
 	}
 	if !doc.IsOpenAPI31OrLater() {
-		t.Fatalf("docs/openapi.yaml is OpenAPI %s; API.md asks for 3.1", doc.OpenAPI)
+		t.Fatalf("docs/openapi.yaml is OpenAPI %s; docs/api.md says 3.1", doc.OpenAPI)
 	}
 	if err := doc.Validate(context.Background()); err != nil {
 		t.Fatalf("docs/openapi.yaml is not a valid OpenAPI document: %v", err)
