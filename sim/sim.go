@@ -37,7 +37,7 @@
 // step the checker holds the invariants of DESIGN §7 (check.go); once the
 // faults stop, every job must end within a stated bound (liveness); and the
 // history of every call, with call and return times, must be linearizable
-// against a sequential model of the lease service (package internal/linearize, porcupine).
+// against a sequential model of the lease service (package internal/testkit/linearize, porcupine).
 //
 // The bounds the checks rely on are the constants of bounds.go.
 package sim
@@ -50,7 +50,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
 )
 
 // Options configures one run.

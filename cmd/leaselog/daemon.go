@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/hostclock"
 	"github.com/leaselog/leaselog/internal/procs"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/ops"
