@@ -351,10 +351,6 @@ func (ss *serverSession) serve(f frame) {
 	if op != nil {
 		c.route = op.route
 	}
-	if l := s.opts.Load; l != nil && (op == nil || !op.long) {
-		l.Enter()
-		defer l.Leave()
-	}
 	ctx := ss.ctx
 	c.status, _ = ss.answer(ctx, h.ID, c, func() (int, []byte) {
 		if op == nil {
