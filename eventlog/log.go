@@ -153,13 +153,6 @@ type Options struct {
 	// Replica, if set, is where appends are made durable first: this store
 	// is then its cache (see replica.go). nil for the embedded default.
 	Replica Replica
-	// Background, if set, is told when Pebble begins (Enter) and ends
-	// (Leave) a flush or a compaction: work the process does beside the
-	// calls it serves (procs.Load counts both).
-	Background interface {
-		Enter()
-		Leave()
-	}
 
 	// SegmentHeartbeats is the most heartbeats one lease.heartbeats summary
 	// stands for (CompactJob); 0 means DefaultSegmentHeartbeats.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/crashtest"
-	"github.com/leaselog/leaselog/internal/linearize"
+	"github.com/leaselog/leaselog/internal/testkit/crashtest"
+	"github.com/leaselog/leaselog/internal/testkit/linearize"
 	"github.com/leaselog/leaselog/replay"
 )
 

@@ -3,7 +3,7 @@ package lease
 import (
 	"time"
 
-	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/hostclock"
 )
 
 // Clock tells the time. The service reads it once per decision.

@@ -103,13 +103,6 @@ type Options struct {
 	// a worker can tell whether it shares the daemon's host
 	// (hostclock.BootID; empty: not announced).
 	BootID string
-	// Load, if set, is told when a call that does work begins (Enter) and
-	// ends (Leave): every call but a long poll, an event stream and a
-	// session's upgrade, whose waits are not work (procs.Load).
-	Load interface {
-		Enter()
-		Leave()
-	}
 	// Backup, if set, writes the backups of POST /v1/admin/backup; nil is
 	// the service's (lease.Service.Backup). A daemon whose store is backed
 	// up elsewhere refuses there with lease.ErrBackupElsewhere.
@@ -338,10 +331,6 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) {
 		return
 	}
 	if !rt.long {
-		if l := s.opts.Load; l != nil {
-			l.Enter()
-			defer l.Leave()
-		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 		defer cancel()
 		r = r.WithContext(ctx)

@@ -46,7 +46,7 @@
 // step the checker holds the invariants of docs/design.md §7 (check.go); once the
 // faults stop, every job must end within a stated bound (liveness); and the
 // history of every call, with call and return times, must be linearizable
-// against a sequential model of the lease service (package internal/linearize, porcupine).
+// against a sequential model of the lease service (package internal/testkit/linearize, porcupine).
 //
 // The bounds the checks rely on are the constants of bounds.go.
 package sim
@@ -59,7 +59,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
 )
 
 // Options configures one run.

@@ -23,8 +23,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )

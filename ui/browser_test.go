@@ -12,7 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/timing"
 )

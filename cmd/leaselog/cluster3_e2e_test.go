@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/leaselog/leaselog/internal/natstest"
+	"github.com/leaselog/leaselog/internal/testkit/natstest"
 )
 
 // clusterGrace is the grace of jetStreamClusterText: the least a replicated

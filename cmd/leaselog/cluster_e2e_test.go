@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/natstest"
+	"github.com/leaselog/leaselog/internal/testkit/natstest"
 )
 
 // jetStreamGrace and jetStreamTiming are jetStreamText's grace and its

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/natstest"
+	"github.com/leaselog/leaselog/internal/testkit/natstest"
 )
 
 // freeAddr is a loopback address nothing listens on now, for a daemon that

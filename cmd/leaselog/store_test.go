@@ -16,7 +16,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
-	"github.com/leaselog/leaselog/internal/natstest"
+	"github.com/leaselog/leaselog/internal/testkit/natstest"
 )
 
 // TestStoreEngineConfig: the keys of the engine, accepted and refused, each

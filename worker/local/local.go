@@ -96,7 +96,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/hostclock"
 	"github.com/leaselog/leaselog/worker"
 	"github.com/leaselog/leaselog/worker/local/supervise"
 )
