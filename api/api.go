@@ -280,6 +280,9 @@ type Overview struct {
 	Failures []Event `json:"failures"`
 	// Stale are the latest stale reports, newest first.
 	Stale []Event `json:"stale"`
+	// Admin says whether the caller may submit, cancel and kill: its token
+	// is an admin's, or the daemon takes none. A page shows its actions by it.
+	Admin bool `json:"admin"`
 }
 
 // Queue is the queue's depth and the time its head was queued (absent when

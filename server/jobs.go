@@ -135,6 +135,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
+	out.Admin = c.who == nil || c.who.admin // nil: the daemon takes no token
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
 }

@@ -125,7 +125,24 @@ func TestOverview(t *testing.T) {
 		o.Failures[1].Job != "bad" || o.Failures[1].Outcome != "failed" {
 		t.Errorf("failures %+v: want lost's expiry, then bad's report", o.Failures)
 	}
+	if !o.Admin {
+		t.Errorf("admin false on a daemon that takes no token")
+	}
 	if len(o.Stale) != 1 || o.Stale[0].Job != "lost" || o.Stale[0].Worker != "w2" {
 		t.Errorf("stale reports %+v: want w2's for lost", o.Stale)
+	}
+}
+
+// TestOverviewSaysWhetherTheCallerIsAdmin: the dashboard shows its actions
+// by it.
+func TestOverviewSaysWhetherTheCallerIsAdmin(t *testing.T) {
+	f := newFixture(t, server.Options{Auth: testAuth()})
+	for _, tc := range []struct {
+		token string
+		want  bool
+	}{{adminTok, true}, {auditorTok, false}} {
+		if o := decode[api.Overview](t, f.do("GET", "/v1/overview", tc.token, nil), http.StatusOK); o.Admin != tc.want {
+			t.Errorf("admin %v for the %s token, want %v", o.Admin, map[bool]string{true: "admin", false: "auditor"}[tc.want], tc.want)
+		}
 	}
 }
