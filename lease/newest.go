@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/projection"
 )
 
@@ -100,12 +101,15 @@ func (s *Service) Latest(typ event.Type, n, budget int, keep func(e *event.Event
 // Now is the service's time now: what it stamps on the events it appends.
 func (s *Service) Now() time.Time { return time.Unix(0, s.now()) }
 
-// OldestQueued returns the job at the head of the queue, the longest queued
-// (since it was queued last), and whether the queue holds any.
-func (s *Service) OldestQueued(ctx context.Context) (projection.Job, bool, error) {
+// Queue returns how many jobs are queued and the one at its head, the
+// longest queued (since it was queued last), if any.
+func (s *Service) Queue(ctx context.Context) (int, projection.Job, bool, error) {
 	var head []projection.Job
-	if err := s.read(ctx, func(t *projection.Table) { head = t.Queued(1) }); err != nil || len(head) == 0 {
-		return projection.Job{}, false, err
+	depth := 0
+	if err := s.read(ctx, func(t *projection.Table) {
+		head, depth = t.Queued(1), t.JobCount(fsm.Queued)
+	}); err != nil || len(head) == 0 {
+		return depth, projection.Job{}, false, err
 	}
-	return head[0], true, nil
+	return depth, head[0], true, nil
 }

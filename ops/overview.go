@@ -7,7 +7,6 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/lease"
 )
 
@@ -38,7 +37,6 @@ func Overview(ctx context.Context, svc *lease.Service) (api.Overview, error) {
 	}
 	now := svc.Now()
 	out := api.Overview{Time: now.UTC(), Seq: n.Seq, Jobs: map[string]int{}, Reported: map[string]uint64{},
-		Queue:   api.Queue{Depth: n.Jobs[fsm.Queued]},
 		Workers: api.WorkerCounts{Reachable: n.Reachable, Unreachable: n.Unreachable}}
 	for st, c := range n.Jobs {
 		out.Jobs[st.String()] = c
@@ -46,10 +44,11 @@ func Overview(ctx context.Context, svc *lease.Service) (api.Overview, error) {
 	for o, c := range n.Reported {
 		out.Reported[o.String()] = c
 	}
-	head, ok, err := svc.OldestQueued(ctx)
+	depth, head, ok, err := svc.Queue(ctx)
 	if err != nil {
 		return api.Overview{}, err
 	}
+	out.Queue.Depth = depth
 	if ok {
 		t := unixTime(head.Updated)
 		out.Queue.Oldest, out.Queue.Job = &t, head.ID
