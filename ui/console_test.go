@@ -256,8 +256,8 @@ func TestDashboardTimelineAxis(t *testing.T) {
 	if got := eval[string](p, `document.querySelector('#timeline g.lease:last-child text.label title').textContent`); !strings.Contains(got, long) || !strings.Contains(got, "5 heartbeats") {
 		t.Errorf("the long label's title %q: want it whole", got)
 	}
-	if got := eval[string](p, `getComputedStyle(document.querySelector('#timeline rect.band.reported')).fill`); got != "rgb(243, 194, 189)" {
-		t.Errorf("the band reported failed is filled %s, want red (243, 194, 189)", got)
+	if got := eval[string](p, `getComputedStyle(document.querySelector('#timeline rect.band.reported')).fill`); got != "rgb(233, 164, 156)" {
+		t.Errorf("the band reported failed is filled %s, want red (233, 164, 156)", got)
 	}
 	for _, l := range eval[[]string](p, labels) {
 		if !clock.MatchString(l) {

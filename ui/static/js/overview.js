@@ -10,7 +10,8 @@ import { clock, coalesce, duration, h, jobLink, table, time } from './dom.js';
 const STATES = ['queued', 'acquired', 'running', 'expired', 'reported', 'failed', 'cancelled'];
 const OUTCOMES = ['succeeded', 'failed', 'killed', 'cancelled'];
 // The tone of each count, as the jobs are coloured (dom.js, tone).
-const STATE_TONE = { queued: 'waiting', expired: 'waiting', acquired: 'live', running: 'live', reported: 'ok', failed: 'lost', cancelled: 'off' };
+// reported holds jobs reported failed as well as succeeded: no colour of its own.
+const STATE_TONE = { queued: 'waiting', expired: 'waiting', acquired: 'live', running: 'live', reported: '', failed: 'lost', cancelled: 'off' };
 const OUTCOME_TONE = { succeeded: 'ok', failed: 'bad', killed: 'bad', cancelled: 'off' };
 
 export function render(main) {
