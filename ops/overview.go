@@ -55,10 +55,10 @@ func Overview(ctx context.Context, svc *lease.Service) (api.Overview, error) {
 	}
 	end := now.Truncate(time.Minute).Add(time.Minute) // the minute under way is the last
 	out.Minutes.Start = end.Add(-OverviewMinutes * time.Minute).UTC()
-	if out.Minutes.Reported, err = perMinute(svc, event.TypeReported, out.Minutes.Start); err != nil {
+	if out.Minutes.Reported, err = perMinute(svc, event.TypeReported, out.Minutes.Start, OverviewBudget); err != nil {
 		return api.Overview{}, err
 	}
-	if out.Minutes.Expired, err = perMinute(svc, event.TypeExpired, out.Minutes.Start); err != nil {
+	if out.Minutes.Expired, err = perMinute(svc, event.TypeExpired, out.Minutes.Start, OverviewBudget); err != nil {
 		return api.Overview{}, err
 	}
 	failed := func(e *event.Event) bool { return e.Outcome == event.OutcomeFailed || e.Outcome == event.OutcomeKilled }
@@ -84,12 +84,11 @@ func Overview(ctx context.Context, svc *lease.Service) (api.Overview, error) {
 }
 
 // perMinute counts the events of type typ in each minute from start on,
-// the newest minute first, until OverviewBudget events are read: the
-// minutes before are left unknown (nil).
-func perMinute(svc *lease.Service, typ event.Type, start time.Time) ([]*int, error) {
+// the newest minute first, until budget events are read: the minute that
+// would pass it, and those before, are left unknown (nil).
+func perMinute(svc *lease.Service, typ event.Type, start time.Time, budget int) ([]*int, error) {
 	out := make([]*int, OverviewMinutes)
-	budget := OverviewBudget
-	for i := OverviewMinutes - 1; i >= 0 && budget > 0; i-- {
+	for i := OverviewMinutes - 1; i >= 0; i-- {
 		from := start.Add(time.Duration(i) * time.Minute)
 		n := 0
 		f := lease.EventFilter{Type: typ, Since: from.UnixNano(), Until: from.Add(time.Minute).UnixNano()}
