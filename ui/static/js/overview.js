@@ -60,7 +60,8 @@ export function render(main) {
         h('td', {}, e.outcome || ''), h('td', {}, e.ref ? h('code', {}, e.ref) : ''))), 'No stale report.')));
   }
 
-  const reload = coalesce(load, 1000);
+  // Once every 3 s at most: an overview reads the log's indexes.
+  const reload = coalesce(load, 3000);
   const ticker = setInterval(load, 10000); // the queue's age and the minutes move with the time
   load();
   return {
