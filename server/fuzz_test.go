@@ -91,6 +91,7 @@ var fuzzRoutes = []fuzzRoute{
 	{"GET", "/v1/jobs/{id}/output", nil}, // raw bytes, not JSON
 	{"GET", "/v1/workers", doc[api.Workers]()},
 	{"POST", api.BackupPath, doc[api.Backup]()},
+	{"GET", "/v1/overview", doc[api.Overview]()},
 }
 
 func (rt *fuzzRoute) String() string { return rt.method + " " + rt.pattern }

@@ -200,6 +200,7 @@ func New(svc *lease.Service, opts Options) *Server {
 	s.handle("GET /v1/events", read, false, s.listEvents)
 	s.handle("GET /v1/events/stream", read, true, s.stream).queryToken = true
 	s.handle("GET /v1/workers", read, false, s.listWorkers)
+	s.handle("GET /v1/overview", read, false, s.overview)
 
 	s.handle("POST "+api.BackupPath, admin, false, s.backup)
 
