@@ -120,6 +120,8 @@ type Worker struct {
 	// halt stops Run with its cause: a refusal of the worker's token
 	// (refused). Set by Run.
 	halt context.CancelCauseFunc
+	// haltLogged: the first refusal is logged, not the loop's that follow.
+	haltLogged atomic.Bool
 }
 
 // ErrRefused is wrapped by the error Run returns when the daemon refuses the
@@ -139,6 +141,9 @@ func denied(err error) bool {
 
 // refused stops Run with ErrRefused, the call and err as its cause.
 func (w *Worker) refused(call string, err error) {
+	if w.haltLogged.Swap(true) {
+		return // halted already
+	}
 	w.log().Error().Err(err).Str("call", call).Msg("the daemon refuses this worker's token; stopping")
 	w.halt(fmt.Errorf("worker %s: %s: %w: %w", w.opts.ID, call, ErrRefused, err))
 }
