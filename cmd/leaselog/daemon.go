@@ -69,6 +69,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	metrics := server.NewMetrics(prometheus.NewRegistry())
+	metrics.WatchDisk(cfg.Store.Dir)
 	slog := logger
 	if o.StoreLogger != nil {
 		slog = *o.StoreLogger
