@@ -8,7 +8,10 @@
 #                PORT..PORT+2, routes PORT+10..PORT+12, daemons PORT+20, PORT+21,
 #                NATS monitoring PORT+30..PORT+32
 #
-# Ctrl-C stops them all. Kill the active daemon (its pid is printed) and the
+# Ctrl-C stops them all: the daemons first (a daemon's stop appends its last
+# events to the stream, which needs NATS), then NATS. Each runs in a session
+# of its own (setsid), so that the terminal's ^C reaches this script alone and
+# not all of them at once. Kill the active daemon (its pid is printed) and the
 # standby takes over within grace; kill a NATS server and appends go on.
 set -eu
 cd "$(dirname "$0")/.." # the module: go install and go build run in it
@@ -20,8 +23,15 @@ echo "building nats-server and leaselog into $dir/bin"
 GOBIN="$dir/bin" $GO install github.com/nats-io/nats-server/v2@v2.15.3
 $GO build -o "$dir/bin/leaselog" ./cmd/leaselog
 
-pids=""
-stop() { for p in $pids; do kill "$p" 2>/dev/null || true; done; wait; }
+nats_pids=""
+daemon_pids=""
+stop() {
+	trap - INT TERM EXIT
+	for p in $daemon_pids; do kill "$p" 2>/dev/null || true; done
+	for p in $daemon_pids; do wait "$p" 2>/dev/null || true; done
+	for p in $nats_pids; do kill "$p" 2>/dev/null || true; done
+	wait
+}
 trap stop INT TERM EXIT
 
 routes=""
@@ -38,8 +48,8 @@ http: 127.0.0.1:$((port + 30 + i))
 jetstream { store_dir: "$dir/nats$i" }
 cluster { name: leaselog, listen: 127.0.0.1:$((port + 10 + i)), routes: [$routes] }
 EOF
-	"$dir/bin/nats-server" -c "$dir/nats$i.conf" >"$dir/nats$i.log" 2>&1 &
-	pids="$pids $!"
+	setsid "$dir/bin/nats-server" -c "$dir/nats$i.conf" >"$dir/nats$i.log" 2>&1 &
+	nats_pids="$nats_pids $!"
 	echo "nats n$i: pid $! on 127.0.0.1:$((port + i)), log $dir/nats$i.log"
 done
 
@@ -66,8 +76,8 @@ local_capacity = 0
 [log]
 format = "console"
 EOF
-	"$dir/bin/leaselog" serve --config "$dir/daemon$d.toml" --data "$dir/daemon$d" >"$dir/daemon$d.log" 2>&1 &
-	pids="$pids $!"
+	setsid "$dir/bin/leaselog" serve --config "$dir/daemon$d.toml" --data "$dir/daemon$d" >"$dir/daemon$d.log" 2>&1 &
+	daemon_pids="$daemon_pids $!"
 	echo "leaselog daemon$d: pid $! on http://127.0.0.1:$((port + 20 + d)), log $dir/daemon$d.log"
 	sleep 2 # the first to start leads; the second then waits as its standby
 done

@@ -18,17 +18,21 @@ import (
 // may submit, cancel and kill jobs and read everything; auditor tokens may
 // read (jobs, leases, events, metrics); a worker's token may only call the
 // worker endpoints of its own id, and start and report leases in its own name.
+// An AnyWorker token may act as any worker, and only as one: the token a
+// daemon with no [auth] generates for the workers of its own user, whose
+// admin token could run any command as that user anyway.
 type Auth struct {
-	Admin   []string
-	Auditor []string
-	Workers map[string]string // worker id -> token
+	Admin     []string
+	Auditor   []string
+	Workers   map[string]string // worker id -> token
+	AnyWorker []string
 }
 
 // Validate checks that every token is non-empty and given once, and that
 // every worker id is a valid id: a token in two roles is almost always a
 // copy-paste mistake in the config.
 func (a *Auth) Validate() error {
-	if len(a.Admin)+len(a.Auditor)+len(a.Workers) == 0 {
+	if len(a.Admin)+len(a.Auditor)+len(a.Workers)+len(a.AnyWorker) == 0 {
 		return &AuthError{Message: "names no token; remove the section to run open (loopback only)"}
 	}
 	seen := map[string]string{}
@@ -54,6 +58,11 @@ func (a *Auth) Validate() error {
 	}
 	for i, t := range a.Auditor {
 		if err := add(fmt.Sprintf("auditor[%d]", i), t); err != nil {
+			return err
+		}
+	}
+	for i, t := range a.AnyWorker {
+		if err := add(fmt.Sprintf("any_worker[%d]", i), t); err != nil {
 			return err
 		}
 	}
@@ -102,6 +111,7 @@ const (
 	ownWorker                     // the worker named in the path
 	ownWorkerOrRead               // the worker named in the path, or admin or auditor
 	anyWorker                     // a worker; the handler checks the body names it
+	everyWorker                   // a token's role: any worker (Auth.AnyWorker)
 )
 
 // principal is what a token may act as. A token given to several roles
@@ -109,11 +119,14 @@ const (
 type principal struct {
 	admin, auditor bool
 	workers        []string
+	everyWorker    bool // any worker id (Auth.AnyWorker)
 }
 
 func (p *principal) reader() bool { return p.admin || p.auditor }
 
-func (p *principal) isWorker(id string) bool { return slices.Contains(p.workers, id) }
+func (p *principal) isWorker(id string) bool { return p.everyWorker || slices.Contains(p.workers, id) }
+
+func (p *principal) worker() bool { return p.everyWorker || len(p.workers) > 0 }
 
 // authenticator holds the SHA-256 of every token. Comparing fixed-length
 // digests in constant time keeps a caller from learning a token, or its
@@ -124,7 +137,7 @@ type authenticator struct {
 
 type authEntry struct {
 	sum    [sha256.Size]byte
-	role   access // admin, read (auditor) or ownWorker
+	role   access // admin, read (auditor), ownWorker or everyWorker
 	worker string
 }
 
@@ -143,6 +156,9 @@ func newAuthenticator(a *Auth) *authenticator {
 	}
 	for id, t := range a.Workers {
 		add(t, ownWorker, id)
+	}
+	for _, t := range a.AnyWorker {
+		add(t, everyWorker, "")
 	}
 	return au
 }
@@ -167,6 +183,8 @@ func (au *authenticator) lookup(token string) *principal {
 			p.auditor = true
 		case ownWorker:
 			p.workers = append(p.workers, e.worker)
+		case everyWorker:
+			p.everyWorker = true
 		}
 	}
 	if !found {
@@ -213,7 +231,7 @@ func (s *Server) authorize(r *http.Request, rt *route, c *call) error {
 		}
 		need = fmt.Sprintf("worker %q's token, or an admin or auditor token", c.worker)
 	case anyWorker:
-		if len(p.workers) > 0 {
+		if p.worker() {
 			return nil
 		}
 		need = "a worker's token"

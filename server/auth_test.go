@@ -14,9 +14,10 @@ import (
 
 func testAuth() *server.Auth {
 	return &server.Auth{
-		Admin:   []string{adminTok},
-		Auditor: []string{auditorTok},
-		Workers: map[string]string{"w1": w1Tok, "w2": w2Tok},
+		Admin:     []string{adminTok},
+		Auditor:   []string{auditorTok},
+		Workers:   map[string]string{"w1": w1Tok, "w2": w2Tok},
+		AnyWorker: []string{anyTok},
 	}
 }
 
@@ -25,6 +26,7 @@ const (
 	auditorTok = "auditor-token-0123456789"
 	w1Tok      = "w1-token-0123456789"
 	w2Tok      = "w2-token-0123456789"
+	anyTok     = "any-worker-token-0123456789"
 )
 
 // TestAuthRoles walks each role through the API: a missing or unknown token
@@ -33,10 +35,14 @@ func TestAuthRoles(t *testing.T) {
 	f := newFixture(t, server.Options{Auth: testAuth()})
 	f.submit("j1", event.KindRun)
 	l := f.grant("w1")
+	f.submit("k1", event.KindRun)
+	l2 := f.grant("w9")
 	f.submit("q1", event.KindRun)
 	f.submit("q2", event.KindRun)
 	start := fmt.Sprintf("/v1/leases/%d/start", l)
 	report := fmt.Sprintf("/v1/leases/%d/report", l)
+	start2 := fmt.Sprintf("/v1/leases/%d/start", l2)
+	report2 := fmt.Sprintf("/v1/leases/%d/report", l2)
 
 	steps := []struct {
 		method, path, token string
@@ -102,6 +108,17 @@ func TestAuthRoles(t *testing.T) {
 		{"GET", "/v1/workers/w1/leases", w1Tok, nil, http.StatusOK},
 		{"POST", start, w1Tok, api.Start{Worker: "w1"}, http.StatusOK},
 		{"POST", report, w1Tok, api.Report{Worker: "w1", Outcome: "succeeded"}, http.StatusOK},
+
+		// A token of any worker acts as any worker, and as nothing else.
+		{"GET", "/v1/jobs", anyTok, nil, http.StatusForbidden},
+		{"GET", "/v1/events", anyTok, nil, http.StatusForbidden},
+		{"POST", "/v1/jobs", anyTok, api.Submit{ID: "j5", Kind: "run"}, http.StatusForbidden},
+		{"POST", "/v1/jobs/q2/cancel", anyTok, nil, http.StatusForbidden},
+		{"POST", "/v1/workers/w1/heartbeat", anyTok, api.Heartbeat{Leases: []uint64{l}}, http.StatusOK},
+		{"POST", "/v1/workers/w9/acquire", anyTok, `{}`, http.StatusOK},
+		{"GET", "/v1/workers/w9/leases", anyTok, nil, http.StatusOK},
+		{"POST", start2, anyTok, api.Start{Worker: "w9"}, http.StatusOK},
+		{"POST", report2, anyTok, api.Report{Worker: "w9", Outcome: "succeeded"}, http.StatusOK},
 	}
 	for _, s := range steps {
 		r := f.do(s.method, s.path, s.token, s.body)

@@ -49,7 +49,11 @@ func loadDoc(t *testing.T) (*openapi3.T, routers.Router) {
 	if err := doc.Validate(context.Background()); err != nil {
 		t.Fatalf("docs/openapi.yaml is not a valid OpenAPI document: %v", err)
 	}
-	router, err := legacy.NewRouter(doc)
+	// The router matches a request's host against the servers: the tests'
+	// daemons listen on ports of their own, so it routes on paths alone.
+	routed := *doc
+	routed.Servers = nil
+	router, err := legacy.NewRouter(&routed)
 	if err != nil {
 		t.Fatalf("route docs/openapi.yaml: %v", err)
 	}
@@ -557,13 +561,15 @@ func TestOpenAPI(t *testing.T) {
 		t.Errorf("metrics of a failed daemon lack leaselog_up 0")
 	}
 
-	// Every answer the document lists was produced, but 500s: a 500 is a bug.
+	// Every answer the document lists was produced, but 500s: a 500 is a
+	// bug; and a default, which stands for the statuses not listed (the
+	// session's, for an OpenAPI linter that wants an answer other than 101).
 	var missing []string
 	for _, path := range doc.Paths.InMatchingOrder() {
 		for method, op := range doc.Paths.Value(path).Operations() {
 			for status := range op.Responses.Map() {
 				key := fmt.Sprintf("%s %s %s", method, path, status)
-				if !c.seen[key] && status != "500" {
+				if !c.seen[key] && status != "500" && status != "default" {
 					missing = append(missing, key)
 				}
 			}

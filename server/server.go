@@ -373,7 +373,10 @@ func (s *Server) record(c *call, method, path string, d time.Duration) {
 	}
 	// A client can make refusals as fast as it can send: their lines come
 	// at a bounded rate, and the next line says how many were not logged.
-	failed := c.status >= 500
+	// A 503 of a graceful stop (a waiting acquire's, a submit's after it)
+	// is what the stop does: no failure, and no ERR line at every stop.
+	stopping := c.code == api.CodeStopping
+	failed := c.status >= 500 && !stopping
 	lim := &s.refusals
 	if failed {
 		lim = &s.failures
@@ -383,8 +386,11 @@ func (s *Server) record(c *call, method, path string, d time.Duration) {
 		return
 	}
 	ev := s.log.Warn()
-	if failed {
+	switch {
+	case failed:
 		ev = s.log.Error()
+	case stopping:
+		ev = s.log.Info()
 	}
 	if !ev.Enabled() {
 		return

@@ -241,6 +241,11 @@ func TestHealthAfterStopIsStillOK(t *testing.T) {
 	decode[api.Health](t, f.do("GET", "/healthz", "", nil), http.StatusOK)
 	wantError(t, f.do("POST", "/v1/jobs", "", `{"id":"j1","kind":"run"}`), http.StatusServiceUnavailable, api.CodeStopping)
 	wantError(t, f.do("POST", "/v1/workers/w1/acquire", "", `{}`), http.StatusServiceUnavailable, api.CodeStopping)
+	// The stop's own answers are what a stop does, not failures: logged,
+	// but not as errors.
+	if strings.Contains(f.logs.String(), `"level":"error"`) || !strings.Contains(f.logs.String(), `"code":"stopping"`) {
+		t.Fatalf("the stop's 503s logged as:\n%s\nwant them logged, below error", f.logs)
+	}
 }
 
 // TestFailedServiceRefusesAllButMetrics: once a write fails, the service

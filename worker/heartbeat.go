@@ -60,6 +60,10 @@ func (w *Worker) beat(ctx context.Context, ids []uint64, sent time.Time, timeout
 		w.mu.Lock()
 		w.mu.core.Unacked()
 		w.mu.Unlock()
+		if denied(err) && ctx.Err() == nil {
+			w.refused("heartbeat", err)
+			return
+		}
 		if ctx.Err() == nil {
 			w.log().Warn().Err(err).Msg("heartbeat not acknowledged")
 		}

@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +117,35 @@ type Worker struct {
 	// adoptMu makes lease lists for orphans one at a time (Core.ListMark):
 	// the acquire loop's and a report's.
 	adoptMu sync.Mutex
+	// halt stops Run with its cause: a refusal of the worker's token
+	// (refused). Set by Run.
+	halt context.CancelCauseFunc
+	// haltLogged: the first refusal is logged, not the loop's that follow.
+	haltLogged atomic.Bool
+}
+
+// ErrRefused is wrapped by the error Run returns when the daemon refuses the
+// worker's own calls — acquire, heartbeat, its lease list — with 401 (an
+// unknown token) or 403 (a token that is not this worker's: an admin's, an
+// auditor's, another worker's). Nothing the worker does changes its token,
+// so it does not retry: Run stops as on a stop, leaving its jobs to their
+// supervisors and their leases to a worker started again with a token that
+// is its own. The error wraps the daemon's answer (an *api.Error) too.
+var ErrRefused = errors.New("the daemon refuses this worker's token")
+
+// denied reports whether err is a refusal of the caller's token.
+func denied(err error) bool {
+	var e *api.Error
+	return errors.As(err, &e) && (e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden)
+}
+
+// refused stops Run with ErrRefused, the call and err as its cause.
+func (w *Worker) refused(call string, err error) {
+	if w.haltLogged.Swap(true) {
+		return // halted already
+	}
+	w.log().Error().Err(err).Str("call", call).Msg("the daemon refuses this worker's token; stopping")
+	w.halt(fmt.Errorf("worker %s: %s: %w: %w", w.opts.ID, call, ErrRefused, err))
 }
 
 // New returns a worker.
@@ -156,7 +186,12 @@ func (w *Worker) backoff() *Backoff { return NewBackoff(w.renew(), w.opts.Rand) 
 // goroutine it started has ended, those of single leases included. Jobs in
 // flight are left running: their leases stay, and a restarted worker
 // re-attaches to them.
+//
+// A refusal of the worker's token (ErrRefused) stops it the same way, and
+// Run returns it; a stop through ctx returns nil.
 func (w *Worker) Run(ctx context.Context) error {
+	ctx, w.halt = context.WithCancelCause(ctx)
+	defer w.halt(nil)
 	defer w.leases.Wait()
 	if err := w.reattach(ctx); err != nil {
 		return err
@@ -166,6 +201,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); w.heartbeatLoop(ctx) }()
 	go func() { defer wg.Done(); w.acquireLoop(ctx) }()
 	wg.Wait()
+	if err := context.Cause(ctx); errors.Is(err, ErrRefused) {
+		return err
+	}
 	return nil
 }
 
@@ -204,6 +242,9 @@ func (w *Worker) reattach(ctx context.Context) error {
 		grants, err = w.opts.Daemon.WorkerLeases(ctx, w.opts.ID)
 		return err
 	})
+	if denied(err) {
+		return fmt.Errorf("worker %s: re-attach: %w: %w", w.opts.ID, ErrRefused, err)
+	}
 	if err != nil {
 		return fmt.Errorf("worker %s: re-attach: %w", w.opts.ID, err)
 	}
@@ -247,6 +288,10 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 		grants, err := w.opts.Daemon.Acquire(callCtx, w.opts.ID, room, w.opts.Wait)
 		cancel()
 		if err != nil {
+			if denied(err) && ctx.Err() == nil {
+				w.refused("acquire", err)
+				return
+			}
 			if ctx.Err() == nil {
 				wait := backoff.Next()
 				if api.IsCode(err, api.CodeStopping) {

@@ -72,10 +72,7 @@ func missing(t *testing.T, why string) {
 func TestPython(t *testing.T) {
 	py := python(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "leaselog")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/leaselog/leaselog/cmd/leaselog").CombinedOutput(); err != nil {
-		t.Fatalf("build leaselog: %v\n%s", err, out)
-	}
+	bin := build(t, dir)
 	cfg := filepath.Join(dir, "leaselog.toml")
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
@@ -90,7 +87,7 @@ func TestPython(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
-	cmd.Env = append(environ("LEASELOG_SERVER", "LEASELOG_TOKEN", "PYTHONPATH"),
+	cmd.Env = append(environ("LEASELOG_SERVER", "LEASELOG_TOKEN", "LEASELOG_DATA", "PYTHONPATH"),
 		"LEASELOG_SERVER=http://"+addr, "PYTHONDONTWRITEBYTECODE=1", "TMPDIR="+t.TempDir(), // the tests' state directories go with the test
 		"LEASELOG_AUTH_SERVER=http://"+authAddr, "LEASELOG_AUTH_ADMIN="+adminToken,
 		"LEASELOG_AUTH_AUDITOR="+auditorToken, "LEASELOG_AUTH_WORKER="+workerID+":"+workerToken)
@@ -174,12 +171,29 @@ func lastLine(b []byte) string {
 	return lines[len(lines)-1]
 }
 
+// build builds leaselog into dir and returns the binary's path.
+func build(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "leaselog")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/leaselog/leaselog/cmd/leaselog").CombinedOutput(); err != nil {
+		t.Fatalf("build leaselog: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // serve starts `leaselog serve` with args and returns the address it
 // listens on, read from its "listening" log line; the daemon is killed when
 // the test ends.
 func serve(t *testing.T, bin string, args ...string) string {
 	t.Helper()
+	return serveIn(t, "", bin, args...)
+}
+
+// serveIn is serve in the working directory cwd ("": the test's).
+func serveIn(t *testing.T, cwd, bin string, args ...string) string {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	cmd.Dir = cwd
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -46,22 +46,38 @@ func (f *clientFlags) client(opts ...api.ClientOption) (*api.Client, error) {
 }
 
 // printer writes rows as a table, or objects as JSON lines.
+//
+// A table's rows wait for flush, which writes them with each column as wide
+// as its widest cell so far (plus two spaces). Widths only grow, so rows
+// flushed one at a time — a followed stream — stay in the columns of those
+// before them as long as their cells fit; minWidths sizes the columns
+// whose widths are known beforehand. The header goes out with the first
+// row, or with a flush of a table that has none: a listing that fails
+// before its first row (end) prints nothing but its error.
 type printer struct {
-	json bool
-	out  io.Writer
-	tw   *tabwriter.Writer
+	json   bool
+	out    io.Writer
+	header []string
+	headed bool       // the header is queued or written
+	rows   [][]string // queued, not yet written
+	widths []int      // of each column but the last, in runes
 }
 
 func (f *clientFlags) printer(out io.Writer, header ...string) *printer {
-	p := &printer{json: f.output == "json", out: out}
-	if !p.json {
-		p.tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(p.tw, strings.Join(header, "\t"))
-	}
-	return p
+	return &printer{json: f.output == "json", out: out, header: header, widths: make([]int, len(header))}
 }
 
-// row prints v as JSON, or cells as a table row.
+// minWidths makes the columns at least as wide as the cells given (a
+// sample cell, or a width as a string of that length).
+func (p *printer) minWidths(cells ...string) {
+	for i, c := range cells {
+		if i < len(p.widths) {
+			p.widths[i] = max(p.widths[i], utf8.RuneCountInString(c))
+		}
+	}
+}
+
+// row prints v as JSON, or queues cells as a table row.
 func (p *printer) row(v any, cells ...any) {
 	if p.json {
 		b, _ := json.Marshal(v)
@@ -75,12 +91,46 @@ func (p *printer) row(v any, cells ...any) {
 			s[i] = "-"
 		}
 	}
-	fmt.Fprintln(p.tw, strings.Join(s, "\t"))
+	p.queueHeader()
+	p.rows = append(p.rows, s)
 }
 
+func (p *printer) queueHeader() {
+	if !p.headed {
+		p.headed = true
+		p.rows = append([][]string{p.header}, p.rows...)
+	}
+}
+
+// flush writes the rows queued: the header alone if there were none yet.
 func (p *printer) flush() {
-	if p.tw != nil {
-		p.tw.Flush()
+	if p.json {
+		return
+	}
+	p.queueHeader()
+	for _, r := range p.rows {
+		p.minWidths(r...)
+	}
+	var b strings.Builder
+	for _, r := range p.rows {
+		for i, c := range r {
+			b.WriteString(c)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", p.widths[i]-utf8.RuneCountInString(c)+2))
+			}
+		}
+		b.WriteByte('\n')
+	}
+	p.rows = nil
+	io.WriteString(p.out, b.String())
+}
+
+// end ends a listing that err failed (nil: that did not): the rows listed
+// are written, and so is a header with no rows — but not one of a listing
+// that failed before its first row.
+func (p *printer) end(err error) {
+	if err == nil || p.headed {
+		p.flush()
 	}
 }
 

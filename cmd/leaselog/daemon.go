@@ -35,8 +35,10 @@ type daemon struct {
 	stopRun context.CancelFunc
 	queue   lease.QueuePolicy // what the graceful stop does with the queue
 	// token is the admin token kept in tokenFile, when the daemon generated
-	// one (Config.GeneratesToken); empty otherwise.
+	// one (Config.GeneratesToken); empty otherwise. workerTokenFile keeps
+	// the workers' token then.
 	token, tokenFile string
+	workerTokenFile  string
 	wg               sync.WaitGroup
 }
 
@@ -62,6 +64,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	metrics := server.NewMetrics(prometheus.NewRegistry())
+	metrics.WatchDisk(cfg.Store.Dir)
 	slog := logger
 	if o.StoreLogger != nil {
 		slog = *o.StoreLogger
@@ -97,10 +100,15 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 	auth := cfg.ServerAuth()
 	if cfg.GeneratesToken() {
 		// Taken with the store's lock held: no other daemon writes it.
-		if d.token, d.tokenFile, err = loadOrCreateToken(cfg.Store.Dir); err != nil {
+		if d.token, d.tokenFile, err = loadOrCreateToken(cfg.Store.Dir, tokenFileName); err != nil {
 			return fail(fmt.Errorf("serve: %w", err))
 		}
-		auth = &server.Auth{Admin: []string{d.token}}
+		workers, workersFile, err := loadOrCreateToken(cfg.Store.Dir, workerTokenFileName)
+		if err != nil {
+			return fail(fmt.Errorf("serve: %w", err))
+		}
+		d.workerTokenFile = workersFile
+		auth = &server.Auth{Admin: []string{d.token}, AnyWorker: []string{workers}}
 	}
 	reason, err := st.campaign(ctx, logger, cfg.Server.Listen)
 	if err != nil {
@@ -187,7 +195,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		Int("local_capacity", cfg.Capacity()).Int("max_connections", maxConns)
 	switch {
 	case d.tokenFile != "":
-		ev = ev.Str("auth", "admin token in "+d.tokenFile)
+		ev = ev.Str("auth", "admin token in "+d.tokenFile+", workers' in "+d.workerTokenFile)
 	case auth == nil:
 		ev = ev.Str("auth", "open")
 	default:

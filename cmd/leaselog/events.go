@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
 )
 
 type eventFlags struct {
@@ -50,6 +51,11 @@ connects again with backoff and resumes after the last event shown
 			}
 			f.stderr = cmd.ErrOrStderr()
 			p := f.printer(cmd.OutOrStdout(), "SEQ", "TIME", "TYPE", "JOB", "LEASE", "WORKER", "DETAIL")
+			if f.follow {
+				// Rows come one at a time: give the columns whose widths
+				// are known theirs from the start.
+				p.minWidths("1234567", fmtTime(time.Now()), widestType(), "", "12345")
+			}
 			next, err := f.list(cmd.Context(), func(e api.Event) {
 				lease := ""
 				if e.Lease != 0 {
@@ -57,7 +63,7 @@ connects again with backoff and resumes after the last event shown
 				}
 				p.row(e, e.Seq, fmtTime(e.Time), e.Type, e.Job, lease, e.Worker, detail(e))
 				if f.follow {
-					p.flush() // a live stream cannot wait to align its columns
+					p.flush() // a live stream cannot wait: its rows keep the columns' widths
 				}
 			}, p.flush)
 			return f.page.done(cmd.ErrOrStderr(), p, next, err)
@@ -177,6 +183,17 @@ func (f *eventFlags) streamFrom(ctx context.Context, c *api.Client, q api.EventQ
 			lost = false
 		},
 	})
+}
+
+// widestType is the longest name of an event type.
+func widestType() string {
+	w := ""
+	for _, t := range event.Types() {
+		if s := t.String(); len(s) > len(w) {
+			w = s
+		}
+	}
+	return w
 }
 
 func detail(e api.Event) string {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
 )
 
 func (m *Main) submitCommand() *cobra.Command {
@@ -20,12 +21,18 @@ func (m *Main) submitCommand() *cobra.Command {
 		Use:   "submit --id ID --kind run|evaluation [--repo R --ref REF] [--bring-back PATH]... [--max-requeues N] -- COMMAND...",
 		Short: "Submit a job (idempotent on its id)",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// What the CLI can tell is missing, it says before any call.
+			switch {
+			case id == "":
+				return errors.New("submit: --id is required: the job's id, chosen by you (submission is idempotent on it)")
+			case kind == "":
+				return errors.New("submit: --kind is required: run or evaluation")
+			case len(args) == 0:
+				return errors.New("submit: give the command to run after --")
+			}
 			c, err := f.client()
 			if err != nil {
 				return err
-			}
-			if len(args) == 0 {
-				return errors.New("submit: give the command to run after --")
 			}
 			spec := api.Spec{Run: strings.Join(args, " "), BringBack: bringBack}
 			if repo != "" {
@@ -66,9 +73,11 @@ func (m *Main) submitCommand() *cobra.Command {
 
 func (m *Main) revokeCommand(kill bool) *cobra.Command {
 	var f clientFlags
-	use, short := "cancel JOB", "Cancel a job: at once if queued, at its worker's next heartbeat if leased"
+	use, short := "cancel JOB", "Cancel a job: at once if queued; if leased, its worker stops it (SIGTERM, then SIGKILL) at its next heartbeat"
+	verb, reason := "cancel", event.ReasonCancelled
 	if kill {
-		use, short = "kill JOB", "Kill a job: at once if queued; its worker stops it now if leased"
+		use, short = "kill JOB", "Kill a job: at once if queued; if leased, its worker kills it (SIGKILL) at its next heartbeat"
+		verb, reason = "kill", event.ReasonKilled
 	}
 	cmd := &cobra.Command{
 		Use:   use,
@@ -87,6 +96,9 @@ func (m *Main) revokeCommand(kill bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := endedBefore(verb, reason, j); err != nil {
+				return err
+			}
 			p := f.printer(cmd.OutOrStdout(), jobHeader()...)
 			jobRow(p, j)
 			p.flush()
@@ -95,6 +107,31 @@ func (m *Main) revokeCommand(kill bool) *cobra.Command {
 	}
 	f.register(cmd)
 	return cmd
+}
+
+// errEnded is the error of a cancel or a kill of a job that had ended.
+var errEnded = errors.New("the job had ended already")
+
+// endedBefore tells a job that a cancel or a kill (verb) found ended: the
+// daemon answers such a call with the job as it is. A job this call (or an
+// earlier one like it) cancelled is cancelled with the call's own reason;
+// any other end — reported, failed, cancelled otherwise — came before.
+func endedBefore(verb, reason string, j api.Job) error {
+	var how string
+	switch j.State {
+	case "reported":
+		how = "reported " + j.Outcome
+	case "failed":
+		how = fmt.Sprintf("failed: %q", j.Reason)
+	case "cancelled":
+		if j.Reason == reason {
+			return nil
+		}
+		how = fmt.Sprintf("cancelled: %q", j.Reason)
+	default:
+		return nil
+	}
+	return fmt.Errorf("%s %s: %w (%s): nothing to %s", verb, j.ID, errEnded, how, verb)
 }
 
 func (m *Main) jobsCommand() *cobra.Command {

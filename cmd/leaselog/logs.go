@@ -118,7 +118,9 @@ func (d dirOutput) read(ctx context.Context, job string, lease uint64, stream st
 // job ends (every stream's last read was final). A new lease (a retry)
 // starts its streams from the beginning, announced on note. A follow that
 // loses the daemon (restarted, say) says so on note and asks again with
-// backoff, from where it was.
+// backoff, from where it was — once it has had an answer: a daemon never
+// reached (a wrong --server, no daemon running) is an error at once, as for
+// every other command.
 func tailOutput(ctx context.Context, src outputSource, job string, lease uint64, streams []string, out map[string]io.Writer, follow bool, note io.Writer) error {
 	t := &tail{src: src, job: job, lease: lease, streams: streams, out: out, note: note, st: make([]streamState, len(streams))}
 	backoff := worker.NewBackoff(5*time.Second, rand.Float64)
@@ -127,7 +129,7 @@ func tailOutput(ctx context.Context, src outputSource, job string, lease uint64,
 		err := t.pass(ctx)
 		wait := logsPoll
 		switch {
-		case err != nil && follow && transient(err) && ctx.Err() == nil:
+		case err != nil && follow && transient(err) && t.reached && ctx.Err() == nil:
 			if !lost {
 				fmt.Fprintf(note, "leaselog: logs %s: %v; trying again\n", job, explainUnreachable(err))
 				lost = true
@@ -167,6 +169,7 @@ type tail struct {
 	note      io.Writer
 	st        []streamState
 	announced uint64 // the lease whose output is shown
+	reached   bool   // the daemon answered a read (an error too)
 }
 
 type streamState struct {
@@ -191,6 +194,8 @@ func (t *tail) pass(ctx context.Context) error {
 		st := &t.st[i]
 		for {
 			c, err := t.src.read(ctx, t.job, t.lease, stream, st.offset)
+			var answer *api.Error
+			t.reached = t.reached || err == nil || errors.As(err, &answer)
 			if err != nil {
 				return err
 			}

@@ -129,11 +129,14 @@ func TestE2ELogsOfARemoteWorker(t *testing.T) {
 type fakeOutput struct {
 	chunks map[string][]chunk
 	offs   map[string][]int64 // the offsets asked for
-	fail   []error            // the next reads fail with these first
+	fail   []error            // the reads after the first ok fail with these first
+	ok     int
 }
 
 func (f *fakeOutput) read(_ context.Context, _ string, _ uint64, stream string, offset int64) (chunk, error) {
-	if len(f.fail) > 0 {
+	if f.ok > 0 {
+		f.ok--
+	} else if len(f.fail) > 0 {
 		err := f.fail[0]
 		f.fail = f.fail[1:]
 		return chunk{}, err
@@ -177,14 +180,15 @@ func TestTailOutputFollowsARetry(t *testing.T) {
 
 // A follow outlives a daemon out of reach (restarted): it says so once and
 // resumes where it was. An error that is an answer ends it, as it ends a
-// read without --follow.
+// read without --follow; so does a daemon never reached (a wrong --server).
 func TestTailOutputOutlivesALostDaemon(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
-	script := func(fail ...error) *fakeOutput {
-		return &fakeOutput{offs: map[string][]int64{}, fail: fail, chunks: map[string][]chunk{
+	script := func(ok int, fail ...error) *fakeOutput {
+		return &fakeOutput{offs: map[string][]int64{}, ok: ok, fail: fail, chunks: map[string][]chunk{
 			"stdout": {{data: []byte("a\n"), lease: 2}, {lease: 2}, {data: []byte("b\n"), lease: 2, final: true}},
 		}}
 	}
+	busy := &api.Error{Status: 503, Code: api.CodeUnavailable, Message: "busy"}
 	for _, tc := range []struct {
 		name      string
 		src       *fakeOutput
@@ -192,10 +196,12 @@ func TestTailOutputOutlivesALostDaemon(t *testing.T) {
 		out, note string
 		errSays   string
 	}{
-		{"follow, the daemon away twice", script(refused, refused), true, "a\nb\n", "trying again", ""},
-		{"follow, a 503", script(&api.Error{Status: 503, Code: api.CodeUnavailable, Message: "busy"}), true, "a\nb\n", "busy; trying again", ""},
-		{"follow, a 404", script(&api.Error{Status: 404, Code: api.CodeNotFound, Message: "job j"}), true, "", "", "not_found: job j"},
-		{"no follow, the daemon away", script(refused), false, "", "", "connection refused"},
+		{"follow, the daemon away twice", script(1, refused, refused), true, "a\nb\n", "trying again", ""},
+		{"follow, a 503", script(0, busy), true, "a\nb\n", "busy; trying again", ""},
+		{"follow, a 503, then away", script(0, busy, refused), true, "a\nb\n", "busy; trying again", ""},
+		{"follow, a 404", script(0, &api.Error{Status: 404, Code: api.CodeNotFound, Message: "job j"}), true, "", "", "not_found: job j"},
+		{"follow, the daemon never reached", script(0, refused, refused), true, "", "", "connection refused"},
+		{"no follow, the daemon away", script(0, refused), false, "", "", "connection refused"},
 	} {
 		var stdout, note bytes.Buffer
 		err := tailOutput(context.Background(), tc.src, "j", 0, []string{"stdout"}, map[string]io.Writer{"stdout": &stdout}, tc.follow, &note)

@@ -25,7 +25,7 @@ type pageFlags struct {
 func (p *pageFlags) register(cmd *cobra.Command, what string) {
 	p.what = what
 	cmd.Flags().IntVar(&p.limit, "limit", api.DefaultLimit, fmt.Sprintf("show a page of at most N %s (1 to %d)", what, api.MaxLimit))
-	cmd.Flags().BoolVar(&p.all, "all", false, "show every "+what+", page after page")
+	cmd.Flags().BoolVar(&p.all, "all", false, "show all the "+what+", page after page")
 	cmd.Flags().StringVar(&p.after, "after", "", "start after this cursor (the one a page that is not the last names)")
 }
 
@@ -77,9 +77,10 @@ func each[T any](p *pageFlags, fetch func(after string) ([]T, string, error), sh
 	}
 }
 
-// done flushes the table, then tells on w how to see more if next is set.
+// done writes the rows listed (see printer.end), then tells on w how to
+// see more if next is set.
 func (p *pageFlags) done(w io.Writer, pr *printer, next string, err error) error {
-	pr.flush()
+	pr.end(err)
 	if err == nil && next != "" {
 		p.more(w, next)
 	}

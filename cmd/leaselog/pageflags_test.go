@@ -14,12 +14,21 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/internal/testkit/leasetest"
+	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
 
 // pagedDaemon is an in-process daemon with 7 jobs (j0…j6, submitted in
-// reverse) and 3 live leases, and the flags that reach it.
+// reverse) and 3 live leases (9, 10, 11: j6, j5, j4), and the flags that
+// reach it.
 func pagedDaemon(t *testing.T) []string {
+	t.Helper()
+	flags, _ := pagedService(t)
+	return flags
+}
+
+// pagedService is pagedDaemon, with its service.
+func pagedService(t *testing.T) ([]string, *lease.Service) {
 	t.Helper()
 	_, svc := leasetest.Open(t)
 	ctx := context.Background()
@@ -37,7 +46,7 @@ func pagedDaemon(t *testing.T) []string {
 	// An open daemon: no token, whatever the environment holds.
 	t.Setenv("LEASELOG_TOKEN", "")
 	os.Unsetenv("LEASELOG_TOKEN")
-	return []string{"--server", ts.URL, "--data", t.TempDir(), "-o", "json"}
+	return []string{"--server", ts.URL, "--data", t.TempDir(), "-o", "json"}, svc
 }
 
 // runCLI runs a command line in process, returning its stdout and stderr.

@@ -84,7 +84,7 @@ func writeConfig(t *testing.T, dir, text string) string {
 
 func TestTokenFile(t *testing.T) {
 	dir := t.TempDir()
-	token, path, err := loadOrCreateToken(dir)
+	token, path, err := loadOrCreateToken(dir, tokenFileName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestTokenFile(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 || len(token) < 32 {
 		t.Fatalf("token file mode %v, token %d characters", fi.Mode(), len(token))
 	}
-	if again, _, err := loadOrCreateToken(dir); err != nil || again != token {
+	if again, _, err := loadOrCreateToken(dir, tokenFileName); err != nil || again != token {
 		t.Fatalf("second start: token %q, %v; want the first one kept", again, err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, ".token-*")); len(left) > 0 {
@@ -144,7 +144,7 @@ func TestTokenFile(t *testing.T) {
 		if err := os.Chmod(path, tc.mode); err != nil {
 			t.Fatal(err)
 		}
-		_, _, err := loadOrCreateToken(dir)
+		_, _, err := loadOrCreateToken(dir, tokenFileName)
 		if !errors.Is(err, errTokenFile) {
 			t.Errorf("%s: %v, want a token file error", tc.name, err)
 		}

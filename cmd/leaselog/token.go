@@ -21,20 +21,28 @@ import (
 	"github.com/leaselog/leaselog/api"
 )
 
-// tokenFileName is the admin token's file in the data directory.
-const tokenFileName = "token"
+// tokenFileName is the admin token's file in the data directory, and
+// workerTokenFileName the workers' token's: a token that may act as any
+// worker and nothing else (server.Auth.AnyWorker), for the workers this
+// host's user runs against the daemon (`leaselog worker`, the Python
+// Worker). Both are the user's already: the admin token runs any command
+// through the local worker.
+const (
+	tokenFileName       = "token"
+	workerTokenFileName = "worker-token"
+)
 
 // errTokenFile is wrapped by every refusal of an existing token file.
 var errTokenFile = errors.New("token file")
 
-// loadOrCreateToken returns the admin token kept in dir/token, generating it
-// on the first start. The file is written whole or not at all (a temporary
+// loadOrCreateToken returns the token kept in dir/name, generating it on the
+// first start. The file is written whole or not at all (a temporary
 // file, synced, renamed, the directory synced), mode 0600, and reused across
 // restarts so that a CLI holding it keeps working. A file another user could
 // read, or that is not the daemon user's, is refused rather than trusted or
 // silently replaced: its token may have leaked.
-func loadOrCreateToken(dir string) (token, path string, err error) {
-	path = filepath.Join(dir, tokenFileName)
+func loadOrCreateToken(dir, name string) (token, path string, err error) {
+	path = filepath.Join(dir, name)
 	token, err = readTokenFile(path)
 	if err == nil || !errors.Is(err, os.ErrNotExist) {
 		return token, path, err
@@ -44,7 +52,7 @@ func loadOrCreateToken(dir string) (token, path string, err error) {
 		return "", path, fmt.Errorf("token: %w", err)
 	}
 	token = base64.RawURLEncoding.EncodeToString(b)
-	f, err := os.CreateTemp(dir, ".token-*") // 0600, whatever the umask
+	f, err := os.CreateTemp(dir, "."+name+"-*") // 0600, whatever the umask
 	if err != nil {
 		return "", path, fmt.Errorf("token: %w", err)
 	}
@@ -124,14 +132,21 @@ const defaultDataDir = "./leaselog-data"
 // never sent to another host: it is this host's daemon's admin token. No
 // token at all is not an error; an open daemon needs none.
 func clientToken(server, dataDir string) (string, error) {
+	t, _, err := localToken(server, dataDir, tokenFileName)
+	return t, err
+}
+
+// localToken is clientToken for the token file name: the token and where
+// it was found ("" for none).
+func localToken(server, dataDir, name string) (token, from string, err error) {
 	if t, ok := os.LookupEnv("LEASELOG_TOKEN"); ok {
 		if strings.TrimSpace(t) == "" {
-			return "", errors.New("LEASELOG_TOKEN is set but blank: unset it or give it a token")
+			return "", "", errors.New("LEASELOG_TOKEN is set but blank: unset it or give it a token")
 		}
-		return t, nil
+		return t, "$LEASELOG_TOKEN", nil
 	}
 	if !localServer(server) {
-		return "", nil
+		return "", "", nil
 	}
 	if dataDir == "" {
 		dataDir = os.Getenv("LEASELOG_DATA")
@@ -139,11 +154,12 @@ func clientToken(server, dataDir string) (string, error) {
 	if dataDir == "" {
 		dataDir = defaultDataDir
 	}
-	t, err := readTokenFile(filepath.Join(dataDir, tokenFileName))
+	path := filepath.Join(dataDir, name)
+	t, err := readTokenFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", nil
+		return "", "", nil
 	}
-	return t, err
+	return t, path, err
 }
 
 // localServer tells whether a server address is on this host; a list of

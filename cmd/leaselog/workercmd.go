@@ -22,7 +22,7 @@ import (
 )
 
 func (m *Main) workerCommand() *cobra.Command {
-	var server, id, workdir, logFormat, logLevel, tokenFile string
+	var server, id, workdir, logFormat, logLevel, tokenFile, dataDir string
 	var retention time.Duration
 	var capacity int
 	var session bool
@@ -36,9 +36,12 @@ the daemon has not acknowledged a heartbeat for toleration − 2×renew seconds.
 Stopping the worker leaves its jobs running; started again with the same id
 and workdir, it re-attaches to them.
 
-Its token is $LEASELOG_TOKEN or the file --token-file (mode 0600). Given in
-the environment, the worker re-executes itself without it, so that its jobs
-find it neither in their environment nor in the worker's.
+Its token is $LEASELOG_TOKEN or the file --token-file (mode 0600); with
+neither, for a daemon on this host, the workers' token that a daemon with no
+[auth] keeps in DATA/worker-token (--data). Given in the environment, the
+worker re-executes itself without it, so that its jobs find it neither in
+their environment nor in the worker's. A daemon that refuses the token (401,
+403) stops the worker with an error naming both: retrying cannot help.
 
 Before taking leases it asks the daemon for its boot id (retrying until the
 daemon answers): on the daemon's host the worker fences on CLOCK_MONOTONIC,
@@ -65,6 +68,20 @@ after a takeover. With a list it fences on CLOCK_BOOTTIME.`,
 			}
 			if server, err = resolveServer(server); err != nil {
 				return fmt.Errorf("worker: --server: %w", err)
+			}
+			tokenFrom := "$LEASELOG_TOKEN"
+			switch {
+			case tokenFile != "":
+				tokenFrom = "the token of --token-file " + tokenFile
+			case token == "":
+				if token, tokenFrom, err = localToken(server, dataDir, workerTokenFileName); err != nil {
+					return fmt.Errorf("worker: %w", err)
+				}
+				if tokenFrom == "" {
+					tokenFrom = "no token"
+				} else {
+					tokenFrom = "the token of " + tokenFrom
+				}
 			}
 			var copts []api.ClientOption
 			if session {
@@ -108,7 +125,18 @@ after a takeover. With a list it fences on CLOCK_BOOTTIME.`,
 			logger.Info().Str("server", server).Int("capacity", capacity).Str("workdir", workdir).
 				Str("fence_clock", clock.String()).Float64("retention_seconds", retention.Seconds()).Msg("worker running")
 			go exec.RunRetention(cmd.Context())
-			return w.Run(cmd.Context())
+			err = w.Run(cmd.Context())
+			if errors.Is(err, worker.ErrRefused) {
+				err = fmt.Errorf("the daemon at %s refuses %s (set $LEASELOG_TOKEN or --token-file to worker %q's token): %w", server, tokenFrom, id, err)
+				logger.Error().Err(err).Msg("worker stopped")
+				return err
+			}
+			if err != nil {
+				logger.Error().Err(err).Msg("worker stopped")
+				return err
+			}
+			logger.Info().Msg("worker stopped; its jobs still running are left to their supervisors, re-attached at its next start")
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&server, "server", "", serverHelp)
@@ -120,6 +148,7 @@ after a takeover. With a list it fences on CLOCK_BOOTTIME.`,
 	cmd.Flags().DurationVar(&retention, "retention", local.DefaultRetention, "remove the run directories (and worktrees; refs stay) of jobs ended longer ago than this; 0 keeps them")
 	cmd.Flags().BoolVar(&session, "session", false, "make the worker calls over a worker session (one connection, no HTTP per call; plain calls against a daemon without sessions)")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "read this worker's token from FILE (mode 0600) instead of $LEASELOG_TOKEN")
+	cmd.Flags().StringVar(&dataDir, "data", "", "with no $LEASELOG_TOKEN nor --token-file, send the workers' token a local daemon keeps in DIR/worker-token (default $LEASELOG_DATA or "+defaultDataDir+")")
 	return cmd
 }
 

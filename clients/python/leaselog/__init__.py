@@ -9,13 +9,15 @@
   the HTTP status.
 
 ``LEASELOG_SERVER`` and ``LEASELOG_TOKEN`` are read when no server or token
-is given.
+is given; with neither token, for a daemon on this host, the token files a
+daemon with no ``[auth]`` keeps (``./leaselog-data/token`` for a Client,
+``./leaselog-data/worker-token`` for a Worker), as the CLI does.
 """
 
 from .client import STALE_REPORT, Client, WorkerClient
 from .errors import (BadRequest, BodyTimeout, BodyTooLarge, Conflict, Fenced, Forbidden, InternalError,
                      JobExists, LeaselogError, MethodNotAllowed, NotFound, StaleLease, Stopping,
-                     Unauthorized, Unavailable, Unreachable)
+                     TokenRefused, Unauthorized, Unavailable, Unreachable)
 from .types import Event, Grant, Job, Lease, Submitted, Timing
 from .worker import Task, Worker
 
@@ -26,5 +28,5 @@ __all__ = [
     "Job", "Lease", "Event", "Grant", "Submitted", "Timing",
     "LeaselogError", "Unreachable", "BadRequest", "BodyTooLarge", "BodyTimeout", "Unauthorized",
     "Forbidden", "NotFound", "MethodNotAllowed", "Conflict", "JobExists", "StaleLease", "Fenced",
-    "Unavailable", "Stopping", "InternalError",
+    "Unavailable", "Stopping", "InternalError", "TokenRefused",
 ]

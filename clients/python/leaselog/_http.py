@@ -9,9 +9,11 @@ error answers become :mod:`leaselog.errors` exceptions.
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import os
 import socket
+import stat
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
@@ -20,6 +22,18 @@ from . import errors
 
 #: Where a client looks for the daemon when told nothing (as the Go client).
 DEFAULT_SERVER = "http://127.0.0.1:7420"
+
+#: Where a client looks for a local daemon's token files when told nothing
+#: (as the CLI: ``--data``, else ``$LEASELOG_DATA``, else this).
+DEFAULT_DATA = "./leaselog-data"
+
+#: The token files a daemon with no ``[auth]`` keeps in its data directory:
+#: its admin token, and the workers' token (any worker id, nothing else).
+ADMIN_TOKEN_FILE = "token"
+WORKER_TOKEN_FILE = "worker-token"
+
+#: The shortest token a daemon accepts.
+MIN_TOKEN_LEN = 16
 
 
 def normalize_server(server: Optional[str]) -> str:
@@ -41,15 +55,71 @@ def normalize_server(server: Optional[str]) -> str:
     return server.rstrip("/")
 
 
+def local_server(server: str) -> bool:
+    """Whether a daemon's address (a URL, as :func:`normalize_server`
+    returns) is on this host: a unix socket, localhost or a loopback IP."""
+    if server.startswith("unix://"):
+        return True
+    host = urllib.parse.urlsplit(server).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token_file(path: str) -> str:
+    """The token in a file, refusing one other users may read (as the CLI
+    does): a regular file, this user's, mode 0600 or tighter, one line of at
+    least 16 characters. Raises FileNotFoundError if there is none."""
+    fd = os.open(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"token file {path}: not a regular file")
+        if st.st_mode & 0o077:
+            raise ValueError(f"token file {path}: mode {stat.S_IMODE(st.st_mode):04o} lets other users read it; "
+                             "remove it (a new token is generated at the next start) or chmod 600 it")
+        if st.st_uid != os.geteuid():
+            raise ValueError(f"token file {path}: owned by uid {st.st_uid}, not this user ({os.geteuid()})")
+        token = f.read(4096).decode("utf-8", "replace").strip()
+    if len(token) < MIN_TOKEN_LEN or any(c.isspace() for c in token):
+        raise ValueError(f"token file {path}: does not hold a token (one line of at least {MIN_TOKEN_LEN} characters)")
+    return token
+
+
+def find_token(server: str, token: Optional[str], data: Optional[str],
+               file_name: str = ADMIN_TOKEN_FILE) -> Tuple[Optional[str], str]:
+    """The token to send to ``server``, and where it came from (for errors).
+
+    As the CLI finds it: ``token`` if given; else ``$LEASELOG_TOKEN`` (set
+    but blank is an error); else, for a daemon on this host only, the file
+    ``file_name`` in the data directory ``data``, else ``$LEASELOG_DATA``,
+    else ``./leaselog-data`` — if there is one (a token file is never sent
+    to another host); else none.
+    """
+    if token is not None:
+        return normalize_token(token), "the token given"
+    env = os.environ.get("LEASELOG_TOKEN")
+    if env is not None:
+        if not env.strip():
+            raise ValueError("LEASELOG_TOKEN is set but blank: unset it or give it a token")
+        return normalize_token(env), "$LEASELOG_TOKEN"
+    if not local_server(server):
+        return None, "no token"
+    path = os.path.join(data or os.environ.get("LEASELOG_DATA") or DEFAULT_DATA, file_name)
+    try:
+        return read_token_file(path), f"the token of {path}"
+    except FileNotFoundError:
+        return None, "no token"
+
+
 def normalize_token(token: Optional[str]) -> Optional[str]:
-    """The bearer token: ``None`` reads ``$LEASELOG_TOKEN``; blank is refused.
+    """The bearer token given: blank is refused.
 
     A token read from a file comes with its newline, which is stripped.
     """
-    if token is None:
-        token = os.environ.get("LEASELOG_TOKEN")
-        if token is not None and not token.strip():
-            token = None
     if token is None:
         return None
     t = token.strip()
@@ -100,9 +170,11 @@ class Transport:
     """
 
     def __init__(self, server: Optional[str] = None, token: Optional[str] = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, *, data: Optional[str] = None,
+                 token_file: str = ADMIN_TOKEN_FILE) -> None:
         self.server = normalize_server(server)
-        self.token = normalize_token(token)
+        #: Where the token came from (:func:`find_token`), for errors.
+        self.token, self.token_source = find_token(self.server, token, data, token_file)
         self.timeout = timeout
 
     def _connect(self, timeout: float) -> http.client.HTTPConnection:

@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
 from . import errors
-from ._http import Call, Transport, quote
+from ._http import WORKER_TOKEN_FILE, Call, Transport, quote
 from .types import Event, Grant, Job, Lease, Submitted, format_time, grants
 
 T = TypeVar("T")
@@ -52,14 +52,17 @@ class Client:
 
     ``server`` is ``host:port``, an ``http(s)://`` URL or ``unix:///path``;
     None reads ``$LEASELOG_SERVER`` (default ``http://127.0.0.1:7420``).
-    ``token`` is sent as a bearer token; None reads ``$LEASELOG_TOKEN``.
+    ``token`` is sent as a bearer token; None finds it as the CLI does:
+    ``$LEASELOG_TOKEN``, else, for a daemon on this host, the admin token a
+    daemon with no ``[auth]`` keeps in ``DATA/token``, where DATA is
+    ``data``, else ``$LEASELOG_DATA``, else ``./leaselog-data``.
     Every failure raises a :class:`leaselog.errors.LeaselogError`. Safe for
     concurrent use.
     """
 
     def __init__(self, server: Optional[str] = None, token: Optional[str] = None, *,
-                 timeout: float = 30.0) -> None:
-        self._t = Transport(server, token, timeout)
+                 timeout: float = 30.0, data: Optional[str] = None) -> None:
+        self._t = Transport(server, token, timeout, data=data)
 
     @property
     def server(self) -> str:
@@ -259,18 +262,28 @@ class WorkerClient:
     :class:`leaselog.Worker` drives one; use it directly to be a worker by
     hand (or to test a daemon's fencing). ``timeout`` of each call is in
     seconds; ``call`` lets another thread abort it (:class:`leaselog._http.Call`).
+    ``token`` None is found as :class:`Client` finds it, but in
+    ``DATA/worker-token``: the token a daemon with no ``[auth]`` keeps for
+    its user's workers (any worker id).
     """
 
-    def __init__(self, server: Optional[str], worker_id: str, token: Optional[str] = None) -> None:
+    def __init__(self, server: Optional[str], worker_id: str, token: Optional[str] = None, *,
+                 data: Optional[str] = None) -> None:
         if not worker_id:
             raise ValueError("a worker needs an id")
         self.worker_id = worker_id
-        self._t = Transport(server, token)
+        self._t = Transport(server, token, data=data, token_file=WORKER_TOKEN_FILE)
         self._w = f"/v1/workers/{quote(worker_id)}"
 
     @property
     def server(self) -> str:
         return self._t.server
+
+    @property
+    def token_source(self) -> str:
+        """Where the token came from: "$LEASELOG_TOKEN", "the token of
+        ./leaselog-data/worker-token", "no token"…"""
+        return self._t.token_source
 
     def acquire(self, max: int = 1, wait_seconds: float = 0, *, timeout: Optional[float] = None,
                 call: Optional[Call] = None) -> List[Grant]:

@@ -76,6 +76,15 @@ class Forbidden(LeaselogError):
     default_code = "forbidden"
 
 
+class TokenRefused(LeaselogError):
+    """A :class:`leaselog.Worker` stopped: the daemon refused its token (401
+    or 403) on the worker's own calls. Nothing the worker does changes its
+    token, so it does not retry; the message names the token and the
+    daemon. Jobs in flight are left as on a stop."""
+
+    default_code = "token_refused"
+
+
 class NotFound(LeaselogError):
     """404: no such job or lease."""
 

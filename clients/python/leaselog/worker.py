@@ -20,7 +20,7 @@ from ._core import Core, Held, Outcome, Stop, lost, not_started, refused, too_la
 from ._http import Call
 from ._runs import Executor, Handler, Task
 from .client import WorkerClient
-from .errors import LeaselogError, Stopping
+from .errors import Forbidden, LeaselogError, Stopping, TokenRefused, Unauthorized
 from .types import Grant, Timing, grants
 
 __all__ = ["Worker", "Task"]
@@ -93,11 +93,12 @@ class Worker:
     def __init__(self, server: Optional[str], worker_id: str, token: Optional[str] = None, *,
                  handler: Handler = None, capacity: int = 1, state_dir: Optional[str] = None,
                  workdir: Optional[str] = None, wait_seconds: float = 10.0, stop_grace: float = 10.0,
-                 next_in_report: bool = True, timing: Optional[Timing] = None) -> None:
+                 next_in_report: bool = True, timing: Optional[Timing] = None,
+                 data: Optional[str] = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, is {capacity}")
         self.id = worker_id
-        self.api = WorkerClient(server, worker_id, token)
+        self.api = WorkerClient(server, worker_id, token, data=data)
         self.handler = handler
         self.capacity = capacity
         self.state_dir = os.path.abspath(state_dir or default_state_dir(worker_id))
@@ -133,6 +134,10 @@ class Worker:
         Waits for the daemon to answer first. Jobs in flight when it returns
         are left running: a command's lease stays, and a worker started again
         with the same id and state directory re-attaches to it.
+
+        A daemon that refuses the worker's token (401, 403) stops it at
+        once: it raises :class:`leaselog.TokenRefused`, naming the token
+        and the daemon.
         """
         try:
             health = self._retry("health", lambda t: self.api.health(timeout=t))
@@ -143,7 +148,10 @@ class Worker:
             self.core = Core(self.capacity, self._timing, self.clock.now())
             self.executor = Executor(self.handler, self.state_dir, self.id, self.workdir, self.clock,
                                      self.stop_grace)
-            self._reattach()
+            try:
+                self._reattach()
+            except (Unauthorized, Forbidden) as e:
+                self._refused("list its leases", e)
             loops = [threading.Thread(target=self._heartbeat_loop, name="leaselog-heartbeat", daemon=True),
                      threading.Thread(target=self._acquire_loop, name="leaselog-acquire", daemon=True)]
             for t in loops:
@@ -159,9 +167,28 @@ class Worker:
                 if call is not None:
                     call.abort()
                 raise
+            if isinstance(self._error, TokenRefused):
+                raise self._error
         finally:
             self._ready.set()
             self._shutdown_callables()
+
+    def _refused(self, call: str, e: LeaselogError) -> None:
+        """Stop the worker: the daemon refuses its token."""
+        with self._lock:
+            first = not isinstance(self._error, TokenRefused)
+            if first:
+                self._error = TokenRefused(
+                    f"worker {self.id}: the daemon at {self.api.server} refuses {self.api.token_source} "
+                    f"({call}: {e}); give worker {self.id!r}'s token (token=, $LEASELOG_TOKEN) — "
+                    "retrying cannot help, so the worker stops", status=e.status)
+        if first:
+            log.error("%s", self._error)
+        self._stopped.set()
+        self._freed.set()
+        call_ = self._acquiring
+        if call_ is not None:
+            call_.abort()
 
     def start(self) -> "Worker":
         """Run in a background thread; returns once the worker has
@@ -235,6 +262,10 @@ class Worker:
     def _beat(self, ids: List[int], sent: float, timeout: float, answered: threading.Event) -> None:
         try:
             reply = self.api.heartbeat(ids, timeout=timeout)
+        except (Unauthorized, Forbidden) as e:
+            self._refused("heartbeat", e)
+            answered.set()
+            return
         except LeaselogError as e:
             with self._lock:
                 self.core.unacked()
@@ -286,6 +317,9 @@ class Worker:
             try:
                 grants = self.api.acquire(min(room, 100), self.wait_seconds,  # 100: the API's maximum
                                           timeout=self.wait_seconds + call_timeout, call=call)
+            except (Unauthorized, Forbidden) as e:
+                self._refused("acquire", e)
+                break
             except LeaselogError as e:
                 if self._stopped.is_set():
                     break

@@ -56,6 +56,17 @@ class AuthTest(unittest.TestCase):
             done = admin.wait(j.id, timeout=20)
         self.assertEqual((done.outcome, done.reason), ("succeeded", None))
 
+    def test_refused_token_stops_the_worker(self) -> None:
+        # The admin token may not act as a worker (403), an unknown token is
+        # nobody (401): the worker stops at once, naming token and daemon.
+        for name, token, status in (("the admin token", ADMIN, 403), ("an unknown token", "not-a-token-of-this-daemon", 401)):
+            with self.subTest(name), mock.patch.dict(os.environ, {"LEASELOG_TOKEN": token}):
+                w = leaselog.Worker(SERVER, WORKER_ID, state_dir=tempfile.mkdtemp(), wait_seconds=0.5)
+                with self.assertRaises(leaselog.TokenRefused) as cm:
+                    w.run()  # returns only on a stop: a worker that retried would hang here
+                self.assertEqual(cm.exception.status, status)
+                self.assertIn(f"the daemon at {SERVER} refuses $LEASELOG_TOKEN", str(cm.exception))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import tempfile
 import threading
 import unittest
 from typing import List
+from unittest import mock
 
 import leaselog
 from leaselog import _http, errors
@@ -42,6 +44,34 @@ class AddressTest(unittest.TestCase):
         self.assertEqual(_http.Transport().server, _http.DEFAULT_SERVER)
         with self.assertRaises(ValueError):
             _http.Transport(token="  ")
+
+    def test_token_found_as_the_cli_finds_it(self) -> None:
+        data = tempfile.mkdtemp()
+        for name, token in (("token", "admin-token-0123456789"), ("worker-token", "worker-token-0123456789")):
+            path = os.path.join(data, name)
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                f.write(token + "\n")
+        with mock.patch.dict(os.environ, {"LEASELOG_DATA": data}):
+            os.environ.pop("LEASELOG_TOKEN", None)
+            cases = [
+                ("a local daemon: DATA/token", "127.0.0.1:7420", {}, "admin-token-0123456789"),
+                ("localhost", "http://localhost:9", {}, "admin-token-0123456789"),
+                ("a socket", "unix:///run/l.sock", {}, "admin-token-0123456789"),
+                ("a worker: DATA/worker-token", "127.0.0.1:7420", {"token_file": "worker-token"},
+                 "worker-token-0123456789"),
+                ("another host: never a token file", "example:7420", {}, None),
+                ("data given, none there", "127.0.0.1:7420", {"data": tempfile.mkdtemp()}, None),
+            ]
+            for name, server, kw, want in cases:
+                with self.subTest(name):
+                    self.assertEqual(_http.Transport(server, **kw).token, want)
+            with mock.patch.dict(os.environ, {"LEASELOG_TOKEN": "env-token-0123456789"}):
+                self.assertEqual(_http.Transport("127.0.0.1:7420").token, "env-token-0123456789")
+            with mock.patch.dict(os.environ, {"LEASELOG_TOKEN": " "}), self.assertRaises(ValueError):
+                _http.Transport("127.0.0.1:7420")
+            os.chmod(os.path.join(data, "token"), 0o644)
+            with self.assertRaisesRegex(ValueError, "lets other users read it"):
+                _http.Transport("127.0.0.1:7420")
 
     def test_times(self) -> None:
         t = parse_time("2026-12-03T11:51:52.700455123Z")
