@@ -46,7 +46,8 @@ type scaleDaemon struct {
 // newScaleDaemon writes the configuration of a daemon with no local worker
 // and no [auth] (an open API), listening on a free port of 127.0.0.1, with
 // renew at renew and grace and toleration in the defaults' proportion to
-// it (5× and 30×), and returns it, not started.
+// it (5× and 30×), logging at info (its start-up's phases) to DIR.log, and
+// returns it, not started.
 func newScaleDaemon(exe, dir string, renew time.Duration, opts []api.ClientOption) (*scaleDaemon, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -66,7 +67,7 @@ renew_seconds = %g
 grace_seconds = %g
 toleration_seconds = %g
 [log]
-level = "warn"
+level = "info"
 `, addr, r, 5*r, 30*r)
 	d := &scaleDaemon{exe: exe, dir: dir, config: dir + ".toml", logTo: dir + ".log", url: "http://" + addr, opts: opts}
 	if err := os.WriteFile(d.config, []byte(text), 0o600); err != nil {
