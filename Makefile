@@ -25,7 +25,7 @@ test: fmt-check vet
 	$(GO) test -count=1 ./sim -run 'TestSimulation$$' -sim.seeds=1000
 
 # The deterministic simulation on $(SEEDS) seeds (seeds 1..SEEDS, and the
-# regression seeds), each checked for DESIGN §7 and for linearizability.
+# regression seeds), each checked for docs/design.md §7 and for linearizability.
 sim:
 	$(GO) test -count=1 -timeout 0 ./sim -run 'TestSimulation$$' -sim.first=$(FIRST) -sim.seeds=$(SEEDS)
 

@@ -1,10 +1,9 @@
-// Package api is the wire contract of leaselog's HTTP API (../shared/API.md,
+// Package api is the wire contract of leaselog's HTTP API (docs/api.md,
 // docs/openapi.yaml): the JSON documents the server sends and takes, its
-// error codes, and a Go client. The server, the Go worker and the CLI all
-// speak through it, so they cannot drift apart. It imports nothing of the
-// project: a worker or a client links the contract, never the daemon. The
-// conversions from the daemon's own types to these documents are the
-// server's (package server).
+// error codes, and a Go client ([Client]). The server, the Go worker and the
+// CLI all speak through it. It imports nothing of the project: a worker or a
+// client links the contract, never the daemon. The conversions from the
+// daemon's own types to these documents are package ops's.
 package api
 
 import (
@@ -261,4 +260,51 @@ type Health struct {
 	// BootID is the daemon host's boot id: a worker whose host has the same
 	// fences on CLOCK_MONOTONIC, any other on CLOCK_BOOTTIME (hostclock.For).
 	BootID string `json:"boot_id,omitempty"`
+}
+
+// Overview is the answer to GET /v1/overview: the daemon at a glance, as the
+// dashboard's first page shows it.
+type Overview struct {
+	Time     time.Time         `json:"time"` // the daemon's now; the minutes end at it
+	Seq      uint64            `json:"seq"`  // the last durable event counted
+	Jobs     map[string]int    `json:"jobs"` // jobs, by state
+	Reported map[string]uint64 `json:"reported"`
+	Queue    Queue             `json:"queue"`
+	Workers  WorkerCounts      `json:"workers"`
+	// Minutes counts the events of the last hour, a minute at a time.
+	Minutes Minutes `json:"minutes"`
+	// Failures are the latest events of a job gone wrong, newest first:
+	// lease.reported failed or killed, lease.expired (its worker lost) and
+	// lease.failed (an evaluation lost once more than its max_requeues).
+	Failures []Event `json:"failures"`
+	// Stale are the latest stale reports, newest first.
+	Stale []Event `json:"stale"`
+	// Admin says whether the caller may submit, cancel and kill: its token
+	// is an admin's, or the daemon takes none. A page shows its actions by it.
+	Admin bool `json:"admin"`
+}
+
+// Queue is the queue's depth and the time its head was queued (absent when
+// the queue is empty).
+type Queue struct {
+	Depth  int        `json:"depth"`
+	Oldest *time.Time `json:"oldest,omitempty"`
+	Job    string     `json:"job,omitempty"` // the head's id
+}
+
+// WorkerCounts counts the workers the daemon knows, by reachability.
+type WorkerCounts struct {
+	Reachable   int `json:"reachable"`
+	Unreachable int `json:"unreachable"`
+}
+
+// Minutes are per-minute counts of the hour before Overview.Time, oldest
+// first: Reported[i] the jobs reported (any outcome) in the minute from
+// Start + i minutes, Expired the leases expired. A count the overview did
+// not read (it reads a bounded number of events, newest minutes first) is
+// null.
+type Minutes struct {
+	Start    time.Time `json:"start"`
+	Reported []*int    `json:"reported"`
+	Expired  []*int    `json:"expired"`
 }

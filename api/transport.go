@@ -24,9 +24,8 @@ type clientOptions struct {
 // http:// or unix:// daemon: all its calls are streams of one connection,
 // which the daemon's connection cap counts once. It is not the default
 // because it costs more than HTTP/1.1 kept alive: net/http's HTTP/2 hands
-// each call between more goroutines and allocates more (p50 of a heartbeat
-// +25% with one worker, 1.35× the bytes a call, jobs/s no better at 64
-// workers: docs/performance.md).
+// each call between more goroutines and allocates more, for no more jobs a
+// second (docs/performance.md has the figures).
 func H2C() ClientOption { return func(o *clientOptions) { o.h2c = true } }
 
 // answerBuffers holds the buffers a Client reads answers into: an answer is

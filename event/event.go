@@ -12,7 +12,7 @@ import (
 // format and never change; new types take new numbers.
 type Type uint8
 
-// The event types of DESIGN §3. TypeLost (lease.lost) is a worker's word that
+// The event types of docs/design.md §3. TypeLost (lease.lost) is a worker's word that
 // it lost a live lease's job, and TypeFailed (lease.failed) the end of an
 // evaluation lost once more than its max_requeues allows; they came after the
 // others, hence their numbers. TypeHeartbeats (lease.heartbeats) is never

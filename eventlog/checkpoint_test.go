@@ -16,7 +16,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/testutil"
+	"github.com/leaselog/leaselog/internal/testkit/testutil"
 )
 
 func openDisk(t testing.TB, dir string, readOnly bool) *eventlog.Log {

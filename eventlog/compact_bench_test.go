@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/synth"
+	"github.com/leaselog/leaselog/internal/testkit/synth"
 )
 
 // compactShapes are the logs of BenchmarkCompact: leases heartbeating as a

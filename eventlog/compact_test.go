@@ -552,7 +552,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		if len(evs) == 0 {
 			return
 		}
-		if err := into.Import(nil, nil, nil); err == nil {
+		if _, err := into.StageImport(nil, nil, nil); err == nil {
 			t.Fatal("an import of no events was taken")
 		}
 		cm, err := into.StageImportCompacted(evs, gaps, nil, []byte("m"))

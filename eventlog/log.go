@@ -5,9 +5,11 @@
 // ordered group commit that makes appends durable. No other package opens
 // Pebble: the rest of the program sees the log through this package, and
 // names Pebble's vfs only to choose the filesystem a store lives on
-// (Options.FS).
+// ([Options.FS]).
 //
-// Files: open.go opens and closes a store (lock.go refuses a second Log on
+// # Files and keys
+//
+// open.go opens and closes a store (lock.go refuses a second Log on
 // one store in this process; logger.go routes Pebble's messages and its
 // Fatalf); append.go numbers, stages and group-commits events and waits for
 // their durability; iter.go reads them (Get, Iter, Query; readahead.go for
@@ -40,6 +42,8 @@
 // the same second, so that a query for a time window reads only the runs in
 // it.
 //
+// # Order and durability
+//
 // An event and its index entries are written in one batch, so an index never
 // names an event that is not there, and an event is never missing from the
 // indexes that should name it. Sequence numbers start at 1 and are assigned
@@ -49,23 +53,25 @@
 // compaction's, which it records (compact.go): a scan of the log refuses
 // any other as corruption.
 //
-// Append returns once the events are durable (fsynced); Stage and
-// Commit.Wait split it for a caller that decides under its own lock.
+// [Log.Append] returns once the events are durable (fsynced); [Log.Stage]
+// and [Commit.Wait] split it for a caller that decides under its own lock.
 // Concurrent appenders share fsyncs: each batch enters the commit pipeline
 // without waiting for its sync (DB.ApplyNoSyncWait), and Pebble's WAL writer
 // syncs everything queued at once; a sync that covers a batch covers every
 // batch before it. Readers see only durable events (iterators), or wait for
-// them (WaitDurable), so that nothing they answer can be undone by a crash.
+// them ([Log.WaitDurable]), so that nothing they answer can be undone by a crash.
 //
-// One Log per store: a second Open, from another process or from this one,
-// returns ErrLocked. Open refuses a store a newer build wrote (its format,
+// # Failure
+//
+// One [Log] per store: a second [Open], from another process or from this
+// one, returns [ErrLocked]. Open refuses a store a newer build wrote (its format,
 // or its last record's version, past this build's) before anything is
 // written to it (open.go).
 //
 // The log is fail-stop. The first write that cannot be made durable (a failed
 // WAL write or sync, a snapshot's or an archive write's included), a panic out
 // of Pebble's commit pipeline, or Pebble's Logger.Fatalf fails it for good:
-// every later write, and every Wait still pending, returns ErrFailed, readers
+// every later write, and every Wait still pending, returns [ErrFailed], readers
 // waiting for durability are woken with it, and nothing more is acknowledged.
 // Only a new Open, in practice a new process, recovers the durable prefix.
 package eventlog
@@ -147,13 +153,6 @@ type Options struct {
 	// Replica, if set, is where appends are made durable first: this store
 	// is then its cache (see replica.go). nil for the embedded default.
 	Replica Replica
-	// Background, if set, is told when Pebble begins (Enter) and ends
-	// (Leave) a flush or a compaction: work the process does beside the
-	// calls it serves (procs.Load counts both).
-	Background interface {
-		Enter()
-		Leave()
-	}
 
 	// SegmentHeartbeats is the most heartbeats one lease.heartbeats summary
 	// stands for (CompactJob); 0 means DefaultSegmentHeartbeats.

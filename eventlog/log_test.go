@@ -322,3 +322,41 @@ func TestSnapshots(t *testing.T) {
 		t.Fatalf("Snapshot(1) after pruning: %v", err)
 	}
 }
+
+func TestNewestWalksATypeBackwards(t *testing.T) {
+	l := openMem(t, vfs.NewMem())
+	defer l.Close()
+	if err := l.Append([]event.Event{
+		{Type: event.TypeQueued, Job: "a", Kind: event.KindRun},
+		{Type: event.TypeAcquired, Job: "a", Worker: "w1"},
+		{Type: event.TypeQueued, Job: "b", Kind: event.KindRun},
+		{Type: event.TypeQueued, Job: "c", Kind: event.KindRun},
+		{Type: event.TypeAcquired, Job: "b", Worker: "w1"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		typ    event.Type
+		before uint64
+		stop   int // stop after this many; 0: never
+		want   []uint64
+	}{
+		{event.TypeQueued, 0, 0, []uint64{4, 3, 1}},
+		{event.TypeQueued, 4, 0, []uint64{3, 1}},
+		{event.TypeQueued, 3, 0, []uint64{1}},
+		{event.TypeQueued, 1, 0, nil},
+		{event.TypeQueued, 0, 2, []uint64{4, 3}},
+		{event.TypeAcquired, 0, 0, []uint64{5, 2}},
+		{event.TypeQueued, 1000, 0, []uint64{4, 3, 1}},
+		{event.TypeExpired, 0, 0, nil},
+	} {
+		var got []uint64
+		err := l.Newest(tc.typ, tc.before, func(seq uint64) bool {
+			got = append(got, seq)
+			return tc.stop == 0 || len(got) < tc.stop
+		})
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("Newest(%s, before %d, stop %d): %v, %v; want %v", tc.typ, tc.before, tc.stop, got, err, tc.want)
+		}
+	}
+}

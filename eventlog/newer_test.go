@@ -11,8 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/internal/storetest"
-	"github.com/leaselog/leaselog/internal/testutil"
+	"github.com/leaselog/leaselog/internal/testkit/storetest"
+	"github.com/leaselog/leaselog/internal/testkit/testutil"
 )
 
 // TestOpenRefusesNewerStore: a store of a newer format, or whose last record

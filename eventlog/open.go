@@ -63,7 +63,7 @@ func checkReadable(dir string, opts Options) error {
 		return err // the format file says (formatfile.go)
 	}
 	ro := opts
-	ro.ReadOnly, ro.Replica, ro.OnCommit, ro.Background = true, nil, nil, nil
+	ro.ReadOnly, ro.Replica, ro.OnCommit = true, nil, nil
 	l, err := open(dir, ro)
 	if err != nil {
 		return err
@@ -85,14 +85,6 @@ func open(dir string, opts Options) (*Log, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		MemTableSize:       opts.memTableSize,
 		CacheSize:          opts.CacheSize,
-	}
-	if bg := opts.Background; bg != nil {
-		popts.EventListener = &pebble.EventListener{
-			FlushBegin:      func(pebble.FlushInfo) { bg.Enter() },
-			FlushEnd:        func(pebble.FlushInfo) { bg.Leave() },
-			CompactionBegin: func(pebble.CompactionInfo) { bg.Enter() },
-			CompactionEnd:   func(pebble.CompactionInfo) { bg.Leave() },
-		}
 	}
 	db, err := openPebble(dir, popts)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 //     Commit.Wait returns once the replica has acknowledged it and Pebble
 //     has synced it. A refusal by the replica fails the log like a failed
 //     fsync (ErrFailed, wrapping the replica's error).
-//   - Import, for events another daemon appended, read back from the
+//   - StageImport, for events another daemon appended, read back from the
 //     replica: written with the sequence numbers they already have.
 //
 // Each batch carries the replica's marker (its position in the replica, the
@@ -40,7 +40,7 @@ type Replica interface {
 var metaReplicaKey = []byte{prefixMeta, 'r', 'e', 'p', 'l', 'i', 'c', 'a'}
 
 // ReplicaMarker returns the marker of the last batch written with one
-// (Stage with a Replica, or Import), or nil if there is none.
+// (Stage with a Replica, or StageImport), or nil if there is none.
 func (l *Log) ReplicaMarker() ([]byte, error) {
 	v, closer, err := l.db.Get(metaReplicaKey)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -60,24 +60,15 @@ func (l *Log) ReplicaMarker() ([]byte, error) {
 // call from that moment, reads included, rather than at its next append.
 func (l *Log) Fail(err error) error { return l.fail(err, false) }
 
-// Import durably writes evs, numbered already (by the daemon that appended
+// StageImport writes evs, numbered already (by the daemon that appended
 // them to the replica), with the archive records derived from them and the
-// replica's marker, as one batch; it returns once they are durable. The
-// first must be the log's next sequence number and the rest follow it
-// without a gap; an acquired event's lease must be its own seq. Nothing is
-// handed to the Replica.
-func (l *Log) Import(evs []event.Event, recs []Record, marker []byte) error {
-	c, err := l.StageImport(evs, recs, marker)
-	if err != nil {
-		return err
-	}
-	return c.Wait()
-}
-
-// StageImport is Import without the wait: the batch enters Pebble's commit
-// pipeline, visible to Get at once, and the caller calls Wait on the result
-// before relying on it being durable. A catch-up stages many batches before
-// it waits, so that they share fsyncs as concurrent appends do.
+// replica's marker, as one batch. The first must be the log's next sequence
+// number and the rest follow it without a gap; an acquired event's lease
+// must be its own seq. Nothing is handed to the Replica. The batch enters
+// Pebble's commit pipeline, visible to Get at once, and the caller calls
+// Wait on the result before relying on it being durable: a catch-up stages
+// many batches before it waits, so that they share fsyncs as concurrent
+// appends do.
 func (l *Log) StageImport(evs []event.Event, recs []Record, marker []byte) (*Commit, error) {
 	return l.StageImportCompacted(evs, nil, recs, marker)
 }

@@ -26,9 +26,8 @@ const walGrowth = 4 << 20
 // until the WALs are recycled, a memtable's worth of writes later. With the
 // size set ahead, a small commit (one worker's: a few hundred bytes, many to
 // a block) syncs its data alone; a group commit of many kilobytes enters new
-// blocks every time and gains little. On ext4 here a lone appender went
-// from 3.86k to 5.06k durable appends a second (BenchmarkAppend, impl=raw
-// against impl=raw-sized; docs/performance.md).
+// blocks every time and gains little. BenchmarkAppend measures it (impl=raw
+// against impl=raw-sized; the figures are in docs/performance.md).
 //
 // The size runs ahead only over blocks Pebble has preallocated, so that it
 // takes no space Pebble did not: where its preallocation fails (a disk too

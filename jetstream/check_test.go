@@ -10,8 +10,8 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/crashtest"
-	"github.com/leaselog/leaselog/internal/linearize"
+	"github.com/leaselog/leaselog/internal/testkit/crashtest"
+	"github.com/leaselog/leaselog/internal/testkit/linearize"
 	"github.com/leaselog/leaselog/replay"
 )
 
@@ -39,7 +39,7 @@ func (a *acked) record(t testing.TB, log *eventlog.Log) {
 	}
 }
 
-// checkFinished holds the end of a scenario to DESIGN §7. A cache rebuilt
+// checkFinished holds the end of a scenario to docs/design.md §7. A cache rebuilt
 // from the stream alone (a new store on servers, its cache in a new folder)
 // and the cache of every surviving daemon (once a standby's has caught up)
 // must each pass replay.Verify — seqs from 1 without a gap, legal
@@ -67,10 +67,10 @@ func checkFinished(t *testing.T, ack *acked, replicas int, servers []*server.Ser
 			return s.Log().DurableSeq() >= stream.LastSeq()
 		})
 		if _, err := replay.Verify(s.Log()); err != nil {
-			t.Fatalf("DESIGN §7: %s: %v", what, err)
+			t.Fatalf("docs/design.md §7: %s: %v", what, err)
 		}
 		if got := dump(t, s.Log()); !slices.Equal(got, want) {
-			t.Fatalf("DESIGN §7: %s holds\n%v\nthe stream holds\n%v", what, got, want)
+			t.Fatalf("docs/design.md §7: %s holds\n%v\nthe stream holds\n%v", what, got, want)
 		}
 	}
 
@@ -79,7 +79,7 @@ func checkFinished(t *testing.T, ack *acked, replicas int, servers []*server.Ser
 	}
 	evs := events(t, stream)
 	if err := checkEvents(evs, ack.events); err != nil {
-		t.Fatalf("DESIGN §7: %v", err)
+		t.Fatalf("docs/design.md §7: %v", err)
 	}
 	if ack.calls != nil {
 		checkLinearizable(t, ack.calls, evs)

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/natstest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/natstest"
 	"github.com/leaselog/leaselog/lease"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/internal/linearize"
+	"github.com/leaselog/leaselog/internal/testkit/linearize"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/projection"

@@ -6,11 +6,11 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/leaselog/leaselog/internal/natstest"
-	"github.com/leaselog/leaselog/internal/testutil"
+	"github.com/leaselog/leaselog/internal/testkit/natstest"
+	"github.com/leaselog/leaselog/internal/testkit/testutil"
 )
 
-// The NATS servers of these tests are internal/natstest's, shared with the
+// The NATS servers of these tests are internal/testkit/natstest's, shared with the
 // daemon's tests (cmd/leaselog); these names keep the tests' own words.
 
 // runServer starts an in-process NATS server with JetStream on a free port

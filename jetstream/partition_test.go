@@ -11,8 +11,8 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/testutil"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/testutil"
 	"github.com/leaselog/leaselog/lease"
 )
 

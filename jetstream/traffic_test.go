@@ -12,7 +12,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/internal/linearize"
+	"github.com/leaselog/leaselog/internal/testkit/linearize"
 )
 
 // traffic is a little concurrent load a scenario keeps on its daemons from

@@ -3,7 +3,7 @@ package lease
 import (
 	"time"
 
-	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/hostclock"
 )
 
 // Clock tells the time. The service reads it once per decision.
@@ -33,7 +33,7 @@ func MonotonicClock() Clock { return hostclock.Monotonic }
 // to that worker's fence by the whole sleep.
 type sleeper interface{ Slept() time.Duration }
 
-// lifeClock is the daemon's clock for one life (DESIGN §4): the wall clock
+// lifeClock is the daemon's clock for one life (docs/design.md §4): the wall clock
 // read once, when the service opens, plus the time CLOCK_BOOTTIME has counted
 // since. Within a life it never steps — setting the wall clock, by hand or by
 // NTP, moves nothing, so it cannot expire a lease — and it counts a suspend of

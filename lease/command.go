@@ -189,7 +189,7 @@ func (s *Service) wakeLocked() {
 }
 
 // awakeLocked is the rule every command and every sweep follows before it
-// touches a deadline (DESIGN §4): if the daemon's last sweep or commit is
+// touches a deadline (docs/design.md §4): if the daemon's last sweep or commit is
 // more than grace ago on its clock, the daemon itself was absent — asleep,
 // stopped, starved — and the whole gap is recorded first, as daemon.resumed,
 // which takes it out of every deadline. A sleep of the host shorter than that

@@ -10,8 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/replay"
 )

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/projection"
@@ -44,9 +45,15 @@ func (s *Service) JobPage(ctx context.Context, f projection.JobFilter, after str
 	if after != "" {
 		from = append(projection.ArchiveJobKey(after), 0) // the first key past after's
 	}
+	if f.Prefix > after { // ids with the prefix sort from it on
+		from = projection.ArchiveJobKey(f.Prefix)
+	}
 	var ended []JobView
 	err := s.log.ScanArchiveFrom(projection.ArchiveJobs, from, func(key, value []byte) error {
 		id, _, _ := projection.ParseArchiveKey(key)
+		if !strings.HasPrefix(id, f.Prefix) { // past the ids with the prefix: none follows
+			return errPageFull
+		}
 		j, err := projection.DecodeJob(id, value)
 		if err != nil {
 			return fmt.Errorf("lease: archive key %q: %w", key, err)

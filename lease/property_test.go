@@ -22,8 +22,8 @@ import (
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
 	"github.com/leaselog/leaselog/fsm"
-	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
@@ -433,7 +433,7 @@ func (h *harness) eventsAfter(seq uint64) []event.Event {
 	return out
 }
 
-// check holds after every step: the invariants of DESIGN §7 that a single
+// check holds after every step: the invariants of docs/design.md §7 that a single
 // process can see.
 func (h *harness) check(t *rapid.T) {
 	snap, jobs, leases, _ := h.table()

@@ -61,7 +61,7 @@ var (
 type Options struct {
 	timing.Config
 	// Clock is the time the service decides by and stamps events with. nil
-	// means the daemon's clock of DESIGN §4: Wall read once at Open, then
+	// means the daemon's clock of docs/design.md §4: Wall read once at Open, then
 	// Boot's count since, so that within one life a wall-clock step moves
 	// nothing and a suspend of the host counts as the daemon's absence.
 	// Tests and the simulation inject a Clock, or set Wall and Boot.

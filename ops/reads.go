@@ -55,6 +55,23 @@ func Jobs(ctx context.Context, svc *lease.Service, f projection.JobFilter, after
 	return out, nil
 }
 
+// NewestJobs is a page of the jobs f selects, newest submission first,
+// submitted before the event of seq before (0: every job).
+func NewestJobs(ctx context.Context, svc *lease.Service, f projection.JobFilter, before uint64, limit int) (api.Jobs, error) {
+	vs, next, err := svc.NewestJobPage(ctx, f, before, limit)
+	if err != nil {
+		return api.Jobs{}, err
+	}
+	out := api.Jobs{Jobs: make([]api.Job, 0, len(vs))}
+	for _, v := range vs {
+		out.Jobs = append(out.Jobs, JobOf(v.Job, v.Live))
+	}
+	if next != 0 {
+		out.Next = NumCursor(next)
+	}
+	return out, nil
+}
+
 // History is a page of job's events, by seq, after seq after, from the
 // log's job index.
 func History(ctx context.Context, svc *lease.Service, job string, after uint64, limit int) (api.History, error) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/internal/synth"
+	"github.com/leaselog/leaselog/internal/testkit/synth"
 	"github.com/leaselog/leaselog/projection"
 )
 

@@ -3,6 +3,7 @@ package projection
 import (
 	"cmp"
 	"slices"
+	"strings"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
@@ -96,12 +97,13 @@ type JobFilter struct {
 	State   fsm.State
 	Kind    event.Kind
 	Outcome event.Outcome
+	Prefix  string // ids that start with it (a search by id)
 }
 
 // Selects reports whether f selects j.
 func (f JobFilter) Selects(j Job) bool {
 	return (f.State == fsm.None || j.State == f.State) && (f.Kind == 0 || j.Kind == f.Kind) &&
-		(f.Outcome == 0 || j.Outcome == f.Outcome)
+		(f.Outcome == 0 || j.Outcome == f.Outcome) && strings.HasPrefix(j.ID, f.Prefix)
 }
 
 // Requeues is how many times job id, which the table holds, was queued again

@@ -140,9 +140,6 @@ func (t *Table) Seq() uint64 { return t.seq }
 // LastTime is the time of the last event applied (Unix ns).
 func (t *Table) LastTime() int64 { return t.lastTime }
 
-// Absence is the total daemon absence recorded so far.
-func (t *Table) Absence() int64 { return t.absence }
-
 // Present converts a wall-clock time to present time: what is left of it once
 // the recorded absence is taken out. Deadlines compare in present time.
 func (t *Table) Present(wall int64) int64 { return wall - t.absence }

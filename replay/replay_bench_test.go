@@ -11,7 +11,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/synth"
+	"github.com/leaselog/leaselog/internal/testkit/synth"
 	"github.com/leaselog/leaselog/replay"
 )
 

@@ -6,7 +6,7 @@
 // the log from scratch equals the live table), and after a crash that the
 // rebuilt table is the one before it.
 //
-// Each row of the Leases page has a file whose first line names the row
+// Each row of the Leases page (docs/design.md) has a file whose first line names the row
 // ("# Word: ...", "# Timing: ...", "# What happens: ..."; a test holds that);
 // the other files pin the edges of its diagram and the corners around them.
 //
@@ -58,8 +58,8 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"

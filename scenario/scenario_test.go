@@ -42,8 +42,8 @@ func CommandOf(d *datadriven.TestData) scenario.Command {
 	return c
 }
 
-// leasesPage is every row of the Leases page (the product document the
-// design comes from): its words, its timing keys and its "what happens"
+// leasesPage is every row of the Leases page (docs/design.md, the product
+// document the design comes from): its words, its timing keys and its "what happens"
 // table. Each has a scenario whose first line names it.
 var leasesPage = []string{
 	`Word: "Job `, `Word: "Worker `, `Word: "Heartbeat `, `Word: "Fencing token `, `Word: "Revoke `,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Side by side on the lease-lifecycle workload (../shared/peers/WORKLOAD.md):
+# Side by side on the lease-lifecycle workload (docs/workload.md):
 # per round, W=1 asynq against `leaselog bench --protocol session`, then W=64
 # etcd against it, each leaselog run on a fresh daemon; the order within a
 # pair flips each round, because a run pays for the disk writeback of the
@@ -9,12 +9,20 @@
 #   R=1 N=2000 scripts/sidebyside.sh # a quick look
 #   WS=1 scripts/sidebyside.sh       # one worker only (WS: the W values)
 #
-# PEERS is the harness's checkout (default ../shared/peers, copied and built
-# in a temporary directory); asynq needs redis-server on the PATH.
+# The peers harness (etcd, asynq and leaselog on the same workload) is not
+# part of this repository, and is optional: leaselog builds and tests without
+# it, and only this script and docs/performance.md's side-by-side figures use
+# it. PEERS is its checkout (default ../shared/peers beside the repository,
+# copied and built in a temporary directory); asynq needs redis-server on the
+# PATH.
 set -euo pipefail
 R=${R:-5}; N=${N:-20000}; WS=${WS:-1 64}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PEERS=${PEERS:-$ROOT/../shared/peers}
+if [ ! -d "$PEERS" ]; then
+	echo "sidebyside: no peers harness at $PEERS (optional, not part of this repository): set PEERS to its checkout" >&2
+	exit 2
+fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cp -r "$PEERS" "$WORK/peers"

@@ -13,8 +13,8 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/leasetest"
-	"github.com/leaselog/leaselog/internal/testutil"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/testutil"
 	"github.com/leaselog/leaselog/server"
 )
 

@@ -12,9 +12,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/leasetest"
-	"github.com/leaselog/leaselog/internal/synth"
-	"github.com/leaselog/leaselog/internal/testutil"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/synth"
+	"github.com/leaselog/leaselog/internal/testkit/testutil"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/timing"

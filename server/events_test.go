@@ -15,7 +15,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
 	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/server"
 )

@@ -50,8 +50,8 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
@@ -91,6 +91,7 @@ var fuzzRoutes = []fuzzRoute{
 	{"GET", "/v1/jobs/{id}/output", nil}, // raw bytes, not JSON
 	{"GET", "/v1/workers", doc[api.Workers]()},
 	{"POST", api.BackupPath, doc[api.Backup]()},
+	{"GET", "/v1/overview", doc[api.Overview]()},
 }
 
 func (rt *fuzzRoute) String() string { return rt.method + " " + rt.pattern }

@@ -70,20 +70,22 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, c *call) error {
 	return nil
 }
 
-// listJobs answers GET /v1/jobs?state=&kind=&outcome=&limit=&after=: a page
-// of the jobs, by id (paging.go). An outcome selects the jobs reported with
-// it, which the archive holds: a page reads it from the cursor on, as a
-// state that ends does.
+// listJobs answers GET /v1/jobs?state=&kind=&outcome=&prefix=&order=&limit=&after=:
+// a page of the jobs, by id (paging.go), or newest submission first with
+// order=newest. An outcome selects the jobs reported with it, which the
+// archive holds: a page reads it from the cursor on, as a state that ends
+// does. A prefix selects the ids that start with it.
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error {
-	q, limit, err := pageParams(r, "state", "kind", "outcome")
-	if err != nil {
-		return err
-	}
-	after, err := ops.ParseJobCursor(q["after"])
+	q, limit, err := pageParams(r, "state", "kind", "outcome", "prefix", "order")
 	if err != nil {
 		return err
 	}
 	var f projection.JobFilter
+	if f.Prefix = q["prefix"]; f.Prefix != "" {
+		if err := lease.CheckID("prefix", f.Prefix); err != nil {
+			return err
+		}
+	}
 	if v := q["state"]; v != "" {
 		if f.State, err = fsm.ParseState(v); err != nil {
 			return badRequest("state %q: want one of queued, acquired, running, reported, expired, cancelled, failed", v)
@@ -95,10 +97,45 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error
 	if f.Outcome, err = parseReportOutcome(q["outcome"]); err != nil {
 		return err
 	}
-	out, err := ops.Jobs(r.Context(), s.svc, f, after, limit)
+	var out api.Jobs
+	switch q["order"] {
+	case "", "id":
+		after, err := ops.ParseJobCursor(q["after"])
+		if err != nil {
+			return err
+		}
+		out, err = ops.Jobs(r.Context(), s.svc, f, after, limit)
+		if err != nil {
+			return err
+		}
+	case "newest":
+		// The cursor is the seq of the last job's submission: the next
+		// page holds those submitted before it.
+		before, err := ops.ParseNumCursor(q["after"])
+		if err != nil {
+			return err
+		}
+		out, err = ops.NewestJobs(r.Context(), s.svc, f, before, limit)
+		if err != nil {
+			return err
+		}
+	default:
+		return badRequest("order %q: want id or newest", q["order"])
+	}
+	s.writeJSON(w, c, http.StatusOK, out)
+	return nil
+}
+
+// overview answers GET /v1/overview: the daemon at a glance (ops.Overview).
+func (s *Server) overview(w http.ResponseWriter, r *http.Request, c *call) error {
+	if _, err := params(r); err != nil {
+		return err
+	}
+	out, err := ops.Overview(r.Context(), s.svc)
 	if err != nil {
 		return err
 	}
+	out.Admin = c.who == nil || c.who.admin // nil: the daemon takes no token
 	s.writeJSON(w, c, http.StatusOK, out)
 	return nil
 }

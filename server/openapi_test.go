@@ -44,7 +44,7 @@ func loadDoc(t *testing.T) (*openapi3.T, routers.Router) {
 		t.Fatalf("load docs/openapi.yaml: %v", err)
 	}
 	if !doc.IsOpenAPI31OrLater() {
-		t.Fatalf("docs/openapi.yaml is OpenAPI %s; API.md asks for 3.1", doc.OpenAPI)
+		t.Fatalf("docs/openapi.yaml is OpenAPI %s; docs/api.md says 3.1", doc.OpenAPI)
 	}
 	if err := doc.Validate(context.Background()); err != nil {
 		t.Fatalf("docs/openapi.yaml is not a valid OpenAPI document: %v", err)
@@ -273,6 +273,7 @@ func TestOpenAPI(t *testing.T) {
 		{"POST", "/v1/leases/1/report", api.Report{Worker: "w1", Outcome: "failed"}, adminTok},
 		{"GET", "/v1/leases", nil, w1Tok},
 		{"GET", "/v1/workers", nil, w2Tok},
+		{"GET", "/v1/overview", nil, w1Tok},
 		{"GET", "/v1/events", nil, w2Tok},
 		{"GET", "/v1/events/stream", nil, w1Tok},
 		{"POST", api.BackupPath, api.BackupRequest{To: "/b0"}, auditorTok},
@@ -306,6 +307,10 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("GET", "/v1/jobs?state=done", auditorTok, nil), http.StatusBadRequest)
 	c.call(rq("GET", "/v1/jobs?state=reported&outcome=failed", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs?outcome=lost", auditorTok, nil), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/jobs?order=newest&prefix=j&limit=1", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/jobs?order=oldest", auditorTok, nil), http.StatusBadRequest)
+	c.call(rq("GET", "/v1/overview", auditorTok, nil), http.StatusOK)
+	c.call(rq("GET", "/v1/overview?x=1", auditorTok, nil), http.StatusBadRequest)
 	// A cap on requeues: the job answers with it; a bad one is refused.
 	two := 2
 	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "capped", Kind: "evaluation", MaxRequeues: &two}), http.StatusCreated)
@@ -540,6 +545,7 @@ func TestOpenAPI(t *testing.T) {
 		{"POST", fmt.Sprintf("/v1/leases/%d/report", l), w1Tok, report},
 		{"GET", "/v1/leases", auditorTok, nil},
 		{"GET", "/v1/workers", auditorTok, nil},
+		{"GET", "/v1/overview", auditorTok, nil},
 		{"GET", "/v1/events", auditorTok, nil},
 		{"GET", "/v1/events/stream", auditorTok, nil},
 		{"POST", api.BackupPath, adminTok, api.BackupRequest{To: "/b3"}},

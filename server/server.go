@@ -103,13 +103,6 @@ type Options struct {
 	// a worker can tell whether it shares the daemon's host
 	// (hostclock.BootID; empty: not announced).
 	BootID string
-	// Load, if set, is told when a call that does work begins (Enter) and
-	// ends (Leave): every call but a long poll, an event stream and a
-	// session's upgrade, whose waits are not work (procs.Load).
-	Load interface {
-		Enter()
-		Leave()
-	}
 	// Backup, if set, writes the backups of POST /v1/admin/backup; nil is
 	// the service's (lease.Service.Backup). A daemon whose store is backed
 	// up elsewhere refuses there with lease.ErrBackupElsewhere.
@@ -207,6 +200,7 @@ func New(svc *lease.Service, opts Options) *Server {
 	s.handle("GET /v1/events", read, false, s.listEvents)
 	s.handle("GET /v1/events/stream", read, true, s.stream).queryToken = true
 	s.handle("GET /v1/workers", read, false, s.listWorkers)
+	s.handle("GET /v1/overview", read, false, s.overview)
 
 	s.handle("POST "+api.BackupPath, admin, false, s.backup)
 
@@ -338,10 +332,6 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) {
 		return
 	}
 	if !rt.long {
-		if l := s.opts.Load; l != nil {
-			l.Enter()
-			defer l.Leave()
-		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 		defer cancel()
 		r = r.WithContext(ctx)

@@ -248,13 +248,6 @@ func (ss *serverSession) read() {
 			}
 			return
 		}
-		// A lone call — none in flight, no other frame read — is served
-		// here: the hand-off to a frame goroutine is a wake-up on the
-		// path of every call of a lone worker. A frame that comes in
-		// meanwhile waits for it, as it would have waited for its fsync.
-		// A long poll is never served here: it could hold the others for
-		// as long as it waits.
-		alone := len(ss.slots) == 0 && ss.br.Buffered() == 0 && !isLong(h.Op)
 		select {
 		case ss.slots <- struct{}{}:
 		case <-ss.ctx.Done():
@@ -262,10 +255,6 @@ func (ss *serverSession) read() {
 			return
 		}
 		f := frame{h: h, buf: buf}
-		if alone {
-			ss.serve(f)
-			continue
-		}
 		select {
 		case ss.idle <- f:
 		default:
@@ -284,12 +273,6 @@ func frameTimeoutError(format string, args ...any) *api.Error {
 // the server closing.
 func (ss *serverSession) timedOut(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded) && ss.s.base.Err() == nil
-}
-
-// isLong says whether op is a long poll.
-func isLong(op string) bool {
-	o := sessionOps[op]
-	return o != nil && o.long
 }
 
 // frame is a request frame read whole: its header, and its body, the first
@@ -350,10 +333,6 @@ func (ss *serverSession) serve(f frame) {
 	op := sessionOps[h.Op]
 	if op != nil {
 		c.route = op.route
-	}
-	if l := s.opts.Load; l != nil && (op == nil || !op.long) {
-		l.Enter()
-		defer l.Leave()
 	}
 	ctx := ss.ctx
 	c.status, _ = ss.answer(ctx, h.ID, c, func() (int, []byte) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/server"
@@ -85,6 +85,56 @@ func TestAcquireWaitsForASubmit(t *testing.T) {
 	g := decode[api.Grants](t, r, http.StatusOK)
 	if len(g.Leases) != 1 || g.Leases[0].Job.ID != "j1" || g.Leases[0].Job.Lease == nil {
 		t.Fatalf("grants %+v, want j1's lease", g)
+	}
+}
+
+// TestLongPollWokenOverBothTransports: over HTTP and in a session alike, a
+// long poll that waits is answered by the submit that queues a job, with
+// its lease, and the worker then heartbeats and reports it on the same
+// transport.
+func TestLongPollWokenOverBothTransports(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			waiting := make(chan struct{}, 1)
+			f := newFixtureHooked(t, server.Options{}, func(s *server.Server) {
+				server.SetWaitHook(s, func(ctx context.Context) context.Context {
+					select {
+					case waiting <- struct{}{}:
+					default: // told once is enough
+					}
+					return ctx
+				})
+			})
+			ctx := context.Background()
+			c, err := api.NewClient(f.ts.URL, "", tr.opts...)
+			f.must(err)
+			type acquired struct {
+				gs  []api.Grant
+				err error
+			}
+			got := make(chan acquired, 1)
+			go func() {
+				gs, err := c.Acquire(ctx, "w1", 1, 30*time.Second)
+				got <- acquired{gs, err}
+			}()
+			<-waiting // the service found nothing and waits
+			select {
+			case a := <-got:
+				t.Fatalf("acquire answered before any job was queued: %v %v", a.gs, a.err)
+			default:
+			}
+			f.submit("j1", event.KindRun)
+			a := <-got
+			if a.err != nil || len(a.gs) != 1 || a.gs[0].Job.ID != "j1" {
+				t.Fatalf("acquire: %v %v, want j1's lease", a.gs, a.err)
+			}
+			if _, err := c.Heartbeat(ctx, "w1", []uint64{a.gs[0].Lease}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Report(ctx, a.gs[0].Lease, api.Report{Worker: "w1", Outcome: "succeeded"}); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/leaselog/leaselog/replay"
 )
 
-// checker holds the invariants of DESIGN §7 after every step:
+// checker holds the invariants of docs/design.md §7 after every step:
 //
 //  1. no job runs on two workers at once: the execution intervals of a job's
 //     runs (start to the moment a stop takes effect) never overlap; sharper,

@@ -27,7 +27,7 @@ import (
 // package ops's too. An acquire with nothing to grant is parked until a job
 // is queued or its wait ends, as Service.AcquireWait does.
 //
-// Its clock is the service's own (DESIGN §4): the wall clock read at open,
+// Its clock is the service's own (docs/design.md §4): the wall clock read at open,
 // then its host's boottime clock's count since (wallstep.go).
 //
 // Faults: a sleep (the process stopped: nothing is handled and the sweeper
@@ -332,7 +332,7 @@ func (d *daemon) sleep(dur time.Duration, host bool) {
 // wake: the requests that waited and the sweeper's first tick race. Half
 // the time the sweep goes first, half the time the requests do: then the
 // first command that writes sees the gap itself, and records daemon.resumed
-// before it touches a deadline (DESIGN §4: every command checks for
+// before it touches a deadline (docs/design.md §4: every command checks for
 // absence).
 func (d *daemon) wake() {
 	slept := d.s.now - d.sleptAt

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
 	"github.com/leaselog/leaselog/worker"
 )
 

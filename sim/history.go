@@ -10,7 +10,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/internal/linearize"
+	"github.com/leaselog/leaselog/internal/testkit/linearize"
 )
 
 // History records every call with its call and return times on the global

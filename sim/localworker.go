@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
 )
 
 // The local worker (params.local: w0, on the daemon's host) is a part of

@@ -3,7 +3,7 @@ package sim
 import (
 	"time"
 
-	"github.com/leaselog/leaselog/internal/linearize"
+	"github.com/leaselog/leaselog/internal/testkit/linearize"
 )
 
 // The porcupine model of the lease service is package linearize's: the

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/linearize"
+	"github.com/leaselog/leaselog/internal/testkit/linearize"
 )
 
 // request is what a call asks the daemon: the worker API (through

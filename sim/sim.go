@@ -9,10 +9,17 @@
 //	 sim events)                 ▲                                    crashable MemFS)
 //	clients (submit, cancel, kill, read) ─────────────────┘
 //
+// # Determinism
+//
 // Everything runs on one goroutine from a discrete-event loop ordered by
 // (time, sequence), with one seeded PRNG (math/rand/v2 PCG) for every draw:
-// the network's delays and losses, the workload, the faults. It never ranges
-// over a map but in sorted order (slices.Sorted(maps.Keys(m))). The daemon is
+// the network's delays and losses, the workload, the faults. Where it ranges
+// over a map, the order cannot matter (a count) or the keys are sorted first
+// (slices.Sorted(maps.Keys(m))).
+//
+// # The pieces
+//
+// The daemon is
 // the real lease.Service on a real Pebble store on vfs.NewCrashableMem, with
 // a manual clock that is the simulator's global clock. The workers are the
 // real worker.Core — the decisions of worker.Worker: heartbeats, directives,
@@ -27,6 +34,8 @@
 // report on a lease it saw reported: the same, shortened as after a
 // refusal, or saying otherwise (a late claim).
 //
+// # Faults and checks
+//
 // Faults are drawn per seed: worker pauses and deaths (with restarts that
 // re-attach; the jobs outlive the worker's process, and their run
 // directories may be removed meanwhile), worker hosts that suspend,
@@ -34,10 +43,10 @@
 // CrashClone that keeps 0, 50 or 100% of unsynced data, and steps of the
 // daemon's wall clock. The daemon compacts its log at random sweeps
 // (compact.go), which no client may notice. After every
-// step the checker holds the invariants of DESIGN §7 (check.go); once the
+// step the checker holds the invariants of docs/design.md §7 (check.go); once the
 // faults stop, every job must end within a stated bound (liveness); and the
 // history of every call, with call and return times, must be linearizable
-// against a sequential model of the lease service (package internal/linearize, porcupine).
+// against a sequential model of the lease service (package internal/testkit/linearize, porcupine).
 //
 // The bounds the checks rely on are the constants of bounds.go.
 package sim
@@ -50,7 +59,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
 )
 
 // Options configures one run.

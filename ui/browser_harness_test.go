@@ -23,16 +23,17 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
 
-// -ui.screenshots regenerates docs/dashboard.png, the README's picture, from
-// the job page of TestDashboard. Every page's screenshot is always saved in
-// the test's artifact directory (go test -artifacts keeps it).
-var screenshots = flag.Bool("ui.screenshots", false, "write docs/dashboard.png from the browser test")
+// -ui.screenshots regenerates the README's pictures: docs/dashboard.png from
+// the job page of TestDashboard, docs/dashboard-overview.png from the
+// overview of TestDashboardOverview. Every page's screenshot is always saved
+// in the test's artifact directory (go test -artifacts keeps it).
+var screenshots = flag.Bool("ui.screenshots", false, "write docs/dashboard.png and docs/dashboard-overview.png from the browser tests")
 
 // browserPaths are the names Chromium goes by (Debian's package installs
 // chromium; others ship chromium-browser, google-chrome or headless-shell).

@@ -12,7 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 )
@@ -70,6 +70,12 @@ func TestDashboard(t *testing.T) {
 	d.call("POST", "/v1/workers/w2/heartbeat", map[string]any{"leases": []uint64{g.Leases[0].Lease, g.Leases[1].Lease}}, http.StatusOK, nil)
 	p.waitFor("the new heartbeat on the timeline", fmt.Sprintf(`document.querySelectorAll('#timeline line.beat').length === %d`, beats+1))
 	p.waitFor("the output followed", `document.getElementById('output-stdout').textContent === 'hello from eval-1\nmore\n'`)
+	// A long output: the pane shows its latest lines, as tail -f does.
+	for i := range 300 {
+		out.write("eval-1", "stdout", fmt.Sprintf("line %d\n", i))
+	}
+	p.waitFor("the pane at its tail", `(() => { const pre = document.getElementById('output-stdout');
+		return pre.textContent.endsWith('line 299\n') && pre.scrollHeight > pre.clientHeight && pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 2; })()`)
 	shot := p.screenshot("job")
 	if *screenshots {
 		if err := os.WriteFile(filepath.Join("..", "docs", "dashboard.png"), shot, 0o644); err != nil {
@@ -138,11 +144,12 @@ func TestDashboard(t *testing.T) {
 	p.waitFor("a full first page", `document.querySelectorAll('#jobs tr[data-job]').length === 50 && !document.querySelector('#jobs button.next').disabled`)
 	p.do("next page", chromedp.Click(chromedp.CSS(`#jobs button.next`)))
 	p.waitFor("the last page", `document.querySelectorAll('#jobs tr[data-job]').length === 4 && document.querySelector('#jobs button.next').disabled`)
-	if got := eval[string](p, `[...document.querySelectorAll('#jobs tr[data-job]')].map(tr => tr.dataset.job).join(' ')`); got != "p-48 p-49 run-1 run-2" {
+	// Newest submitted first: the batch, then the seeded jobs.
+	if got := eval[string](p, `[...document.querySelectorAll('#jobs tr[data-job]')].map(tr => tr.dataset.job).join(' ')`); got != "live-1 run-2 run-1 eval-1" {
 		t.Errorf("the last page lists %q", got)
 	}
 	p.do("previous page", chromedp.Click(chromedp.CSS(`#jobs button.prev`)))
-	p.waitFor("the first page again", `document.querySelector('#jobs tr[data-job]').dataset.job === 'eval-1' && document.querySelectorAll('#jobs tr[data-job]').length === 50`)
+	p.waitFor("the first page again", `document.querySelector('#jobs tr[data-job]').dataset.job === 'p-49' && document.querySelectorAll('#jobs tr[data-job]').length === 50`)
 }
 
 // TestDashboardOutcomes: failures in plain sight. A job reported failed or
@@ -159,7 +166,7 @@ func TestDashboardOutcomes(t *testing.T) {
 	p.do("load the jobs", chromedp.Navigate(d.url+"/ui/#/jobs"))
 	p.waitFor("every job listed", `document.querySelectorAll('#jobs tr[data-job]').length === 6`)
 	tones := eval[string](p, `[...document.querySelectorAll('#jobs tr[data-job]')].map(tr => tr.dataset.job + '=' + tr.querySelector('td:nth-child(3) .badge').dataset.tone).join(' ')`)
-	if want := "bad=bad good=ok killed=bad poison=lost stopped=off waiting=waiting"; tones != want {
+	if want := "waiting=waiting stopped=off poison=lost killed=bad bad=bad good=ok"; tones != want {
 		t.Errorf("the jobs' tones: %q, want %q", tones, want)
 	}
 	// The colours themselves, as the browser draws them (style.css).
@@ -242,7 +249,7 @@ func TestDashboardToken(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`form.token button`)))
 	p.waitFor("the refusal", `document.getElementById('token-error')?.textContent.includes('unknown token')`)
 	p.do("give the token", chromedp.SendKeys(chromedp.CSS(`#token-input`), tok), chromedp.Click(chromedp.CSS(`form.token button`)))
-	p.waitFor("the jobs page", `document.querySelector('#jobs tr[data-job="j1"]') !== null`)
+	p.waitFor("the overview", `document.querySelector('#by-state [data-count="queued"] .n')?.textContent === '1'`)
 	// EventSource sends no header: the stream takes the token as ?token=.
 	p.waitFor("the event stream connected with the token", `document.getElementById('live').dataset.state === 'on'`)
 	if got := eval[string](p, `sessionStorage.getItem('leaselog.token')`); got != tok {
@@ -263,7 +270,7 @@ func TestDashboardToken(t *testing.T) {
 	// A link with the token in its fragment, opened in a new tab.
 	q := newPage(t, b)
 	q.do("open the link", chromedp.Navigate(d.url+"/ui/#token="+tok))
-	q.waitFor("the jobs page", `document.querySelector('#jobs tr[data-job="j1"]') !== null`)
+	q.waitFor("the overview", `document.querySelector('#by-state [data-count="queued"] .n')?.textContent === '1'`)
 	if got := eval[string](q, `location.href`); strings.Contains(got, tok) {
 		t.Errorf("the address bar still shows the token: %s", got)
 	}

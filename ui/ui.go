@@ -5,8 +5,10 @@
 // package server, without a token: the pages carry the token on their own
 // API calls).
 //
-// The pages are clients of the public API alone (docs/openapi.yaml): the
-// jobs, with filters and paging; a job's timeline (its leases as bands);
+// The pages are clients of the public API alone (docs/openapi.yaml): an
+// overview first (GET /v1/overview); the jobs, newest first, searched by id
+// prefix, with filters and paging, and cancel and kill for an admin; a
+// job's timeline (its leases as bands, on an axis broken over long gaps);
 // the live leases with the time left to grace and to toleration; the
 // workers; the stale-report ledger. They follow the log live over
 // GET /v1/events/stream. A token, when the daemon takes one, is asked for

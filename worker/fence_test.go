@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
 )
 
 // holdingDaemon holds its first acquire for hold on the worker's clock, as

@@ -29,7 +29,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/hostclock"
 	"github.com/leaselog/leaselog/timing"
 )
 
@@ -80,7 +80,7 @@ type Options struct {
 	// Now reads the fence clock: the worker's clock for its decisions
 	// (self-fencing), and the clock of the deadlines it gives its runs'
 	// supervisors (Run.Fence), which the executor reads too — a clock that
-	// never steps, shared by every process on the host (internal/hostclock:
+	// never steps, shared by every process on the host (hostclock:
 	// Monotonic on the daemon's own host, Boottime elsewhere; see
 	// hostclock.For). nil means hostclock.Boottime.Now, which can only make
 	// the fence fall sooner.

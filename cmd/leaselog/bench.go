@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/workload"
 )
 
 // Limits of the bench's flags.
@@ -34,9 +34,9 @@ func (m *Main) benchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench --server URL [--jobs N] [--workers W] [--heartbeats H] [--enqueuers E] [--protocol P] [-o json]",
 		Short: "Measure a running daemon on the lease lifecycle: submit, acquire + start, heartbeats, report",
-		Long: `Run the standard lease-lifecycle workload (../shared/peers/WORKLOAD.md) against a
-running daemon with the Go client: E enqueuers submit N jobs of kind
-evaluation (the daemon runs nothing for them); W workers, goroutines with a
+		Long: `Run the lease-lifecycle workload (docs/workload.md) against a running
+daemon with the Go client: E enqueuers submit N jobs of kind evaluation
+(the daemon runs nothing for them); W workers, goroutines with a
 worker id each, acquire one (a long poll) and start it, heartbeat it H times
 in a row and report it succeeded, until N jobs are done. Each call is timed
 by its caller; acquire includes its start and any wait of the long poll for
@@ -117,7 +117,7 @@ submitted (read every 250 ms), after, and after the restart. Full size:
 			case batch < 1 || batch > 1000:
 				return fmt.Errorf("bench: --batch %d: want 1 to 1000 (a batch submit's limit)", batch)
 			}
-			proto, err := parseProtocol(protocol, batch)
+			proto, err := workload.ParseProtocol(protocol, batch)
 			if err != nil {
 				return fmt.Errorf("bench: %w", err)
 			}
@@ -130,7 +130,7 @@ submitted (read every 250 ms), after, and after the restart. Full size:
 				if h2c {
 					http = "h2c"
 				}
-				if proto.session {
+				if proto.Session {
 					opts = append(opts, api.Session())
 					http += "+session"
 				}
@@ -144,49 +144,49 @@ submitted (read every 250 ms), after, and after the restart. Full size:
 				return err
 			}
 			wopts := opts
-			if proto.session {
+			if proto.Session {
 				wopts = append(slices.Clone(opts), api.Session())
 			}
 			worker, err := m.benchWorkerClient(&f, workerID, workerTokenFile, wopts)
 			if err != nil {
 				return err
 			}
-			b := &bench{
-				admin: admin, worker: worker,
-				jobs: jobs, workers: workers, enqueuers: enqueuers, heartbeats: heartbeats, proto: proto,
-				prefix: "bench-" + ulid.Make().String(), workerID: workerID, http: "http1",
+			c := workload.Config{
+				Admin: admin, Worker: worker,
+				Jobs: jobs, Workers: workers, Enqueuers: enqueuers, Heartbeats: heartbeats, Protocol: proto,
+				Prefix: "bench-" + ulid.Make().String(), WorkerID: workerID, HTTP: "http1",
 			}
 			if h2c {
-				b.http = "h2c"
+				c.HTTP = "h2c"
 			}
-			if proto.session {
-				b.http += "+session"
+			if proto.Session {
+				c.HTTP += "+session"
 			}
 			stderr := cmd.ErrOrStderr()
 			if isTerminal(stderr) {
 				t0 := time.Now()
-				b.progress = func(done, submitted int64) {
+				c.Progress = func(done, submitted int64) {
 					s := time.Since(t0).Seconds()
-					fmt.Fprintf(stderr, "\r%s: %d/%d submitted, %d/%d done, %.0f jobs/s   ", b.prefix, submitted, jobs, done, jobs, float64(done)/s)
+					fmt.Fprintf(stderr, "\r%s: %d/%d submitted, %d/%d done, %.0f jobs/s   ", c.Prefix, submitted, jobs, done, jobs, float64(done)/s)
 				}
 			}
-			elapsed, runErr := b.run(cmd.Context())
-			if b.progress != nil {
-				b.progress(b.done.Load(), b.submitted.Load())
+			r, err := workload.Run(cmd.Context(), c)
+			if c.Progress != nil {
 				fmt.Fprintln(stderr)
 			}
-			if runErr != nil {
-				return fmt.Errorf("bench %s: %w", b.prefix, runErr)
+			if r == nil {
+				return fmt.Errorf("bench %s: %w", c.Prefix, err)
 			}
-			verified, checkErr := b.check(cmd.Context())
-			r := b.result(elapsed, verified, checkErr)
 			if f.output == "json" {
 				out, _ := json.Marshal(r)
 				fmt.Fprintln(cmd.OutOrStdout(), string(out))
 			} else {
-				r.table(cmd.OutOrStdout())
+				r.WriteTable(cmd.OutOrStdout())
 			}
-			return checkErr
+			if err != nil {
+				return fmt.Errorf("bench: %w", err)
+			}
+			return nil
 		},
 	}
 	f.register(cmd)
@@ -244,85 +244,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
-}
-
-// benchLatency is one operation's latencies, in milliseconds.
-type benchLatency struct {
-	Count int     `json:"count"`
-	P50   float64 `json:"p50"`
-	P90   float64 `json:"p90"`
-	P99   float64 `json:"p99"`
-	Max   float64 `json:"max"`
-	Mean  float64 `json:"mean"`
-}
-
-// latencyOf sorts the samples and takes nearest-rank percentiles.
-func latencyOf(s []time.Duration) benchLatency {
-	if len(s) == 0 {
-		return benchLatency{}
-	}
-	slices.Sort(s)
-	rank := func(p float64) float64 {
-		i := int(float64(len(s))*p+0.999999999) - 1 // ceil(p·n) − 1
-		return ms(s[min(max(i, 0), len(s)-1)])
-	}
-	var sum time.Duration
-	for _, d := range s {
-		sum += d
-	}
-	return benchLatency{Count: len(s), P50: rank(0.50), P90: rank(0.90), P99: rank(0.99), Max: ms(s[len(s)-1]), Mean: ms(sum / time.Duration(len(s)))}
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// benchResult is the bench's output (-o json: one object).
-type benchResult struct {
-	Prefix        string       `json:"prefix"`
-	Kind          string       `json:"kind"`
-	Jobs          int          `json:"jobs"`
-	Workers       int          `json:"workers"`
-	Enqueuers     int          `json:"enqueuers"`
-	Heartbeats    int          `json:"heartbeats"`
-	Protocol      string       `json:"protocol"`
-	HTTP          string       `json:"http"`            // http1 or h2c, +session if the workers' calls used sessions
-	Batch         int          `json:"batch,omitempty"` // jobs a submit call
-	CallsPerJob   float64      `json:"calls_per_job"`   // as made, empty long polls too
-	Seconds       float64      `json:"seconds"`
-	JobsPerSecond float64      `json:"jobs_per_second"`
-	Submit        benchLatency `json:"submit_ms"`
-	Acquire       benchLatency `json:"acquire_ms"`
-	Heartbeat     benchLatency `json:"heartbeat_ms"`
-	Report        benchLatency `json:"report_ms"`
-	Checked       bool         `json:"checked"` // every job reported exactly once
-	Check         string       `json:"check"`   // what the check found
-}
-
-func (b *bench) result(elapsed time.Duration, verified string, checkErr error) benchResult {
-	r := benchResult{
-		Prefix: b.prefix, Kind: benchKind, Jobs: b.jobs, Workers: b.workers, Enqueuers: b.enqueuers, Heartbeats: b.heartbeats,
-		Protocol: b.proto.String(), Batch: b.proto.batch, HTTP: b.http,
-		CallsPerJob: float64(b.calls.Load()) / float64(b.jobs), Seconds: elapsed.Seconds(),
-		Submit: latencyOf(b.lat[opSubmit]), Acquire: latencyOf(b.lat[opAcquire]),
-		Heartbeat: latencyOf(b.lat[opHeartbeat]), Report: latencyOf(b.lat[opReport]),
-		Checked: checkErr == nil, Check: verified,
-	}
-	if checkErr != nil {
-		r.Check = checkErr.Error()
-	}
-	if elapsed > 0 {
-		r.JobsPerSecond = float64(b.jobs) / elapsed.Seconds()
-	}
-	return r
-}
-
-func (r benchResult) table(out io.Writer) {
-	fmt.Fprintf(out, "%d jobs (%s, %s) in %.2f s: %.0f jobs/s; %d workers, %d enqueuers, %d heartbeats a job; protocol %s over %s, %.2f calls a job\n\n",
-		r.Jobs, r.Kind, r.Prefix, r.Seconds, r.JobsPerSecond, r.Workers, r.Enqueuers, r.Heartbeats, r.Protocol, r.HTTP, r.CallsPerJob)
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "OPERATION\tCOUNT\tP50 ms\tP90 ms\tP99 ms\tMAX ms\tMEAN ms\t")
-	for i, l := range []benchLatency{r.Submit, r.Acquire, r.Heartbeat, r.Report} {
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", opNames[i], l.Count, l.P50, l.P90, l.P99, l.Max, l.Mean)
-	}
-	tw.Flush()
-	fmt.Fprintf(out, "\ncheck: %s\n", r.Check)
 }

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/leaselog/leaselog/internal/synth"
+	"github.com/leaselog/leaselog/internal/testkit/synth"
 )
 
 // BenchmarkDaemonRSS starts the real daemon on a log of finished jobs (8

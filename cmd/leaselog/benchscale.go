@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/workload"
 )
 
 // The bench's modes.
@@ -92,8 +93,8 @@ func (m *Main) runScale(cmd *cobra.Command, s scaleFlags, f clientFlags, workers
 	var out any
 	switch s.mode {
 	case modeDensity:
-		dens := &density{admin: d.client, worker: d.client, prefix: prefix, workers: workers, leases: s.leases,
-			renew: s.renew, duration: s.duration, enqueuers: enqueuers}
+		dens := &workload.Density{Admin: d.client, Worker: d.client, Prefix: prefix, Workers: workers, Leases: s.leases,
+			Renew: s.renew, Duration: s.duration, Enqueuers: enqueuers}
 		res, err := runDensity(ctx, d, dens)
 		if err != nil {
 			return fmt.Errorf("bench %s: %w", prefix, err)
@@ -101,7 +102,7 @@ func (m *Main) runScale(cmd *cobra.Command, s scaleFlags, f clientFlags, workers
 		res.HTTP = http
 		out = res
 	case modeMillion:
-		mil := &million{admin: d.client, worker: d.client, prefix: prefix, jobs: jobs, enqueuers: enqueuers}
+		mil := &workload.Million{Admin: d.client, Worker: d.client, Prefix: prefix, Jobs: jobs, Enqueuers: enqueuers}
 		res, err := runMillion(ctx, d, mil)
 		if err != nil {
 			return fmt.Errorf("bench %s: %w", prefix, err)
@@ -117,20 +118,20 @@ func (m *Main) runScale(cmd *cobra.Command, s scaleFlags, f clientFlags, workers
 		return nil
 	}
 	switch r := out.(type) {
-	case densityResult:
-		r.table(cmd.OutOrStdout())
-	case millionResult:
-		r.table(cmd.OutOrStdout())
+	case workload.DensityResult:
+		r.WriteTable(cmd.OutOrStdout())
+	case workload.MillionResult:
+		r.WriteTable(cmd.OutOrStdout())
 	}
 	return nil
 }
 
 // runDensity takes the leases, compacts the store with the daemon stopped,
 // heartbeats for the duration on the restarted daemon, and compacts again.
-func runDensity(ctx context.Context, d *scaleDaemon, dens *density) (densityResult, error) {
-	r := densityResult{Mode: modeDensity, Prefix: dens.prefix, Workers: dens.workers, LeasesPerWorker: dens.leases,
-		LiveLeases: dens.workers * dens.leases, RenewSeconds: dens.renew.Seconds()}
-	held, err := dens.take(ctx)
+func runDensity(ctx context.Context, d *scaleDaemon, dens *workload.Density) (workload.DensityResult, error) {
+	r := workload.DensityResult{Mode: modeDensity, Prefix: dens.Prefix, Workers: dens.Workers, LeasesPerWorker: dens.Leases,
+		LiveLeases: dens.Workers * dens.Leases, RenewSeconds: dens.Renew.Seconds()}
+	held, err := dens.Take(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -150,7 +151,7 @@ func runDensity(ctx context.Context, d *scaleDaemon, dens *density) (densityResu
 	stop := make(chan struct{})
 	peak := d.sampleRSS(ctx, time.Second, stop)
 	t0 := time.Now()
-	err = dens.beat(ctx, held)
+	err = dens.Beat(ctx, held)
 	r.Seconds = time.Since(t0).Seconds()
 	close(stop)
 	if r.RSSPeakBytes, _ = peak(); err != nil {
@@ -162,13 +163,12 @@ func runDensity(ctx context.Context, d *scaleDaemon, dens *density) (densityResu
 	}
 	r.RSSEndBytes = m1.RSS
 	r.RSSPeakBytes = max(r.RSSPeakBytes, m1.RSS)
-	r.LeaseHeartbeats, r.NotContinued = dens.heartbeats.Load(), dens.notContinued.Load()
-	r.Heartbeat = latencyOf(dens.lat)
+	r.LeaseHeartbeats, r.NotContinued, r.Heartbeat = dens.Counts()
 	if r.LeaseHeartbeats > 0 {
 		r.CPUMicrosPerLeaseHeartbeat = (m1.CPUSeconds - m0.CPUSeconds) * 1e6 / float64(r.LeaseHeartbeats)
 	}
 	r.CPUCores = (m1.CPUSeconds - m0.CPUSeconds) / r.Seconds
-	if r.Expired, err = countEvents(ctx, dens.admin, "lease.expired", 0); err != nil {
+	if r.Expired, err = workload.CountEvents(ctx, dens.Admin, "lease.expired", 0); err != nil {
 		return r, err
 	}
 	if err := d.stop(); err != nil {
@@ -186,43 +186,43 @@ func runDensity(ctx context.Context, d *scaleDaemon, dens *density) (densityResu
 // runMillion measures an acquire with 1,000 queued, submits the rest of the
 // N jobs, measures RSS, pages and acquires with them queued, then SIGKILLs
 // the daemon and times its restart.
-func runMillion(ctx context.Context, d *scaleDaemon, mil *million) (millionResult, error) {
-	r := millionResult{Mode: modeMillion, Prefix: mil.prefix, Jobs: mil.jobs}
+func runMillion(ctx context.Context, d *scaleDaemon, mil *workload.Million) (workload.MillionResult, error) {
+	r := workload.MillionResult{Mode: modeMillion, Prefix: mil.Prefix, Jobs: mil.Jobs}
 	m0, err := d.metrics(ctx)
 	if err != nil {
 		return r, err
 	}
 	r.RSSStartBytes = m0.RSS
-	small := min(millionSmall, mil.jobs)
-	if err := submitBatches(ctx, mil.admin, mil.prefix, 0, small, 1); err != nil {
+	small := min(workload.MillionSmall, mil.Jobs)
+	if err := workload.SubmitBatches(ctx, mil.Admin, mil.Prefix, 0, small, 1); err != nil {
 		return r, err
 	}
-	if r.AcquireSmall, err = mil.acquires(ctx); err != nil {
+	if r.AcquireSmall, err = mil.Acquires(ctx); err != nil {
 		return r, err
 	}
 	stop := make(chan struct{})
 	peak := d.sampleRSS(ctx, 250*time.Millisecond, stop)
 	t0 := time.Now()
-	err = submitBatches(ctx, mil.admin, mil.prefix, small, mil.jobs, mil.enqueuers)
+	err = workload.SubmitBatches(ctx, mil.Admin, mil.Prefix, small, mil.Jobs, mil.Enqueuers)
 	r.SubmitSeconds = time.Since(t0).Seconds()
 	close(stop)
 	if r.RSSPeakBytes, _ = peak(); err != nil {
 		return r, err
 	}
-	r.JobsPerSecond = float64(mil.jobs-small) / r.SubmitSeconds
+	r.JobsPerSecond = float64(mil.Jobs-small) / r.SubmitSeconds
 	m1, err := d.metrics(ctx)
 	if err != nil {
 		return r, err
 	}
 	r.RSSAfterBytes = m1.RSS
 	r.RSSPeakBytes = max(r.RSSPeakBytes, m1.RSS)
-	if r.PageQueued, err = pages(ctx, d.client, api.JobQuery{State: "queued"}); err != nil {
+	if r.PageQueued, err = workload.Pages(ctx, d.client, api.JobQuery{State: "queued"}); err != nil {
 		return r, err
 	}
-	if r.PageAll, err = pages(ctx, d.client, api.JobQuery{}); err != nil {
+	if r.PageAll, err = workload.Pages(ctx, d.client, api.JobQuery{}); err != nil {
 		return r, err
 	}
-	if r.AcquireMillion, err = mil.acquires(ctx); err != nil {
+	if r.AcquireMillion, err = mil.Acquires(ctx); err != nil {
 		return r, err
 	}
 	if err := d.kill(); err != nil {
@@ -233,7 +233,7 @@ func runMillion(ctx context.Context, d *scaleDaemon, mil *million) (millionResul
 		return r, err
 	}
 	r.ReadyMillis = float64(ready.Microseconds()) / 1000
-	if r.AcquireRestart, err = mil.acquires(ctx); err != nil {
+	if r.AcquireRestart, err = mil.Acquires(ctx); err != nil {
 		return r, err
 	}
 	m2, err := d.metrics(ctx)

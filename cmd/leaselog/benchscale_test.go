@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leaselog/leaselog/workload"
 )
 
 // TestBenchDensity runs --mode density at a tiny size on a daemon of its
@@ -19,7 +21,7 @@ func TestBenchDensity(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}
-	var r densityResult
+	var r workload.DensityResult
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("not one JSON object: %v\n%s", err, out)
 	}
@@ -49,21 +51,21 @@ func TestBenchMillion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}
-	var r millionResult
+	var r workload.MillionResult
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("not one JSON object: %v\n%s", err, out)
 	}
 	if r.Mode != modeMillion || r.Jobs != 2500 || r.JobsPerSecond <= 0 {
 		t.Errorf("mode %q, jobs %d, %f jobs/s\n%s", r.Mode, r.Jobs, r.JobsPerSecond, out)
 	}
-	for name, l := range map[string]benchLatency{"page_queued": r.PageQueued, "page_all": r.PageAll} {
-		if l.Count != millionPages || l.P50 <= 0 {
-			t.Errorf("%s: %+v, want %d samples", name, l, millionPages)
+	for name, l := range map[string]workload.Latency{"page_queued": r.PageQueued, "page_all": r.PageAll} {
+		if l.Count != workload.MillionPages || l.P50 <= 0 {
+			t.Errorf("%s: %+v, want %d samples", name, l, workload.MillionPages)
 		}
 	}
-	for name, l := range map[string]benchLatency{"acquire_1000": r.AcquireSmall, "acquire_n": r.AcquireMillion, "acquire_restart": r.AcquireRestart} {
-		if l.Count != millionAcquires || l.P50 <= 0 {
-			t.Errorf("%s: %+v, want %d samples", name, l, millionAcquires)
+	for name, l := range map[string]workload.Latency{"acquire_1000": r.AcquireSmall, "acquire_n": r.AcquireMillion, "acquire_restart": r.AcquireRestart} {
+		if l.Count != workload.MillionAcquires || l.P50 <= 0 {
+			t.Errorf("%s: %+v, want %d samples", name, l, workload.MillionAcquires)
 		}
 	}
 	if r.ReadyMillis <= 0 || r.RSSStartBytes <= 0 || r.RSSPeakBytes < r.RSSAfterBytes || r.RSSRestartBytes <= 0 {

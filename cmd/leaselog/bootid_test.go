@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/hostclock"
 )
 
 // TestWorkerFenceClock: `leaselog worker` asks the daemon's /healthz for its

@@ -4,14 +4,20 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/leaselog/leaselog/internal/natstest"
+	"github.com/leaselog/leaselog/internal/testkit/natstest"
 )
 
+// clusterGrace is the grace of jetStreamClusterText: the least a replicated
+// stream can honour (minReplicatedGrace, rounded up), where jetStreamText's
+// 2 s is refused.
+const clusterGrace = 27 * time.Second
+
 // jetStreamClusterText is jetStreamText on every node of a NATS cluster,
-// the stream replicated on three.
+// the stream replicated on three, with grace clusterGrace.
 func jetStreamClusterText(t *testing.T, nodes []*server.Server) string {
 	t.Helper()
 	one := fmt.Sprintf("servers = [%q]", nodes[0].ClientURL())
@@ -24,7 +30,12 @@ func jetStreamClusterText(t *testing.T, nodes []*server.Server) string {
 		urls = append(urls, fmt.Sprintf("%q", u))
 	}
 	text = strings.Replace(text, one, "servers = ["+strings.Join(urls, ", ")+"]", 1)
-	return strings.Replace(text, "replicas = 1\n", "replicas = 3\n", 1)
+	text = strings.Replace(text, "replicas = 1\n", "replicas = 3\n", 1)
+	timing := fmt.Sprintf("grace_seconds = %v\ntoleration_seconds = %v\n", clusterGrace.Seconds(), clusterGrace.Seconds()+3)
+	if strings.Count(text, jetStreamTiming) != 1 {
+		t.Fatalf("jetStreamText no longer has one %q:\n%s", jetStreamTiming, text)
+	}
+	return strings.Replace(text, jetStreamTiming, timing, 1)
 }
 
 // TestJetStreamClusterWorkerFollowsStandby: TestJetStreamWorkerFollowsStandby
@@ -34,7 +45,7 @@ func jetStreamClusterText(t *testing.T, nodes []*server.Server) string {
 // it, nothing expires, and the job is reported once, succeeded.
 func TestJetStreamClusterWorkerFollowsStandby(t *testing.T) {
 	nodes := natstest.StartCluster(t, 3)
-	workerFollowsStandby(t, jetStreamClusterText(t, nodes), nodes)
+	workerFollowsStandby(t, jetStreamClusterText(t, nodes), clusterGrace, nodes)
 }
 
 // TestJetStreamClusterTakeoverAfterSIGKILL: TestJetStreamTakeoverAfterSIGKILL
@@ -44,5 +55,5 @@ func TestJetStreamClusterWorkerFollowsStandby(t *testing.T) {
 // expires, and the killed daemon, started again, waits as a standby.
 func TestJetStreamClusterTakeoverAfterSIGKILL(t *testing.T) {
 	nodes := natstest.StartCluster(t, 3)
-	takeoverAfterSIGKILL(t, jetStreamClusterText(t, nodes), nodes)
+	takeoverAfterSIGKILL(t, jetStreamClusterText(t, nodes), clusterGrace, nodes)
 }

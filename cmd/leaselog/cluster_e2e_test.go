@@ -15,12 +15,18 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/natstest"
+	"github.com/leaselog/leaselog/internal/testkit/natstest"
+)
+
+// jetStreamGrace and jetStreamTiming are jetStreamText's grace and its
+// lines (the leadership's TTL 1 s): one NATS server, no stream election.
+const (
+	jetStreamGrace  = 2 * time.Second
+	jetStreamTiming = "grace_seconds = 2\ntoleration_seconds = 6\n"
 )
 
 // jetStreamText is the configuration of a daemon of the e2e tests on
-// engine = "jetstream": renew 0.4 s, grace 2 s (the leadership's TTL 1 s),
-// no local worker, open.
+// engine = "jetstream": renew 0.4 s, grace 2 s, no local worker, open.
 func jetStreamText(natsURL string) string {
 	return fmt.Sprintf(`
 [server]
@@ -31,12 +37,10 @@ servers = [%q]
 replicas = 1
 [plugins.executor]
 renew_seconds = 0.4
-grace_seconds = 2
-toleration_seconds = 6
-local_capacity = 0
+%slocal_capacity = 0
 [log]
 level = "debug"
-`, natsURL)
+`, natsURL, jetStreamTiming)
 }
 
 // startStandby starts `leaselog serve` with text in dir and returns once it
@@ -61,7 +65,7 @@ func waitListening(t *testing.T, p *proc) string {
 // waitAddr waits until p logs msg, and returns the line's address.
 func waitAddr(t *testing.T, p *proc, msg string) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // a takeover at the cluster's grace takes 17 s
 	for {
 		for _, line := range strings.Split(p.output(), "\n") {
 			var l struct{ Message, Addr string }
@@ -87,13 +91,13 @@ func waitAddr(t *testing.T, p *proc, msg string) string {
 // server (R1); TestJetStreamClusterTakeoverAfterSIGKILL runs it on three.
 func TestJetStreamTakeoverAfterSIGKILL(t *testing.T) {
 	ns := runNATS(t)
-	takeoverAfterSIGKILL(t, jetStreamText(ns.ClientURL()), nil)
+	takeoverAfterSIGKILL(t, jetStreamText(ns.ClientURL()), jetStreamGrace, nil)
 }
 
 // takeoverAfterSIGKILL is the scenario of TestJetStreamTakeoverAfterSIGKILL
-// on daemons configured with text; with nodes (the NATS cluster of text),
-// the node leading the stream is shut down with the SIGKILL.
-func takeoverAfterSIGKILL(t *testing.T, text string, nodes []*server.Server) {
+// on daemons configured with text, of grace grace; with nodes (the NATS
+// cluster of text), the node leading the stream is shut down with the SIGKILL.
+func takeoverAfterSIGKILL(t *testing.T, text string, grace time.Duration, nodes []*server.Server) {
 	ctx := context.Background()
 	dirA := t.TempDir()
 	a := startServeConfig(t, dirA, text)
@@ -133,7 +137,6 @@ func takeoverAfterSIGKILL(t *testing.T, text string, nodes []*server.Server) {
 	a.wait()
 	addr := waitListening(t, b)
 	took := time.Since(killed)
-	const grace = 2 * time.Second
 	t.Logf("the standby listens %v after the SIGKILL of the active daemon (grace %v)", took.Round(time.Millisecond), grace)
 	if took > grace {
 		t.Errorf("takeover took %v, more than grace (%v)", took, grace)

@@ -271,7 +271,7 @@ func (c Config) Validate() error {
 	case c.Log.Format != "json" && c.Log.Format != "console":
 		return fmt.Errorf("config: log.format: must be json or console, is %q", c.Log.Format)
 	}
-	if err := c.Store.checkEngine(); err != nil {
+	if err := c.Store.checkEngine(c.Lease().Grace); err != nil {
 		return err
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {

@@ -13,8 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/hostclock"
-	"github.com/leaselog/leaselog/internal/procs"
+	"github.com/leaselog/leaselog/hostclock"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/ops"
 	"github.com/leaselog/leaselog/server"
@@ -44,10 +43,6 @@ type daemon struct {
 // startOptions are what a daemon's start takes beside its configuration.
 type startOptions struct {
 	StoreLogger *zerolog.Logger
-	// GovernProcs sets the process's GOMAXPROCS by the daemon's load
-	// (internal/procs): for `serve`, whose process is the daemon's alone,
-	// not for a daemon sharing its process (demo, tests).
-	GovernProcs bool
 }
 
 // startDaemon opens the store, rebuilds the table, and starts serving. The
@@ -82,14 +77,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		}
 		id = a
 	}
-	var gov *procs.Governor // nil: GOMAXPROCS stays as it is
-	if o.GovernProcs {
-		gov = procs.ForDaemon(logger) // nil too when set by the user, or on one CPU
-	}
 	eopts := eventlog.Options{Logger: slog, OnCommit: metrics.ObserveCommit}
-	if gov != nil {
-		eopts.Background = gov.Load
-	}
 	st, err := openStore(ctx, cfg.Store, cfg.Lease(), id, eopts)
 	if err != nil {
 		if stop := stopped(ctx, "opening the store"); stop != nil { // jetstream's open waits on the network
@@ -146,9 +134,6 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		logger.Warn().Err(err).Msg("no boot id to announce")
 	}
 	sopts := server.Options{Auth: auth, Logger: logger, Metrics: metrics, BootID: bootID, Backup: st.backup()}
-	if gov != nil {
-		sopts.Load = gov.Load
-	}
 	if cfg.Capacity() > 0 {
 		sopts.Output = localOutput{dir: cfg.Workdir()}
 	}
@@ -161,9 +146,6 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 	d.goRun("compaction", func() error { return svc.RunCompaction(runCtx, nil) })
 	if st.js != nil { // the stream, compacted below checkpoints of the compacted cache
 		d.goRun("checkpoints", func() error { return st.js.RunCheckpoints(runCtx, nil) })
-	}
-	if gov != nil {
-		d.goRun("procs", func() error { gov.Run(runCtx); return nil })
 	}
 	if lost := st.lost(); lost != nil {
 		d.goRun("leadership", func() error {

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/testutil"
+	"github.com/leaselog/leaselog/internal/testkit/testutil"
 )
 
 func TestE2EWorkerDiesDuringRun(t *testing.T) {

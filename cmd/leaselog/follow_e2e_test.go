@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/testutil"
+	"github.com/leaselog/leaselog/internal/testkit/testutil"
 )
 
 // waitFor polls cond until it holds, failing the test after 30 s with what.

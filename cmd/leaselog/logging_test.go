@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/leaselog/leaselog/internal/testutil"
+	"github.com/leaselog/leaselog/internal/testkit/testutil"
 )
 
 // JSON log lines carry their time to the millisecond.

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/testutil"
+	"github.com/leaselog/leaselog/internal/testkit/testutil"
 )
 
 // logsRun is one `leaselog logs` process, its streams apart.

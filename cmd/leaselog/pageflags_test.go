@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/leaselog/leaselog/event"
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/server"
 )
 

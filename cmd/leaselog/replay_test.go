@@ -18,9 +18,9 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/leasetest"
-	"github.com/leaselog/leaselog/internal/synth"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/synth"
 	"github.com/leaselog/leaselog/timing"
 )
 
@@ -80,19 +80,20 @@ func TestReplayCommand(t *testing.T) {
 	}
 }
 
-// TestDemo runs `leaselog demo` in-process: every act it narrates must
-// happen, or it fails.
+// TestDemo runs `leaselog demo` in-process, on the daemon serve starts:
+// every act it narrates must happen, or it fails. Its whole output is
+// held to a golden file in package demo.
 func TestDemo(t *testing.T) {
 	out, err := run(t, "demo")
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		"lease.expired        job=eval-1 lease=3 worker=w1",
-		"Refused: HTTP 409 stale_lease",
-		"the first report's answer; no new event",
-		"agent-1 is reported (succeeded), attempts 1, same lease",
-		"lease.stale_report   job=eval-1 lease=3 worker=w1 outcome=succeeded ref=refs/leaselog/eval-1/3",
+		"lease.expired       job=eval-1 lease=3 worker=w1",
+		`HTTP 409 {"error":{"code":"stale_lease"`,
+		`{"accepted":true,"job":"eval-1","lease":8,"seq":12}`,
+		"agent-1 is reported (succeeded), attempts 1, on the same lease 17",
+		"lease.stale_report  job=eval-1 lease=3 worker=w1 outcome=succeeded ref=refs/leaselog/eval-1/3",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)

@@ -128,7 +128,7 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 	watch := newStartWatch()
 	storeLogger := logger.Hook(watch)
 	go func() {
-		d, err := startDaemon(ctx, cfg, logger, startOptions{StoreLogger: &storeLogger, GovernProcs: true})
+		d, err := startDaemon(ctx, cfg, logger, startOptions{StoreLogger: &storeLogger})
 		started <- result{d, err}
 	}()
 	var r result

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/natstest"
+	"github.com/leaselog/leaselog/internal/testkit/natstest"
 )
 
 // freeAddr is a loopback address nothing listens on now, for a daemon that
@@ -76,13 +76,13 @@ func pollEvents(t *testing.T, c *api.Client, q api.EventQuery, what string, ok f
 // (R1); TestJetStreamClusterWorkerFollowsStandby runs it on three.
 func TestJetStreamWorkerFollowsStandby(t *testing.T) {
 	ns := runNATS(t)
-	workerFollowsStandby(t, jetStreamText(ns.ClientURL()), nil)
+	workerFollowsStandby(t, jetStreamText(ns.ClientURL()), jetStreamGrace, nil)
 }
 
 // workerFollowsStandby is the scenario of TestJetStreamWorkerFollowsStandby
-// on daemons configured with text; with nodes (the NATS cluster of text),
-// the node leading the stream is shut down with the SIGKILL.
-func workerFollowsStandby(t *testing.T, text string, nodes []*server.Server) {
+// on daemons configured with text, of grace grace; with nodes (the NATS
+// cluster of text), the node leading the stream is shut down with the SIGKILL.
+func workerFollowsStandby(t *testing.T, text string, grace time.Duration, nodes []*server.Server) {
 	activeAddr, standbyAddr := freeAddr(t), freeAddr(t)
 	listen := func(addr string) string {
 		return strings.Replace(text, `listen = "127.0.0.1:0"`, fmt.Sprintf("listen = %q", addr), 1)
@@ -123,7 +123,6 @@ func workerFollowsStandby(t *testing.T, text string, nodes []*server.Server) {
 	if addr := waitListening(t, b); addr != standbyAddr {
 		t.Fatalf("the standby took over on %s, want its address %s", addr, standbyAddr)
 	}
-	const grace = 2 * time.Second // jetStreamText's
 	took := time.Since(killed)
 	t.Logf("the standby listens %v after the SIGKILL (grace %v)", took.Round(time.Millisecond), grace)
 	if took > grace {

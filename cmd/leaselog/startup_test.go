@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/synth"
+	"github.com/leaselog/leaselog/internal/testkit/synth"
 )
 
 // startBound is how long a start-up may take to fail or to stop on a

@@ -36,9 +36,27 @@ const (
 	defaultReplicas = 3
 )
 
-// checkEngine checks the keys of [store] that choose the engine; the error
-// names the key at fault.
-func (c StoreConfig) checkEngine() error {
+// streamElection is how long a replicated stream can be without a leader
+// once its leader's node dies: NATS's Raft lets a follower campaign only
+// after 4 to 9 s without the leader's heartbeat (nats-server's election
+// timeout, fixed in the server). A standby whose active daemon died with the
+// stream's leader appends nothing before a new leader is elected, however
+// short the leadership key's TTL. takeoverWork is what a takeover does after
+// it (the campaign's reads, the catch-up, the rebuild), with room to spare.
+const (
+	streamElection = 9 * time.Second
+	takeoverWork   = time.Second
+)
+
+// minReplicatedGrace is the least grace a replicated stream can honour: a
+// takeover takes the key's TTL (grace/2), a standby's poll (TTL/4), the
+// stream's election and the takeover's work, so grace×3/8 must cover the
+// last two.
+const minReplicatedGrace = (streamElection + takeoverWork) * 8 / 3
+
+// checkEngine checks the keys of [store] that choose the engine, and that
+// grace is one the engine can honour; the error names the key at fault.
+func (c StoreConfig) checkEngine(grace time.Duration) error {
 	switch c.Engine {
 	case "", enginePebble:
 		if len(c.Servers) > 0 || c.Stream != "" || c.Replicas != 0 {
@@ -63,7 +81,19 @@ func (c StoreConfig) checkEngine() error {
 	if c.Replicas < 0 || c.Replicas > 5 {
 		return fmt.Errorf("config: store.replicas: must be 1 to 5, is %d", c.Replicas)
 	}
+	if (c.Replicas == 0 || c.Replicas > 1) && grace < minReplicatedGrace {
+		return fmt.Errorf("config: plugins.executor.grace_seconds: a replicated stream (store.replicas = %d) cannot be taken over within grace when its leader's node dies with the active daemon: NATS elects a new stream leader up to %v later, after the leadership key's TTL (grace/2) and a standby's poll; must be at least %.1f, is %v",
+			c.replicas(), streamElection, minReplicatedGrace.Seconds(), grace.Seconds())
+	}
 	return nil
+}
+
+// replicas is the stream's replicas, the default when the file names none.
+func (c StoreConfig) replicas() int {
+	if c.Replicas == 0 {
+		return defaultReplicas
+	}
+	return c.Replicas
 }
 
 // store is the log the daemon opened, with what its engine adds: for
@@ -86,12 +116,9 @@ func openStore(ctx context.Context, c StoreConfig, t timing.Config, id string, o
 		}
 		return &store{log: log, close: log.Close}, nil
 	}
-	stream, replicas := c.Stream, c.Replicas
+	stream, replicas := c.Stream, c.replicas()
 	if stream == "" {
 		stream = defaultStream
-	}
-	if replicas == 0 {
-		replicas = defaultReplicas
 	}
 	s, err := jetstream.Open(ctx, jetstream.Options{
 		Servers: c.Servers, Stream: stream, Replicas: replicas,

@@ -16,7 +16,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
-	"github.com/leaselog/leaselog/internal/natstest"
+	"github.com/leaselog/leaselog/internal/testkit/natstest"
 )
 
 // TestStoreEngineConfig: the keys of the engine, accepted and refused, each
@@ -32,6 +32,14 @@ func TestStoreEngineConfig(t *testing.T) {
 		{"[store]\nengine = \"jetstream\"\nservers = [\"nats://a:4222\"]\nstream = \"a.b\"", "store.stream"},
 		{"[store]\nengine = \"jetstream\"\nservers = [\"nats://a:4222\"]\nreplicas = 7", "store.replicas"},
 		{"[store]\nservers = [\"nats://a:4222\"]", "store.servers"},
+		// A replicated stream (three replicas by default) elects a leader up
+		// to 9 s after its leader's node dies: a grace under 26.7 s cannot
+		// hold a takeover. One replica has no election to wait for.
+		{"[store]\nengine = \"jetstream\"\nservers = [\"nats://a:4222\"]\n[plugins.executor]\nrenew_seconds = 1\ngrace_seconds = 26\ntoleration_seconds = 60", "plugins.executor.grace_seconds: a replicated stream (store.replicas = 3)"},
+		{"[store]\nengine = \"jetstream\"\nservers = [\"nats://a:4222\"]\nreplicas = 2\n[plugins.executor]\nrenew_seconds = 1\ngrace_seconds = 10\ntoleration_seconds = 60", "must be at least 26.7, is 10"},
+		{"[store]\nengine = \"jetstream\"\nservers = [\"nats://a:4222\"]\n[plugins.executor]\nrenew_seconds = 1\ngrace_seconds = 27\ntoleration_seconds = 60", ""},
+		{"[store]\nengine = \"jetstream\"\nservers = [\"nats://a:4222\"]\nreplicas = 1\n[plugins.executor]\nrenew_seconds = 0.4\ngrace_seconds = 2\ntoleration_seconds = 6", ""},
+		{"[plugins.executor]\nrenew_seconds = 0.4\ngrace_seconds = 2\ntoleration_seconds = 6", ""},
 	} {
 		c, err := ParseConfig(tc.text)
 		if err == nil {

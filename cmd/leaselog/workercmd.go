@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/hostclock"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/timing"
 	"github.com/leaselog/leaselog/worker"

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/hostclock"
 	"github.com/leaselog/leaselog/worker"
 	"github.com/leaselog/leaselog/worker/local/supervise"
 )

@@ -1,9 +1,11 @@
 // Package local is the executor that runs jobs as processes on this machine:
 // the built-in `local` worker of `leaselog serve`, and the executor of
 // `leaselog worker`. The worker loop (package worker) owns the leases; this
-// package owns what a lease runs here — one run directory per lease under
-// Options.Dir, the process group running the job's command in it, and what is
+// package owns what a lease runs here ([Executor]) — one run directory per
+// lease under [Options.Dir], the process group running the job's command in it, and what is
 // brought back from it when the job ends (a git ref, a JSON result).
+//
+// # The supervisor
 //
 // A job's command runs as `/bin/sh -c RUN` under a supervisor (package
 // supervise: this binary re-executed, in a session of its own): nothing
@@ -13,13 +15,15 @@
 // too, stays below it and dies with it: when the command ends, when the
 // worker kills it, and when the fence deadline the worker renews (Fence)
 // passes, whether or not a worker is still alive. For the daemon's own
-// worker on the Pebble engine (Options.StoreLock) that deadline moves by
+// worker on the Pebble engine ([Options.StoreLock]) that deadline moves by
 // the time no process held the daemon's store: a daemon that is not
 // running grants nothing, and takes its downtime out of every lease
 // deadline when it starts again. Everything a restarted
 // worker needs to find the job again is on disk, and the supervisor
 // records the command's exit status there even when no worker is left to
 // see it end.
+//
+// # The run directory
 //
 // A run directory, one per lease:
 //
@@ -56,10 +60,13 @@
 // not start.
 //
 // Run directories, worktrees included, hold the whole state an agent left,
-// which auditors may want: they are kept for Options.Retention after their
-// job ended (a week by default in the CLI), then removed (RunRetention).
+// which auditors may want: they are kept for [Options.Retention] after their
+// job ended (a week by default in the CLI), then removed
+// ([Executor.RunRetention]).
 // What a job made stays reachable from the main repository through
 // refs/leaselog/<job>/<lease>, which retention leaves alone.
+//
+// # Outcomes
 //
 // The outcome of a run: a run its supervisor stopped at the fence is
 // "lost", reason "fence deadline passed; job stopped by its supervisor"
@@ -89,7 +96,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/api"
-	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/hostclock"
 	"github.com/leaselog/leaselog/worker"
 	"github.com/leaselog/leaselog/worker/local/supervise"
 )

@@ -1,7 +1,7 @@
 """The fence clock: a clock that never steps, shared by the worker and the
 runners of its commands (which read the deadline the worker writes).
 
-As the Go worker (internal/hostclock): CLOCK_MONOTONIC when the daemon runs
+As the Go worker (hostclock): CLOCK_MONOTONIC when the daemon runs
 on this host (its ``/healthz`` boot id is this host's) — the host's sleep
 stops it, and is the daemon's absence too — else CLOCK_BOOTTIME, which
 counts a sleep the daemon does not see. Where CLOCK_BOOTTIME is missing

@@ -18,7 +18,7 @@ export function takeTokenFromLink() {
   const m = location.hash.match(/^#token=([^&]*)/);
   if (!m) return false;
   setToken(decodeURIComponent(m[1]));
-  history.replaceState(null, '', location.pathname + location.search + '#/jobs');
+  history.replaceState(null, '', location.pathname + location.search + '#/overview');
   return true;
 }
 
@@ -89,6 +89,21 @@ function refused(r, doc) {
 }
 
 export const get = (path, params) => call('GET', path, params);
+
+// post sends a command (a cancel, a kill): body undefined sends none.
+export const post = (path, body) => call('POST', path, undefined, body);
+
+// isAdmin tells whether this tab's token may act (cancel, kill), as the
+// daemon says (GET /v1/overview's admin), asked once per token. The calls
+// are authorised by the daemon all the same: this only decides what the
+// pages offer.
+let role = { token: null, admin: null };
+export function isAdmin() {
+  if (role.token !== token()) {
+    role = { token: token(), admin: get('v1/overview').then((o) => o.admin === true, () => false) };
+  }
+  return role.admin;
+}
 
 // bytes reads an answer that is not JSON (a job's output): its text and
 // headers; a refusal is an APIError as for any call.

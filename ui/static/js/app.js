@@ -1,15 +1,16 @@
 // The dashboard's shell: the token, the router (the fragment names the page:
-// #/jobs, #/job/ID, #/leases, #/workers, #/stale) and the one event stream,
-// whose events go to the page on screen.
+// #/overview, the first, #/jobs, #/job/ID, #/leases, #/workers, #/stale)
+// and the one event stream, whose events go to the page on screen.
 import { APIError, get, setToken, stream, takeTokenFromLink, token } from './api.js';
 import { h } from './dom.js';
+import * as overview from './overview.js';
 import * as jobs from './jobs.js';
 import * as job from './job.js';
 import * as leases from './leases.js';
 import * as workers from './workers.js';
 import * as stale from './stale.js';
 
-const pages = { jobs, job, leases, workers, stale };
+const pages = { overview, jobs, job, leases, workers, stale };
 const main = document.getElementById('main');
 const live = document.getElementById('live');
 const forget = document.getElementById('forget');
@@ -21,13 +22,13 @@ function route() {
   current?.stop?.();
   const [path] = location.hash.replace(/^#\/?/, '').split('?');
   const [name, ...rest] = path.split('/');
-  const page = pages[name] || jobs;
+  const page = pages[name] || overview;
   for (const a of document.querySelectorAll('nav a')) {
-    a.classList.toggle('current', a.dataset.page === name || (name === 'job' && a.dataset.page === 'jobs'));
+    a.classList.toggle('current', a.dataset.page === (pages[name] ? name : 'overview') || (name === 'job' && a.dataset.page === 'jobs'));
   }
   main.replaceChildren();
   current = page.render(main, decodeURIComponent(rest.join('/'))) || {};
-  main.dataset.page = page === jobs ? 'jobs' : name;
+  main.dataset.page = page === overview ? 'overview' : name;
 }
 
 function setLive(on) {

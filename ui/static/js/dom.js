@@ -52,12 +52,24 @@ export const outcomeBadge = (j) => (j.outcome ? h('span', { class: 'badge outcom
 
 export const jobLink = (id) => h('a', { href: `#/job/${encodeURIComponent(id)}` }, id);
 
-// time shows an RFC 3339 time in local time, to the second.
+// time shows an RFC 3339 time in local time, to the second, 24-hour.
 export function time(iso) {
   if (!iso) return '';
   const d = new Date(iso);
   const p = (n) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${clock(d.getTime())}`;
+}
+
+// clock shows a time in ms as the tables do, 24-hour and local, whatever
+// the browser's locale: HH:MM:SS, with digits (0 to 3) of the second after
+// it, or HH:MM when seconds is false.
+export function clock(ms, digits = 0, seconds = true) {
+  const d = new Date(ms);
+  const p = (n, w = 2) => String(n).padStart(w, '0');
+  let s = `${p(d.getHours())}:${p(d.getMinutes())}`;
+  if (seconds) s += `:${p(d.getSeconds())}`;
+  if (seconds && digits > 0) s += `.${p(d.getMilliseconds(), 3).slice(0, digits)}`;
+  return s;
 }
 
 // duration shows seconds as "1h 02m", "3m 05s" or "4.2s"; negative ones as "-…".

@@ -1,5 +1,7 @@
-// A job's page: what the job is, its timeline (timeline.js) and its events,
-// heartbeats collapsed, kept up to date from the event stream.
+// A job's page: what the job is, cancel and kill for an admin (actions.js),
+// its timeline (timeline.js) and its events, heartbeats collapsed, and its
+// output (output.js), kept up to date from the event stream.
+import { actions } from './actions.js';
 import { all, daemonNow, get } from './api.js';
 import { coalesce, h, jobBadge, outcomeBadge, table, time } from './dom.js';
 import { outputPanel } from './output.js';
@@ -9,13 +11,17 @@ export function render(main, id) {
   let jobDoc = null;
   let events = [];
   const head = h('div', {});
+  const act = h('div', { id: 'job-actions' });
+  let actedOn = ''; // the state the actions were drawn for: redrawn when it moves
   const graph = h('div', { id: 'timeline' });
   const list = h('div', { id: 'events' });
   const output = outputPanel(id);
-  main.append(h('h1', {}, 'Job ', h('code', {}, id)), head,
+  main.append(h('h1', {}, 'Job ', h('code', {}, id)), head, act,
     h('h2', {}, 'Timeline'), graph,
     h('div', { class: 'legend' },
-      h('span', {}, h('span', { class: 'sw reported' }), 'lease reported'),
+      h('span', {}, h('span', { class: 'sw reported' }), 'reported succeeded'),
+      h('span', {}, h('span', { class: 'sw bad' }), 'reported failed or killed'),
+      h('span', {}, h('span', { class: 'sw off' }), 'reported cancelled'),
       h('span', {}, h('span', { class: 'sw live' }), 'live'),
       h('span', {}, h('span', { class: 'sw expired' }), 'expired or lost ◆'),
       h('span', {}, h('span', { class: 'sw beat' }), 'heartbeat'),
@@ -37,6 +43,10 @@ export function render(main, id) {
       j.ref ? [h('dt', {}, 'ref'), h('dd', {}, h('code', {}, j.ref))] : null,
       h('dt', {}, 'spec'), h('dd', {}, h('code', {}, spec)),
       h('dt', {}, 'submitted'), h('dd', {}, time(j.submitted))));
+    if (actedOn !== j.state) {
+      actedOn = j.state;
+      act.replaceChildren(actions(j));
+    }
     graph.replaceChildren(events.length ? draw(model(events), daemonNow()) : h('p', { class: 'muted' }, 'No events.'));
     list.replaceChildren(table(['seq', 'time', 'type', 'lease', 'worker', 'detail'], collapse(events).map(row), 'No events.'));
   }

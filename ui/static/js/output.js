@@ -1,5 +1,6 @@
 // A job's output on its page: stdout and stderr of its latest run, read by
-// offset (GET /v1/jobs/{id}/output) and followed while the job runs. The
+// offset (GET /v1/jobs/{id}/output) and followed while the job runs, each
+// pane scrolled to its latest lines. The
 // daemon has the output of its own worker's runs only; for another worker's
 // the API says where it is, and the panel shows that.
 import { APIError, bytes } from './api.js';
@@ -38,7 +39,11 @@ export function outputPanel(id) {
           s.lease = lease;
           s.offset = Number(r.headers.get('Leaselog-Next-Offset')) || s.offset;
           if (r.text === '') break;
+          // The pane follows the tail, as tail -f does, unless its reader
+          // scrolled up to read: then it stays where they are.
+          const following = s.pre.scrollTop + s.pre.clientHeight >= s.pre.scrollHeight - 4;
           s.pre.textContent = (s.pre.textContent + r.text).slice(-KEEP);
+          if (following) s.pre.scrollTop = s.pre.scrollHeight;
         }
       }
       note.textContent = streams[0].lease === '0' ? 'No run yet.' : '';

@@ -3,8 +3,11 @@
 // its heartbeats as ticks on the band (collapsed: one count, not one row
 // each), expiries, losses and stale reports marked on the band of their
 // lease, and the job's own moments (queued, revoked, cancelled, failed at
-// its cap on requeues) on a row of their own.
-import { h } from './dom.js';
+// its cap on requeues) on a row of their own. A band reported is in the
+// colour of its outcome. The time axis is broken where nothing happened for
+// long (scale.js): leases ten minutes apart are two bands, not two slivers.
+import { clock, duration, h } from './dom.js';
+import { scale } from './scale.js';
 
 const ENDS = { 'lease.reported': 'reported', 'lease.expired': 'expired', 'lease.lost': 'lost' };
 
@@ -53,8 +56,10 @@ export function model(events) {
 const ms = (iso) => new Date(iso).getTime();
 
 const W = 1000; // the drawing's width in its own units; the SVG scales to the page
-const LEFT = 190; // room for the lease labels
-const ROW = 30;
+const LEFT = 200; // room for the lease labels
+const RIGHT = 20;
+const ROW = 36;
+const LABEL = 27; // the characters of a label line that fit in LEFT
 
 // draw renders the model between the first event and now (or the last event,
 // when no lease is live).
@@ -62,40 +67,53 @@ export function draw({ leases, jobMarks }, now) {
   // A live band reaches now, or its last heartbeat if that is later: the
   // daemon's now is known to a second, and the band must hold its ticks.
   const end = (l) => l.end ?? Math.max(now, l.start, ...l.beats);
-  const times = [...jobMarks.map((m) => m.t), ...leases.flatMap((l) => [l.start, end(l), ...l.marks.map((m) => m.t)])];
-  const t0 = Math.min(...times);
-  const t1 = Math.max(t0 + 1000, ...times);
-  const x = (t) => LEFT + ((t - t0) / (t1 - t0)) * (W - LEFT - 20);
+  const times = [...jobMarks.map((m) => m.t), ...leases.flatMap((l) => [l.start, end(l), ...l.beats, ...l.marks.map((m) => m.t)])];
+  const sc = scale(times, LEFT, W - RIGHT);
+  const x = sc.x;
   const height = ROW * (leases.length + 1) + 30;
+  const axisY = height - 8;
   const rows = [];
 
-  rows.push(h('text', { x: 8, y: ROW - 10 }, 'job'));
-  for (const m of jobMarks) rows.push(marker(x(m.t), ROW - 14, m));
+  rows.push(h('text', { x: 8, y: ROW - 12 }, 'job'));
+  for (const m of jobMarks) rows.push(marker(x(m.t), ROW - 16, m));
 
   leases.forEach((l, i) => {
-    const y = ROW * (i + 1) + 6;
+    const y = ROW * (i + 1) + 4;
     const live = l.end === null;
-    const cls = `band ${live ? 'live' : l.end_type}`;
-    const label = `lease ${l.lease} · ${l.worker} · ${l.count} heartbeat${l.count === 1 ? '' : 's'}`;
+    const cls = `band ${live ? 'live' : l.end_type}${l.outcome ? ' ' + l.outcome : ''}`;
+    const what = `lease ${l.lease} · ${l.worker} · ${l.count} heartbeat${l.count === 1 ? '' : 's'}`;
     rows.push(h('g', { class: 'lease', 'data-lease': l.lease },
-      h('text', { x: 8, y: y + 15 }, label),
-      h('rect', { class: cls, x: x(l.start), y, width: Math.max(2, x(end(l)) - x(l.start)), height: ROW - 10, rx: 3 },
-        h('title', {}, `${label}; ${live ? 'live' : l.end_type + (l.outcome ? ' ' + l.outcome : '')}`)),
-      l.beats.map((t) => h('line', { class: 'beat', x1: x(t), x2: x(t), y1: y + 4, y2: y + ROW - 14 })),
+      // Two lines, each cut to fit before the bands: the whole in its title.
+      h('text', { class: 'label', x: 8, y: y + 11 }, fit(`lease ${l.lease} · ${l.worker}`), h('title', {}, what)),
+      h('text', { class: 'label sub', x: 8, y: y + 24 }, fit(`${l.count} heartbeat${l.count === 1 ? '' : 's'}`)),
+      h('rect', { class: cls, x: x(l.start), y, width: Math.max(2, x(end(l)) - x(l.start)), height: ROW - 12, rx: 3 },
+        h('title', {}, `${what}; ${live ? 'live' : l.end_type + (l.outcome ? ' ' + l.outcome : '')}`)),
+      l.beats.map((t) => h('line', { class: 'beat', x1: x(t), x2: x(t), y1: y + 4, y2: y + ROW - 16 })),
       // A stale report sits on the band's top edge, clear of an expiry at the same moment.
-      l.marks.map((m) => marker(x(m.t), m.kind === 'stale' ? y - 1 : y + (ROW - 10) / 2, m))));
+      l.marks.map((m) => marker(x(m.t), m.kind === 'stale' ? y - 1 : y + (ROW - 12) / 2, m))));
   });
 
-  const axisY = height - 8;
-  const axis = [0, 0.25, 0.5, 0.75, 1].map((f) => {
-    const t = t0 + f * (t1 - t0);
-    return [
-      h('line', { class: 'grid', x1: x(t), x2: x(t), y1: 4, y2: axisY - 12 }),
-      h('text', { class: 'axis', x: x(t), y: axisY, 'text-anchor': f === 1 ? 'end' : f === 0 ? 'start' : 'middle' },
-        new Date(t).toLocaleTimeString()),
-    ];
-  });
-  return h('svg', { class: 'timeline', viewBox: `0 0 ${W} ${height}`, role: 'img', 'aria-label': 'timeline of the job' }, axis, rows);
+  const axis = sc.ticks.map((t) => [
+    h('line', { class: 'grid', x1: t.x, x2: t.x, y1: 4, y2: axisY - 12 }),
+    h('text', { class: 'axis', x: t.x, y: axisY, 'text-anchor': t.anchor }, t.label),
+  ]);
+  // A break: the time in it said once, where the axis skips it.
+  const breaks = sc.breaks.map((b) => h('g', { class: 'break' },
+    h('rect', { class: 'gap', x: b.x0, y: 2, width: b.x1 - b.x0, height: axisY - 12 }),
+    h('path', { class: 'zigzag', d: zigzag((b.x0 + b.x1) / 2, 2, axisY - 10) }),
+    h('text', { class: 'axis gap', x: (b.x0 + b.x1) / 2, y: axisY, 'text-anchor': 'middle' }, `+${duration((b.t1 - b.t0) / 1000)}`),
+    h('title', {}, `nothing for ${duration((b.t1 - b.t0) / 1000)}, from ${clock(b.t0)} to ${clock(b.t1)}: not drawn to scale`)));
+  return h('svg', { class: 'timeline', viewBox: `0 0 ${W} ${height}`, role: 'img', 'aria-label': 'timeline of the job' }, axis, breaks, rows);
+}
+
+// fit cuts a label to what fits left of the bands, with an ellipsis.
+const fit = (s) => (s.length <= LABEL ? s : `${s.slice(0, LABEL - 1)}…`);
+
+// zigzag is the mark of a break in the axis, from y0 down to y1 at x.
+function zigzag(x, y0, y1) {
+  let d = `M${x} ${y0}`;
+  for (let y = y0, i = 0; y < y1; y += 6, i++) d += ` L${x + (i % 2 ? -3 : 3)} ${Math.min(y + 6, y1)}`;
+  return d;
 }
 
 // marker is a diamond for the job's moments and expiries, a triangle for

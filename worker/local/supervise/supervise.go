@@ -59,7 +59,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/hostclock"
 )
 
 // Marker is the argument that makes a binary a supervisor (os.Args[1]). It

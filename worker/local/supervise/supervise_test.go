@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leaselog/leaselog/internal/hostclock"
+	"github.com/leaselog/leaselog/hostclock"
 )
 
 func TestFenceFile(t *testing.T) {

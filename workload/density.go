@@ -1,4 +1,4 @@
-package main
+package workload
 
 // The density workload of `leaselog bench --mode density`: W workers hold L
 // leases each, never reporting them, and heartbeat all of them in one call
@@ -24,16 +24,16 @@ import (
 // the daemon's one writer.
 const densityAcquirers = 64
 
-// density is one run of the density workload against a daemon.
-type density struct {
-	admin     benchAdmin
-	worker    benchWorker
-	prefix    string // job ids are prefix + "-" + number, workers prefix + "-wN"
-	workers   int
-	leases    int // a worker's
-	renew     time.Duration
-	duration  time.Duration
-	enqueuers int
+// Density is one run of the density workload against a daemon.
+type Density struct {
+	Admin     Admin
+	Worker    Worker
+	Prefix    string // job ids are prefix + "-" + number, workers prefix + "-wN"
+	Workers   int
+	Leases    int // a worker's
+	Renew     time.Duration
+	Duration  time.Duration
+	Enqueuers int
 
 	heartbeats   atomic.Int64 // lease-heartbeats answered continue
 	notContinued atomic.Int64 // lease-heartbeats answered anything else
@@ -41,25 +41,33 @@ type density struct {
 	latMu        sync.Mutex
 }
 
-func (d *density) workerName(w int) string { return fmt.Sprintf("%s-w%d", d.prefix, w) }
+// Counts returns the lease-heartbeats answered continue, those answered
+// anything else, and the latency of the heartbeat calls.
+func (d *Density) Counts() (continued, notContinued int64, calls Latency) {
+	d.latMu.Lock()
+	defer d.latMu.Unlock()
+	return d.heartbeats.Load(), d.notContinued.Load(), latencyOf(d.lat)
+}
 
-// take submits W×L jobs and has every worker acquire (with start) L of
+func (d *Density) workerName(w int) string { return fmt.Sprintf("%s-w%d", d.Prefix, w) }
+
+// Take submits W×L jobs and has every worker acquire (with start) L of
 // them; it returns each worker's leases.
-func (d *density) take(ctx context.Context) ([][]uint64, error) {
-	n := d.workers * d.leases
-	if err := submitBatches(ctx, d.admin, d.prefix, 0, n, d.enqueuers); err != nil {
+func (d *Density) Take(ctx context.Context) ([][]uint64, error) {
+	n := d.Workers * d.Leases
+	if err := SubmitBatches(ctx, d.Admin, d.Prefix, 0, n, d.Enqueuers); err != nil {
 		return nil, err
 	}
-	held := make([][]uint64, d.workers)
+	held := make([][]uint64, d.Workers)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(densityAcquirers, d.workers) {
+	for range min(densityAcquirers, d.Workers) {
 		wg.Go(func() {
-			for w := int(next.Add(1) - 1); w < d.workers && ctx.Err() == nil; w = int(next.Add(1) - 1) {
-				for len(held[w]) < d.leases {
-					gs, err := d.worker.AcquireStart(ctx, d.workerName(w), min(d.leases-len(held[w]), 100), benchAcquireWait)
+			for w := int(next.Add(1) - 1); w < d.Workers && ctx.Err() == nil; w = int(next.Add(1) - 1) {
+				for len(held[w]) < d.Leases {
+					gs, err := d.Worker.AcquireStart(ctx, d.workerName(w), min(d.Leases-len(held[w]), 100), acquireWait)
 					if err != nil {
 						cancel(fmt.Errorf("worker %s: acquire: %w", d.workerName(w), workerCallHint(err)))
 						return
@@ -78,17 +86,17 @@ func (d *density) take(ctx context.Context) ([][]uint64, error) {
 	return held, nil
 }
 
-// beat heartbeats every worker's leases every renew for the duration, the
+// Beat heartbeats every worker's leases every renew for the duration, the
 // workers' calls spread over the renew, and records each call's latency. A
 // call that fails stops the run.
-func (d *density) beat(ctx context.Context, held [][]uint64) error {
+func (d *Density) Beat(ctx context.Context, held [][]uint64) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	t0 := time.Now()
-	end := t0.Add(d.duration)
+	end := t0.Add(d.Duration)
 	var wg sync.WaitGroup
 	for w, ids := range held {
-		first := t0.Add(d.renew * time.Duration(w) / time.Duration(len(held)))
+		first := t0.Add(d.Renew * time.Duration(w) / time.Duration(len(held)))
 		wg.Go(func() {
 			var lat []time.Duration
 			defer func() {
@@ -98,7 +106,7 @@ func (d *density) beat(ctx context.Context, held [][]uint64) error {
 			}()
 			timer := time.NewTimer(time.Until(first))
 			defer timer.Stop()
-			for at := first; at.Before(end); at = at.Add(d.renew) {
+			for at := first; at.Before(end); at = at.Add(d.Renew) {
 				timer.Reset(time.Until(at))
 				select {
 				case <-ctx.Done():
@@ -106,7 +114,7 @@ func (d *density) beat(ctx context.Context, held [][]uint64) error {
 				case <-timer.C:
 				}
 				st := time.Now()
-				r, err := d.worker.Heartbeat(ctx, d.workerName(w), ids)
+				r, err := d.Worker.Heartbeat(ctx, d.workerName(w), ids)
 				if err != nil {
 					cancel(fmt.Errorf("worker %s: heartbeat of %d leases: %w", d.workerName(w), len(ids), err))
 					return
@@ -127,8 +135,8 @@ func (d *density) beat(ctx context.Context, held [][]uint64) error {
 	return context.Cause(ctx)
 }
 
-// expired counts the lease.expired events after seq.
-func countEvents(ctx context.Context, admin benchAdmin, typ string, after uint64) (int, error) {
+// CountEvents counts the events of type typ after seq after.
+func CountEvents(ctx context.Context, admin Admin, typ string, after uint64) (int, error) {
 	n := 0
 	q := api.EventQuery{Type: typ, After: after, Limit: api.MaxLimit}
 	for {
@@ -144,9 +152,9 @@ func countEvents(ctx context.Context, admin benchAdmin, typ string, after uint64
 	}
 }
 
-// submitBatches submits jobs lo to hi-1 of prefix (ids prefix-N, kind
+// SubmitBatches submits jobs lo to hi-1 of prefix (ids prefix-N, kind
 // evaluation) in batches of 1,000, from enqueuers at once.
-func submitBatches(ctx context.Context, admin benchAdmin, prefix string, lo, hi, enqueuers int) error {
+func SubmitBatches(ctx context.Context, admin Admin, prefix string, lo, hi, enqueuers int) error {
 	spec, _ := json.Marshal(api.Spec{Run: "bench"})
 	const size = 1000
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -164,7 +172,7 @@ func submitBatches(ctx context.Context, admin benchAdmin, prefix string, lo, hi,
 				to := min(from+size, hi)
 				items := make([]api.Submit, 0, to-from)
 				for i := from; i < to; i++ {
-					items = append(items, api.Submit{ID: fmt.Sprintf("%s-%d", prefix, i), Kind: benchKind, Spec: spec})
+					items = append(items, api.Submit{ID: fmt.Sprintf("%s-%d", prefix, i), Kind: Kind, Spec: spec})
 				}
 				subs, err := admin.SubmitBatch(ctx, items)
 				if err == nil && len(subs) != len(items) {
@@ -186,18 +194,18 @@ func submitBatches(ctx context.Context, admin benchAdmin, prefix string, lo, hi,
 	return context.Cause(ctx)
 }
 
-// densityResult is the output of --mode density (-o json: one object).
-type densityResult struct {
-	Mode            string       `json:"mode"`
-	Prefix          string       `json:"prefix"`
-	Workers         int          `json:"workers"`
-	LeasesPerWorker int          `json:"leases_per_worker"`
-	LiveLeases      int          `json:"live_leases"`
-	RenewSeconds    float64      `json:"renew_seconds"`
-	Seconds         float64      `json:"seconds"` // of heartbeating
-	HTTP            string       `json:"http"`
-	LeaseHeartbeats int64        `json:"lease_heartbeats"` // answered continue
-	Heartbeat       benchLatency `json:"heartbeat_ms"`     // a call, all of a worker's leases
+// DensityResult is the output of --mode density (-o json: one object).
+type DensityResult struct {
+	Mode            string  `json:"mode"`
+	Prefix          string  `json:"prefix"`
+	Workers         int     `json:"workers"`
+	LeasesPerWorker int     `json:"leases_per_worker"`
+	LiveLeases      int     `json:"live_leases"`
+	RenewSeconds    float64 `json:"renew_seconds"`
+	Seconds         float64 `json:"seconds"` // of heartbeating
+	HTTP            string  `json:"http"`
+	LeaseHeartbeats int64   `json:"lease_heartbeats"` // answered continue
+	Heartbeat       Latency `json:"heartbeat_ms"`     // a call, all of a worker's leases
 	// The daemon over the heartbeating, from its /metrics.
 	CPUMicrosPerLeaseHeartbeat float64 `json:"cpu_us_per_lease_heartbeat"`
 	CPUCores                   float64 `json:"cpu_cores"` // CPU seconds a second
@@ -213,7 +221,7 @@ type densityResult struct {
 	NotContinued int64 `json:"not_continued"`
 }
 
-func (r densityResult) table(out io.Writer) {
+func (r DensityResult) WriteTable(out io.Writer) {
 	fmt.Fprintf(out, "density %s: %d workers × %d leases = %d live leases, renew %gs, heartbeating for %.1f s over %s\n\n",
 		r.Prefix, r.Workers, r.LeasesPerWorker, r.LiveLeases, r.RenewSeconds, r.Seconds, r.HTTP)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)

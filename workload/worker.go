@@ -1,6 +1,6 @@
-package main
+package workload
 
-// A bench worker's side of the lifecycle, in each protocol: the classic
+// A worker's side of the lifecycle, in each protocol: the classic
 // calls (acquire, start, heartbeats, report), or with the calls that save
 // round trips (an acquire whose grant comes back running, a report that
 // carries the next acquire).
@@ -16,72 +16,75 @@ import (
 	"github.com/leaselog/leaselog/api"
 )
 
-// benchProtocol is which calls the bench makes; the zero value is the
+// Protocol is which calls the workload makes; the zero value is the
 // classic one, 4 + H calls a job.
-type benchProtocol struct {
-	start bool // acquire with start: the grant comes back running (no start call)
-	next  bool // the report carries the next acquire
-	batch int  // submit in batches of this many jobs (0: one call a job)
-	// session: the workers' calls go over a worker session (api.Session),
-	// one connection they share, not HTTP calls.
-	session bool
+type Protocol struct {
+	Start bool // acquire with start: the grant comes back running (no start call)
+	Next  bool // the report carries the next acquire
+	Batch int  // submit in batches of this many jobs (0: one call a job)
+	// Session: the workers' calls go over a worker session ([api.Session]),
+	// one connection they share, not HTTP calls. The caller makes the
+	// Worker client so; the workload only names it.
+	Session bool
 }
 
 // The protocol's parts, as --protocol names them.
-var benchParts = []string{"start", "next", "batch"}
+var parts = []string{"start", "next", "batch"}
 
-// parseProtocol reads --protocol: classic, combined (every part), session
+// ParseProtocol reads --protocol: classic, combined (every part), session
 // (combined over worker sessions), or a comma-separated list of parts, with
-// session among them if the workers' calls are to go over sessions.
-func parseProtocol(s string, batch int) (benchProtocol, error) {
-	var p benchProtocol
+// session among them if the workers' calls are to go over sessions. batch is
+// the jobs a submit call with the batch part.
+func ParseProtocol(s string, batch int) (Protocol, error) {
+	var p Protocol
 	switch s {
 	case "classic":
 		return p, nil
 	case "combined":
-		s = strings.Join(benchParts, ",")
+		s = strings.Join(parts, ",")
 	case "session":
-		s = strings.Join(benchParts, ",") + ",session"
+		s = strings.Join(parts, ",") + ",session"
 	}
 	for _, part := range strings.Split(s, ",") {
 		switch part {
 		case "start":
-			p.start = true
+			p.Start = true
 		case "next":
-			p.next = true
+			p.Next = true
 		case "batch":
-			p.batch = batch
+			p.Batch = batch
 		case "session":
-			p.session = true
+			p.Session = true
 		default:
-			return p, fmt.Errorf("--protocol %q: want classic, combined, session, or a comma-separated list of %s, session", s, strings.Join(benchParts, ", "))
+			return p, fmt.Errorf("--protocol %q: want classic, combined, session, or a comma-separated list of %s, session", s, strings.Join(parts, ", "))
 		}
 	}
 	return p, nil
 }
 
-func (p benchProtocol) String() string {
-	var parts []string
-	if p.start {
-		parts = append(parts, "start")
+// String is the protocol as ParseProtocol reads it, shortest first.
+func (p Protocol) String() string {
+	var on []string
+	if p.Start {
+		on = append(on, "start")
 	}
-	if p.next {
-		parts = append(parts, "next")
+	if p.Next {
+		on = append(on, "next")
 	}
-	if p.batch > 0 {
-		parts = append(parts, "batch")
+	if p.Batch > 0 {
+		on = append(on, "batch")
 	}
 	switch {
-	case len(parts) == len(benchParts) && p.session:
+	case len(on) == len(parts) && p.Session:
 		return "session"
-	case len(parts) == len(benchParts):
+	case len(on) == len(parts):
 		return "combined"
-	case p.session:
-		parts = append(parts, "session")
-	case len(parts) == 0:
+	case p.Session:
+		on = append(on, "session")
+	case len(on) == 0:
 		return "classic"
 	}
-	return strings.Join(parts, ",")
+	return strings.Join(on, ",")
 }
 
 // workerLoop takes jobs until the run has none left for it: each job's
@@ -110,7 +113,7 @@ func (b *bench) lifecycle(ctx context.Context, worker string, carried api.Grant,
 	g, err := carried, error(nil)
 	if g.Lease == 0 {
 		g, err = b.acquire(ctx, worker, s)
-	} else if !b.proto.start {
+	} else if !b.Protocol.Start {
 		err = b.start(ctx, worker, g, time.Now(), s)
 	}
 	var next api.Grant
@@ -128,7 +131,7 @@ func (b *bench) lifecycle(ctx context.Context, worker string, carried api.Grant,
 // expire: its job goes back to the queue).
 func (b *bench) release(ctx context.Context, worker string, g api.Grant, why error) {
 	if g.Lease != 0 && b.jobIndex(g.Job.ID) >= 0 {
-		_, _ = b.worker.Report(ctx, g.Lease, api.Report{Worker: worker, Outcome: "failed", Reason: "leaselog bench stopped: " + why.Error()})
+		_, _ = b.Worker.Report(ctx, g.Lease, api.Report{Worker: worker, Outcome: "failed", Reason: "leaselog bench stopped: " + why.Error()})
 	}
 }
 
@@ -142,11 +145,11 @@ func (b *bench) acquire(ctx context.Context, worker string, s *[4][]time.Duratio
 			return g, err
 		}
 		b.calls.Add(1)
-		call := b.worker.Acquire
-		if b.proto.start {
-			call = b.worker.AcquireStart
+		call := b.Worker.Acquire
+		if b.Protocol.Start {
+			call = b.Worker.AcquireStart
 		}
-		gs, err := call(ctx, worker, 1, benchAcquireWait)
+		gs, err := call(ctx, worker, 1, acquireWait)
 		if err != nil {
 			return g, fmt.Errorf("worker %s: acquire: %w", worker, workerCallHint(err))
 		}
@@ -161,7 +164,7 @@ func (b *bench) acquire(ctx context.Context, worker string, s *[4][]time.Duratio
 	if err := b.ours(worker, g); err != nil {
 		return g, err
 	}
-	if b.proto.start {
+	if b.Protocol.Start {
 		s[opAcquire] = append(s[opAcquire], time.Since(st))
 		return g, b.running(worker, g)
 	}
@@ -174,7 +177,7 @@ func (b *bench) start(ctx context.Context, worker string, g api.Grant, st time.T
 		return err
 	}
 	b.calls.Add(1)
-	l, err := b.worker.Start(ctx, worker, g.Lease)
+	l, err := b.Worker.Start(ctx, worker, g.Lease)
 	if err != nil {
 		return fmt.Errorf("worker %s: start lease %d: %w", worker, g.Lease, err)
 	}
@@ -206,13 +209,13 @@ func (b *bench) running(worker string, g api.Grant) error {
 // job if the run has one left, and the grant it made is returned.
 func (b *bench) heartbeatAndReport(ctx context.Context, worker string, g api.Grant, slots *atomic.Int64, result json.RawMessage, s *[4][]time.Duration) (api.Grant, error) {
 	ids := []uint64{g.Lease}
-	for range b.heartbeats {
+	for range b.Heartbeats {
 		if err := b.stop.Err(); err != nil {
 			return api.Grant{}, err
 		}
 		st := time.Now()
 		b.calls.Add(1)
-		r, err := b.worker.Heartbeat(ctx, worker, ids)
+		r, err := b.Worker.Heartbeat(ctx, worker, ids)
 		if err != nil {
 			return api.Grant{}, fmt.Errorf("worker %s: heartbeat lease %d: %w", worker, g.Lease, err)
 		}
@@ -225,15 +228,15 @@ func (b *bench) heartbeatAndReport(ctx context.Context, worker string, g api.Gra
 		return api.Grant{}, err
 	}
 	rep := api.Report{Worker: worker, Outcome: "succeeded", Result: result}
-	carry := b.proto.next && slots.Add(-1) >= 0 // the next job's slot, taken
+	carry := b.Protocol.Next && slots.Add(-1) >= 0 // the next job's slot, taken
 	st := time.Now()
 	b.calls.Add(1)
 	var rr api.ReportReply
 	var err error
 	if carry {
-		rr, err = b.worker.ReportNext(ctx, g.Lease, rep, api.Next{Max: 1, Start: b.proto.start})
+		rr, err = b.Worker.ReportNext(ctx, g.Lease, rep, api.Next{Max: 1, Start: b.Protocol.Start})
 	} else {
-		rr, err = b.worker.Report(ctx, g.Lease, rep)
+		rr, err = b.Worker.Report(ctx, g.Lease, rep)
 	}
 	var next api.Grant
 	if err == nil && carry && rr.Next != nil && len(rr.Next.Leases) > 0 {
@@ -263,7 +266,7 @@ func (b *bench) heartbeatAndReport(ctx context.Context, worker string, g api.Gra
 		if err := b.ours(worker, next); err != nil {
 			return next, err
 		}
-		if b.proto.start {
+		if b.Protocol.Start {
 			if err := b.running(worker, next); err != nil {
 				return next, err
 			}

@@ -2,7 +2,7 @@
 // filesystem that counts write operations (and so can crash the store at any
 // one of them), a record of what the lease service acknowledged, a driver
 // that takes a real lease.Service through every transition, and a checker
-// that reopens a store as a restart would and holds it to DESIGN §7:
+// that reopens a store as a restart would and holds it to docs/design.md §7:
 //
 //	run:      Driver ──commands──► lease.Service ──► eventlog ──► CountWrites(MemFS)
 //	              │ each command that returned: its events, read back          │ op k

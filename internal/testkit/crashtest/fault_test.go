@@ -13,7 +13,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
 	"github.com/leaselog/leaselog/lease"
 )
 

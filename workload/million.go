@@ -1,4 +1,4 @@
-package main
+package workload
 
 // The queue workload of `leaselog bench --mode million`: N jobs submitted in
 // batches of 1,000 and left queued. It measures the daemon's RSS while and
@@ -19,68 +19,68 @@ import (
 // The samples of the million workload: acquires (each reported at once, so
 // that its job ends) and pages, per measure.
 const (
-	millionAcquires = 50
-	millionPages    = 20
-	millionSmall    = 1000 // the queue an acquire is compared with
+	MillionAcquires = 50
+	MillionPages    = 20
+	MillionSmall    = 1000 // the queue an acquire is compared with
 )
 
-// million is one run of the queue workload against a daemon.
-type million struct {
-	admin     benchAdmin
-	worker    benchWorker
-	prefix    string
-	jobs      int
-	enqueuers int
+// Million is one run of the queue workload against a daemon.
+type Million struct {
+	Admin     Admin
+	Worker    Worker
+	Prefix    string
+	Jobs      int
+	Enqueuers int
 }
 
-// acquires takes millionAcquires queued jobs one at a time, each acquire
+// Acquires takes MillionAcquires queued jobs one at a time, each acquire
 // (with start) timed, and reports each succeeded.
-func (m *million) acquires(ctx context.Context) (benchLatency, error) {
-	worker := m.prefix + "-w0"
+func (m *Million) Acquires(ctx context.Context) (Latency, error) {
+	worker := m.Prefix + "-w0"
 	var lat []time.Duration
-	for range millionAcquires {
+	for range MillionAcquires {
 		st := time.Now()
-		gs, err := m.worker.AcquireStart(ctx, worker, 1, 0)
+		gs, err := m.Worker.AcquireStart(ctx, worker, 1, 0)
 		if err != nil {
-			return benchLatency{}, fmt.Errorf("worker %s: acquire: %w", worker, workerCallHint(err))
+			return Latency{}, fmt.Errorf("worker %s: acquire: %w", worker, workerCallHint(err))
 		}
 		lat = append(lat, time.Since(st))
 		if len(gs) != 1 {
-			return benchLatency{}, fmt.Errorf("worker %s: acquire with jobs queued granted %d leases, want 1", worker, len(gs))
+			return Latency{}, fmt.Errorf("worker %s: acquire with jobs queued granted %d leases, want 1", worker, len(gs))
 		}
 		rep := api.Report{Worker: worker, Outcome: "succeeded"}
-		if _, err := m.worker.Report(ctx, gs[0].Lease, rep); err != nil {
-			return benchLatency{}, fmt.Errorf("worker %s: report lease %d: %w", worker, gs[0].Lease, err)
+		if _, err := m.Worker.Report(ctx, gs[0].Lease, rep); err != nil {
+			return Latency{}, fmt.Errorf("worker %s: report lease %d: %w", worker, gs[0].Lease, err)
 		}
 	}
 	return latencyOf(lat), nil
 }
 
-// pageLister reads one page of jobs; *api.Client is one.
-type pageLister interface {
+// PageLister reads one page of jobs; *api.Client is one.
+type PageLister interface {
 	JobsPage(ctx context.Context, q api.JobQuery) (api.Jobs, error)
 }
 
-// pages times millionPages reads of the first page of 100 jobs of q.
-func pages(ctx context.Context, c pageLister, q api.JobQuery) (benchLatency, error) {
+// Pages times MillionPages reads of the first page of 100 jobs of q.
+func Pages(ctx context.Context, c PageLister, q api.JobQuery) (Latency, error) {
 	q.Limit = 100
 	var lat []time.Duration
-	for range millionPages {
+	for range MillionPages {
 		st := time.Now()
 		js, err := c.JobsPage(ctx, q)
 		if err != nil {
-			return benchLatency{}, fmt.Errorf("a page of jobs (state %q): %w", q.State, err)
+			return Latency{}, fmt.Errorf("a page of jobs (state %q): %w", q.State, err)
 		}
 		lat = append(lat, time.Since(st))
 		if len(js.Jobs) != 100 {
-			return benchLatency{}, fmt.Errorf("a page of 100 jobs (state %q) held %d", q.State, len(js.Jobs))
+			return Latency{}, fmt.Errorf("a page of 100 jobs (state %q) held %d", q.State, len(js.Jobs))
 		}
 	}
 	return latencyOf(lat), nil
 }
 
-// millionResult is the output of --mode million (-o json: one object).
-type millionResult struct {
+// MillionResult is the output of --mode million (-o json: one object).
+type MillionResult struct {
 	Mode          string  `json:"mode"`
 	Prefix        string  `json:"prefix"`
 	Jobs          int     `json:"jobs"`
@@ -94,25 +94,25 @@ type millionResult struct {
 	RSSAfterBytes   float64 `json:"rss_after_bytes"`
 	RSSRestartBytes float64 `json:"rss_restart_bytes"`
 	// The first page of 100 queued jobs, and of 100 jobs of any state.
-	PageQueued benchLatency `json:"page_queued_ms"`
-	PageAll    benchLatency `json:"page_all_ms"`
+	PageQueued Latency `json:"page_queued_ms"`
+	PageAll    Latency `json:"page_all_ms"`
 	// An acquire (with start) with 1,000 queued, with N queued, and with N
 	// queued after the restart.
-	AcquireSmall   benchLatency `json:"acquire_1000_queued_ms"`
-	AcquireMillion benchLatency `json:"acquire_n_queued_ms"`
-	AcquireRestart benchLatency `json:"acquire_after_restart_ms"`
+	AcquireSmall   Latency `json:"acquire_1000_queued_ms"`
+	AcquireMillion Latency `json:"acquire_n_queued_ms"`
+	AcquireRestart Latency `json:"acquire_after_restart_ms"`
 	// From the restart after a SIGKILL to the daemon's first answer of /healthz.
 	ReadyMillis float64 `json:"ready_after_sigkill_ms"`
 }
 
-func (r millionResult) table(out io.Writer) {
+func (r MillionResult) WriteTable(out io.Writer) {
 	fmt.Fprintf(out, "million %s: %d jobs queued in batches of 1,000 in %.1f s (%.0f jobs/s) over %s\n\n",
 		r.Prefix, r.Jobs, r.SubmitSeconds, r.JobsPerSecond, r.HTTP)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "OPERATION\tCOUNT\tP50 ms\tP90 ms\tP99 ms\tMAX ms\tMEAN ms\t")
 	for _, row := range []struct {
 		name string
-		l    benchLatency
+		l    Latency
 	}{
 		{"page of 100 queued", r.PageQueued}, {"page of 100", r.PageAll},
 		{"acquire, 1,000 queued", r.AcquireSmall}, {"acquire, N queued", r.AcquireMillion}, {"acquire, after restart", r.AcquireRestart},

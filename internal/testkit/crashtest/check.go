@@ -12,8 +12,8 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
-	"github.com/leaselog/leaselog/internal/clocktest"
-	"github.com/leaselog/leaselog/internal/leasetest"
+	"github.com/leaselog/leaselog/internal/testkit/clocktest"
+	"github.com/leaselog/leaselog/internal/testkit/leasetest"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
@@ -50,7 +50,7 @@ func (m Mode) String() string {
 	return "offline"
 }
 
-// Check opens the store in Dir on fs, and checks what DESIGN §7 promises of
+// Check opens the store in Dir on fs, and checks what docs/design.md §7 promises of
 // it after a crash (2, 3):
 //
 //   - it opens; replay.Verify passes: seqs from 1 without a gap, every event

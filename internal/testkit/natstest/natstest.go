@@ -20,7 +20,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/leaselog/leaselog/internal/testutil"
+	"github.com/leaselog/leaselog/internal/testkit/testutil"
 )
 
 // Run starts a NATS server with JetStream on a port of the loopback
