@@ -5,7 +5,7 @@ BENCH   ?= .
 COUNT   ?= 6
 BENCHTIME ?= 1s
 
-.PHONY: build test vet fmt-check sim kill fuzz bench bench-large bench-clean run replay demo cluster clean
+.PHONY: build test vet fmt-check sim kill fuzz bench bench-large bench-scale bench-clean run replay demo cluster clean
 
 # Reliability knobs (docs/reliability.md): simulation seeds, SIGKILL runs,
 # time per fuzz target.
@@ -52,6 +52,20 @@ bench:
 # they are cached in $$LEASELOG_BENCH_DIR, and bench-clean removes them).
 bench-large:
 	LEASELOG_BENCH_LARGE=1 $(MAKE) bench COUNT=$(COUNT) BENCH='$(BENCH)'
+
+# The scale modes of `leaselog bench`, each on a daemon of its own, at
+# sizes that finish here in minutes: DENSITY_WORKERS × DENSITY_LEASES live
+# leases heartbeated every DENSITY_RENEW for DENSITY_DURATION, then
+# MILLION_JOBS queued. The full sizes (docs/performance.md):
+#   make bench-scale DENSITY_WORKERS=5000 DENSITY_LEASES=100 DENSITY_RENEW=10s DENSITY_DURATION=5m MILLION_JOBS=1000000
+DENSITY_WORKERS  ?= 500
+DENSITY_LEASES   ?= 100
+DENSITY_RENEW    ?= 10s
+DENSITY_DURATION ?= 1m
+MILLION_JOBS     ?= 200000
+bench-scale: build
+	bin/leaselog bench --mode density --workers $(DENSITY_WORKERS) --leases $(DENSITY_LEASES) --renew $(DENSITY_RENEW) --duration $(DENSITY_DURATION)
+	bin/leaselog bench --mode million --jobs $(MILLION_JOBS)
 
 bench-clean:
 	rm -rf "$${LEASELOG_BENCH_DIR:-$${TMPDIR:-/tmp}/leaselog-bench}"

@@ -46,6 +46,10 @@ func Open(dir string, opts Options) (*Log, error) {
 // as every open checks it. A store that is not there yet is made by the
 // open that follows.
 //
+// A store whose format file (formatfile.go) names a format this build
+// reads is not opened here: the file is the check, and it saves the second
+// replay of the write-ahead log.
+//
 // A newer build's store is told by its format key, and by its last record:
 // a build that changes what it stores in a way an older one cannot read
 // raises the store format (keys.go), and a newer record version is where
@@ -54,6 +58,9 @@ func checkReadable(dir string, opts Options) error {
 	exists, err := Exists(dir, opts.FS)
 	if err != nil || !exists {
 		return err
+	}
+	if ok, err := formatFileSaysReadable(opts.FS, dir); ok || err != nil {
+		return err // the format file says (formatfile.go)
 	}
 	ro := opts
 	ro.ReadOnly, ro.Replica, ro.OnCommit = true, nil, nil
@@ -108,6 +115,12 @@ func open(dir string, opts Options) (*Log, error) {
 	if l.mu.run, l.timeIndexed, err = l.openTimeIndex(last); err != nil {
 		l.closeDB()
 		return nil, err
+	}
+	if !opts.ReadOnly && l.format.Load() == storeFormat {
+		if err := l.writeFormatFile(storeFormat); err != nil {
+			l.closeDB()
+			return nil, err
+		}
 	}
 	l.mu.next = last + 1
 	l.durable.Store(last)

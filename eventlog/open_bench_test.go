@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -13,9 +14,11 @@ import (
 
 // BenchmarkOpenAfterCrash measures the open of a store whose last events
 // are in its write-ahead log only, as a crash leaves them (Pebble replays
-// the log at open): check=on is Open, which first opens the store read-only
-// to check its format before anything is written (checkReadable), and so
-// replays the log twice; check=off is the open for writing alone.
+// the log at open): check=file is Open of a store with its format file
+// (formatfile.go), which the check reads; check=read-only is Open of a
+// store without one, which first opens it read-only to check its format
+// before anything is written (checkReadable), and so replays the log twice;
+// check=off is the open for writing alone.
 //
 //	go test -run '^$' -bench BenchmarkOpenAfterCrash -benchtime 3x ./eventlog
 func BenchmarkOpenAfterCrash(b *testing.B) {
@@ -37,17 +40,22 @@ func BenchmarkOpenAfterCrash(b *testing.B) {
 	if err := l.Close(); err != nil { // a close leaves the memtable unflushed, as a crash would
 		b.Fatal(err)
 	}
-	for _, check := range []bool{true, false} {
-		b.Run(fmt.Sprintf("events=%d/check=%s", events, map[bool]string{true: "on", false: "off"}[check]), func(b *testing.B) {
+	for _, check := range []string{"file", "read-only", "off"} {
+		b.Run(fmt.Sprintf("events=%d/check=%s", events, check), func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				dir := filepath.Join(b.TempDir(), "store")
 				if out, err := exec.Command("cp", "-r", src, dir).CombinedOutput(); err != nil {
 					b.Fatalf("%v: %s", err, out)
 				}
+				if check == "read-only" {
+					if err := os.Remove(filepath.Join(dir, formatFile)); err != nil {
+						b.Fatal(err)
+					}
+				}
 				opts := Options{Logger: zerolog.Nop(), FS: vfs.Default, KeepSnapshots: 3, memTableSize: 64 << 20, OnFatal: func(string) {}}
 				b.StartTimer()
-				if check {
+				if check != "off" {
 					if err := checkReadable(dir, opts); err != nil {
 						b.Fatal(err)
 					}

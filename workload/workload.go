@@ -8,6 +8,11 @@
 // The [Protocol] says which calls a job takes: one per step, or those that
 // save round trips. The command owns the flags, the clients and the output
 // ([Result.WriteTable], or the [Result] as JSON).
+//
+// The scale workloads of `leaselog bench --mode`: [Density] holds many live
+// leases and heartbeats them every renew; [Million] times acquires and
+// pages with many jobs queued ([SubmitBatches]). The command runs their
+// daemon and reads its metrics.
 package workload
 
 import (

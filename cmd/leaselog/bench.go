@@ -30,6 +30,7 @@ func (m *Main) benchCommand() *cobra.Command {
 	var jobs, workers, enqueuers, heartbeats, batch int
 	var workerID, workerTokenFile, protocol string
 	var h2c bool
+	var scale scaleFlags
 	cmd := &cobra.Command{
 		Use:   "bench --server URL [--jobs N] [--workers W] [--heartbeats H] [--enqueuers E] [--protocol P] [-o json]",
 		Short: "Measure a running daemon on the lease lifecycle: submit, acquire + start, heartbeats, report",
@@ -75,7 +76,33 @@ one worker, holding W leases at once.
 Progress goes to stderr when it is a terminal. -o json prints one object:
 jobs, workers, enqueuers, heartbeats, protocol, http, seconds, jobs_per_second,
 calls_per_job, and submit_ms, acquire_ms, heartbeat_ms, report_ms, each with
-count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
+count, p50, p90, p99, max and mean (nearest-rank over all samples).
+
+The scale modes run a daemon of their own (this binary's serve, or
+--daemon-binary's, no local worker, an open API on a free port of
+127.0.0.1, its data in --store or a temporary directory) and read its
+process metrics (CPU, RSS) from its /metrics:
+
+--mode density: W workers take L leases each (--leases) of W×L jobs
+submitted in batches of 1,000, and never report them; with the daemon
+stopped, its store is compacted whole and measured; then, on the daemon
+restarted with renew_seconds = --renew (grace and toleration 5× and 30×
+it), every worker heartbeats all its leases in one call every --renew,
+the workers' calls spread over the renew, for --duration. It prints the
+heartbeat calls' latency, the daemon's CPU per lease-heartbeat and its
+RSS over the heartbeating, the store's growth per lease-heartbeat once
+compacted whole again (the daemon stopped), and the leases lost (lease.expired
+events, heartbeats answered other than continue). Full size:
+  leaselog bench --mode density --workers 5000 --leases 100 --renew 10s --duration 5m
+
+--mode million: after 50 acquires (each with start, each reported) with
+1,000 jobs queued, submits the rest of --jobs N in batches of 1,000
+(--enqueuers at once, default 4), then times pages of 100 jobs (queued,
+and of any state) and 50 acquires with N queued, SIGKILLs the daemon,
+restarts it and times it until it answers /healthz, and acquires again.
+It prints the daemon's RSS at the start, at most while the jobs were
+submitted (read every 250 ms), after, and after the restart. Full size:
+  leaselog bench --mode million --jobs 1000000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -94,12 +121,23 @@ count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 			if err != nil {
 				return fmt.Errorf("bench: %w", err)
 			}
-			if enqueuers == 0 {
-				enqueuers = workers
-			}
 			var opts []api.ClientOption
 			if h2c {
 				opts = append(opts, api.H2C())
+			}
+			if scale.mode != modeLifecycle {
+				http := "http1"
+				if h2c {
+					http = "h2c"
+				}
+				if proto.Session {
+					opts = append(opts, api.Session())
+					http += "+session"
+				}
+				return m.runScale(cmd, scale, f, workers, jobs, enqueuers, opts, http)
+			}
+			if enqueuers == 0 {
+				enqueuers = workers
 			}
 			admin, err := f.client(opts...)
 			if err != nil {
@@ -152,6 +190,7 @@ count, p50, p90, p99, max and mean (nearest-rank over all samples).`,
 		},
 	}
 	f.register(cmd)
+	scale.register(cmd)
 	cmd.Flags().IntVar(&jobs, "jobs", 20000, "jobs to submit and take through their lifecycle")
 	cmd.Flags().IntVar(&workers, "workers", 16, "concurrent workers (goroutines, each one lease at a time)")
 	cmd.Flags().IntVar(&enqueuers, "enqueuers", 0, "concurrent submitters (0: as many as --workers)")

@@ -11,24 +11,41 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"os"
+	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// formatFile is eventlog's format file (formatfile.go): a build keeps it in
+// step with the format key, or removes it.
+const formatFile = "FORMAT"
+
 // SetFormat sets the store format of the store in dir (eventlog's 'm'
-// "format" key) to format.
+// "format" key) to format, and its format file with it, as a build of that
+// format does.
 func SetFormat(dir string, format byte) error {
-	return edit(dir, func(db *pebble.DB) error {
+	err := edit(dir, func(db *pebble.DB) error {
 		return db.Set([]byte("mformat"), []byte{format}, pebble.Sync)
 	})
+	if err != nil {
+		return err
+	}
+	return writeSynced(filepath.Join(dir, formatFile), []byte{format})
 }
 
 // NewerLastRecord rewrites the last event of the store in dir as a record of
 // the next record version, its checksum made right, and returns its seq and
-// the version it now has.
+// the version it now has. It removes the store's format file: a build that
+// writes a record an older one cannot read raises the format, and one that
+// did not (the case this edit stands for) is refused before the open writes
+// only if no format file vouches for the store (eventlog/formatfile.go).
 func NewerLastRecord(dir string) (seq uint64, version byte, err error) {
+	if err := os.Remove(filepath.Join(dir, formatFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, 0, err
+	}
 	err = edit(dir, func(db *pebble.DB) error {
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{'e'}, UpperBound: []byte{'e' + 1}})
 		if err != nil {
@@ -56,6 +73,15 @@ func NewerLastRecord(dir string) (seq uint64, version byte, err error) {
 		return db.Set(key, rec, pebble.Sync)
 	})
 	return seq, version, err
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	return errors.Join(err, f.Sync(), f.Close())
 }
 
 func edit(dir string, f func(db *pebble.DB) error) error {
