@@ -30,15 +30,16 @@ type benchProtocol struct {
 // The protocol's parts, as --protocol names them.
 var benchParts = []string{"start", "next", "batch"}
 
-// parseProtocol reads --protocol: classic, combined (every part), session
-// (combined over worker sessions), or a comma-separated list of parts, with
-// session among them if the workers' calls are to go over sessions.
+// parseProtocol reads --protocol: session (every part, over worker
+// sessions), http or combined (every part, over HTTP), classic, or a
+// comma-separated list of parts, with session among them if the workers'
+// calls are to go over sessions.
 func parseProtocol(s string, batch int) (benchProtocol, error) {
 	var p benchProtocol
 	switch s {
 	case "classic":
 		return p, nil
-	case "combined":
+	case "http", "combined":
 		s = strings.Join(benchParts, ",")
 	case "session":
 		s = strings.Join(benchParts, ",") + ",session"
@@ -54,7 +55,7 @@ func parseProtocol(s string, batch int) (benchProtocol, error) {
 		case "session":
 			p.session = true
 		default:
-			return p, fmt.Errorf("--protocol %q: want classic, combined, session, or a comma-separated list of %s, session", s, strings.Join(benchParts, ", "))
+			return p, fmt.Errorf("--protocol %q: want session, http, combined, classic, or a comma-separated list of %s, session", s, strings.Join(benchParts, ", "))
 		}
 	}
 	return p, nil
@@ -75,7 +76,7 @@ func (p benchProtocol) String() string {
 	case len(parts) == len(benchParts) && p.session:
 		return "session"
 	case len(parts) == len(benchParts):
-		return "combined"
+		return "http"
 	case p.session:
 		parts = append(parts, "session")
 	case len(parts) == 0:
