@@ -97,6 +97,9 @@ func TestLoadCountsWorkNotWaits(t *testing.T) {
 			if _, err := c.Report(ctx, gs[0].Lease, api.Report{Worker: "w1", Outcome: "succeeded"}); err != nil {
 				t.Fatal(err)
 			}
+			// A session answers a frame before its call leaves: wait for
+			// the report's to.
+			eventually(t, "every call left", func() bool { in, _, _ := l.counts(); return in == 0 })
 			in, peak, entered := l.counts()
 			// submit, heartbeat, report; the acquire a long poll
 			if in != 0 || peak != 1 || entered != 3 {
