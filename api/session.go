@@ -285,6 +285,13 @@ func (s *clientSession) call(ctx context.Context, op, worker, lease, path string
 		s.mu.Lock()
 		delete(s.pending, id) // its answer, if it comes, is dropped
 		s.mu.Unlock()
+		if op == OpAcquire {
+			// The daemon would go on waiting, and grant a lease nobody
+			// reads: end the session, as a cancelled HTTP call closes its
+			// connection, so that the daemon ends the wait. The calls in
+			// flight with it fail, retryable.
+			s.fail(fmt.Errorf("an acquire's caller went: %w", ctx.Err()))
+		}
 		return ctx.Err()
 	}
 }

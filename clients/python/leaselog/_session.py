@@ -14,10 +14,11 @@ here (the transport opens one per call), and the headers of each.
 
 One session carries every call of a :class:`~leaselog.WorkerClient`, from any
 thread; a reader thread hands each answer to its call. A call that times out,
-or a connection that breaks, ends the session: its calls in flight raise
-:class:`~leaselog.errors.Unreachable` (retryable), and the next call opens
-another. An aborted call (:meth:`leaselog._http.Call.abort`) raises at once
-and leaves the session to the others.
+an aborted one (:meth:`leaselog._http.Call.abort`: the worker's acquire when
+it stops), or a connection that breaks, ends the session, as it would end an
+HTTP call's connection, so that the daemon ends a long poll nobody waits for:
+its calls in flight raise :class:`~leaselog.errors.Unreachable` (retryable),
+and the next call opens another.
 """
 
 from __future__ import annotations
@@ -111,9 +112,9 @@ class Session:
             id = self._next
             self._pending[id] = p
         if call is not None:
-            call.on_abort = lambda: self._abort(id, p)
+            call.on_abort = self._abort
             if call.aborted:
-                self._abort(id, p)
+                self._abort()
         head = f"{id} {op} {worker} {lease or '-'} {len(body)}\n".encode()
         try:
             with self._wlock:
@@ -126,12 +127,11 @@ class Session:
             raise p.error
         return p.status, p.body
 
-    def _abort(self, id: int, p: _Pending) -> None:
-        with self._lock:
-            self._pending.pop(id, None)
-        if not p.done.is_set():
-            p.error = errors.Unreachable(f"{self._where}: aborted")
-            p.done.set()
+    def _abort(self) -> None:
+        # The daemon would go on with the call — a long poll would grant a
+        # lease nobody reads: end the session, as an HTTP call's abort
+        # closes its connection, so that the daemon ends it.
+        self.close("a call was aborted")
 
     def close(self, why: str = "closed by the client") -> None:
         """End the session: its calls in flight raise Unreachable."""

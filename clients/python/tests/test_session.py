@@ -8,6 +8,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 from typing import List
 
 import leaselog
@@ -133,13 +134,16 @@ class SessionTest(ServerTest):
         self.assertEqual(p.requests.count("GET /v1/session HTTP/1.1"), 2, p.requests)
         self.assertTrue(w.session)
 
-    def test_an_aborted_call_leaves_the_session(self) -> None:
-        """Aborting a long poll over a session raises at once and leaves the
-        session to the other calls (the worker aborts its acquire when it
-        stops)."""
+    def test_an_aborted_long_poll_ends_its_session(self) -> None:
+        """Aborting a long poll over a session raises at once and ends the
+        session, as an HTTP call's abort closes its connection, so that the
+        daemon ends the wait rather than grant a lease nobody reads (the
+        worker aborts its acquire when it stops): a job submitted after it
+        goes to the next worker that asks."""
         p = self.proxy()
         w = leaselog.WorkerClient(p.address, uid("aw"))
         self.addCleanup(w.close)
+        base = sessions_open()
         call = Call()
         errs: List[leaselog.LeaselogError] = []
 
@@ -151,14 +155,26 @@ class SessionTest(ServerTest):
         t = threading.Thread(target=poll_long)
         t.start()
         poll(lambda: any(r.startswith("FRAME acquire") for r in p.requests), 10, "the acquire frame")
+        self.assertEqual(sessions_open(), base + 1)
         st = time.monotonic()
         call.abort()
         t.join(10)
         self.assertLess(time.monotonic() - st, 5)
         self.assertTrue(errs and isinstance(errs[0], leaselog.Unreachable), errs)
-        w.heartbeat([])
-        self.assertEqual(p.requests.count("GET /v1/session HTTP/1.1"), 1, p.requests)
+        poll(lambda: sessions_open() == base, 10, "the daemon to end the session")
+        other = leaselog.WorkerClient(SERVER, uid("aw2"), session=False)
+        self.assertEqual(self.lifecycle(other, "after").outcome, "succeeded")
+        w.heartbeat([])  # a new session
+        self.assertEqual(p.requests.count("GET /v1/session HTTP/1.1"), 2, p.requests)
 
+
+def sessions_open() -> int:
+    """The daemon's leaselog_sessions gauge."""
+    with urllib.request.urlopen(SERVER + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("leaselog_sessions "):
+                return int(float(line.split()[1]))
+    raise AssertionError("no leaselog_sessions in the daemon's metrics")
 
 if __name__ == "__main__":
     unittest.main()
