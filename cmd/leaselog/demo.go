@@ -234,7 +234,13 @@ func (x *demo) remoteWorker(id, dir string) (*worker.Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return worker.New(worker.Options{ID: id, Capacity: 1, Daemon: x.c, Executor: exec, Logger: logger,
+	// A client of its own, as a remote worker has: stopping it ends its
+	// worker session (its long poll's), not the demo's calls.
+	c, err := api.NewClient(x.d.url(), x.d.token)
+	if err != nil {
+		return nil, err
+	}
+	return worker.New(worker.Options{ID: id, Capacity: 1, Daemon: c, Executor: exec, Logger: logger,
 		Timing: x.cfg.Lease(), Wait: time.Second})
 }
 
