@@ -31,8 +31,8 @@ type Client struct {
 	base  string
 	token string
 	http  *http.Client
-	// sessions carries the worker calls over worker sessions (the Session
-	// option); nil: plain calls.
+	// sessions carries the worker calls over worker sessions; nil: plain
+	// calls (PlainCalls).
 	sessions *sessionPool
 }
 
@@ -41,7 +41,9 @@ type Client struct {
 // and its standbys, which the client moves between as servers.go says. token, if set, is sent as a bearer token. It speaks
 // HTTP/1.1 (HTTP/2 too over https://); with the H2C option, HTTP/2 without
 // TLS over http:// and unix://, all its calls on one connection, falling
-// back to HTTP/1.1 for a server that speaks only that.
+// back to HTTP/1.1 for a server that speaks only that. Its worker calls go
+// over worker sessions, falling back to plain calls where the upgrade is
+// refused (Session), unless it is made with PlainCalls.
 func NewClient(server, token string, opts ...ClientOption) (*Client, error) {
 	var o clientOptions
 	for _, opt := range opts {

@@ -108,9 +108,9 @@ func listClient(t *testing.T, opts []api.ClientOption, urls ...string) *api.Clie
 // without worker sessions (a session's upgrade moves on the same way).
 func TestServersMoveOn(t *testing.T) {
 	for _, session := range []bool{false, true} {
-		var opts []api.ClientOption
+		opts := []api.ClientOption{api.PlainCalls()}
 		if session {
-			opts = append(opts, api.Session())
+			opts = []api.ClientOption{api.Session()}
 		}
 		active := activeDaemon(t)
 		standby := standbyDaemon(t, active.URL)

@@ -21,20 +21,45 @@ import (
 // transport it is Retryable; the next call opens a new session.
 var ErrSessionBroken = errors.New("api: worker session broken")
 
-// errNoSessions is a daemon that answers the upgrade with 404: it predates
-// sessions.
+// errNoSessions is a daemon, or a proxy before it, that refused the
+// upgrade (refusedUpgrade): the client makes plain calls.
 var errNoSessions = errors.New("api: the daemon has no worker sessions")
 
-// Session makes a client carry the worker calls — Acquire, AcquireStart,
-// Heartbeat, Start, Report, ReportNext — over worker sessions (GET
-// /v1/session, upgraded to SessionProtocol): each call is a frame of a
-// connection the client's workers share, its body and answer those of the
-// HTTP call, without HTTP's headers per call. The other calls stay HTTP. A
-// session is opened by the first call, another when every open one has
-// maxSessionCalls calls in flight, and again after one broke; against a
-// daemon that answers the upgrade with 404 (one from before sessions) the
-// client makes plain calls from then on.
-func Session() ClientOption { return func(o *clientOptions) { o.session = true } }
+// Session makes a client carry the worker calls over worker sessions. It is
+// the default; the option is kept for the callers that name it.
+//
+// A client carries the worker calls — Acquire, AcquireStart, Heartbeat,
+// Start, Report, ReportNext — over worker sessions (GET /v1/session,
+// upgraded to SessionProtocol) unless made with PlainCalls: each call is a
+// frame of a connection the client's workers share, its body and answer
+// those of the HTTP call, without HTTP's headers per call. The other calls
+// stay HTTP. A session is opened by the first call, another when every open
+// one has maxSessionCalls calls in flight, and again after one broke.
+// Against a daemon or a proxy that refuses the upgrade (refusedUpgrade: a
+// daemon from before sessions, a proxy that drops the Upgrade header or
+// answers the GET itself) the client makes plain calls from then on, the
+// call that asked included.
+func Session() ClientOption { return func(o *clientOptions) { o.plain = false } }
+
+// PlainCalls makes a client send the worker calls as plain HTTP calls, one
+// request each, never over a worker session.
+func PlainCalls() ClientOption { return func(o *clientOptions) { o.plain = true } }
+
+// refusedUpgrade tells whether an answer to the upgrade other than 101
+// refuses sessions for good, so that the client makes plain calls: a 2xx
+// or 3xx (a proxy that answered the GET itself), a 404 (a daemon from
+// before sessions), a 400, 405, 426 or 501 (a daemon whose request lost its
+// Upgrade header on the way, or a proxy that does not pass upgrades). A 401
+// or 403 is the token's, which a plain call would hear too, and a 408, 429
+// or other 5xx passes: each is returned, and the next call asks again.
+func refusedUpgrade(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed,
+		http.StatusUpgradeRequired, http.StatusNotImplemented, http.StatusHTTPVersionNotSupported:
+		return true
+	}
+	return status/100 == 2 || status/100 == 3
+}
 
 // SessionPath is the path a worker session is opened on.
 const SessionPath = "/v1/session"
@@ -49,16 +74,16 @@ const maxSessionCalls = 250
 type sessionPool struct {
 	c       *Client
 	upgrade *http.Client // HTTP/1.1 only: an upgrade is not HTTP/2's
-	plain   atomic.Bool  // the daemon has no sessions: plain calls
+	plain   atomic.Bool  // the upgrade was refused: plain calls
 	opening sync.Mutex   // one session opened at a time
 	mu      sync.Mutex
 	open    []*clientSession // those not known to be broken
 }
 
-// withSessions sets up the sessions of a client made with the Session
-// option; dial, if set, replaces the dialer (a unix socket's).
+// withSessions sets up the sessions of a client not made with PlainCalls;
+// dial, if set, replaces the dialer (a unix socket's).
 func (c *Client) withSessions(o clientOptions, dial func(ctx context.Context, network, addr string) (net.Conn, error)) {
-	if !o.session {
+	if o.plain {
 		return
 	}
 	t := &http.Transport{DialContext: dial, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
@@ -68,7 +93,7 @@ func (c *Client) withSessions(o clientOptions, dial func(ctx context.Context, ne
 // workerDo makes a worker call: a frame of a session if the client has
 // sessions and the daemon does, else the HTTP call POST path.
 func (c *Client) workerDo(ctx context.Context, worker, op, lease, path string, in, out any) error {
-	if p := c.sessions; p != nil && !p.plain.Load() {
+	if p := c.sessions; p != nil && !p.plain.Load() && frameField(worker) {
 		s, err := p.take(ctx)
 		if err == nil {
 			return s.call(ctx, op, worker, lease, path, in, out)
@@ -79,6 +104,29 @@ func (c *Client) workerDo(ctx context.Context, worker, op, lease, path string, i
 	}
 	_, err := c.do(ctx, http.MethodPost, path, in, out)
 	return err
+}
+
+// Sessions reports whether the client's worker calls go over worker
+// sessions: true unless it was made with PlainCalls or a daemon refused the
+// upgrade (then false from that refusal on).
+func (c *Client) Sessions() bool {
+	return c.sessions != nil && !c.sessions.plain.Load()
+}
+
+// frameField tells whether a worker id can be a frame header's field:
+// printable ASCII, no space, short enough for the header. One that cannot
+// — never a valid id — is sent as a plain call, for the daemon to refuse as
+// it refuses it over HTTP; in a frame it would end the session.
+func frameField(s string) bool {
+	if s == "" || len(s) > MaxFrameHeader/2 {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // CloseSessions closes the client's worker sessions: their calls in flight
@@ -169,9 +217,9 @@ func (p *sessionPool) dial(ctx context.Context) (*clientSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode == http.StatusNotFound {
+	if refusedUpgrade(resp.StatusCode) {
 		p.plain.Store(true)
-		return nil, errNoSessions
+		return nil, fmt.Errorf("%w: GET %s answered %d", errNoSessions, path, resp.StatusCode)
 	}
 	if err := decodeAnswer(resp.StatusCode, b, nil, http.MethodGet, path); err != nil {
 		return nil, err
@@ -237,6 +285,13 @@ func (s *clientSession) call(ctx context.Context, op, worker, lease, path string
 		s.mu.Lock()
 		delete(s.pending, id) // its answer, if it comes, is dropped
 		s.mu.Unlock()
+		if op == OpAcquire {
+			// The daemon would go on waiting, and grant a lease nobody
+			// reads: end the session, as a cancelled HTTP call closes its
+			// connection, so that the daemon ends the wait. The calls in
+			// flight with it fail, retryable.
+			s.fail(fmt.Errorf("an acquire's caller went: %w", ctx.Err()))
+		}
 		return ctx.Err()
 	}
 }

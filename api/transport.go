@@ -16,8 +16,8 @@ import (
 type ClientOption func(*clientOptions)
 
 type clientOptions struct {
-	h2c     bool
-	session bool
+	h2c   bool
+	plain bool // PlainCalls: no worker sessions
 }
 
 // H2C makes a client speak HTTP/2 without TLS (prior knowledge) to an

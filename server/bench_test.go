@@ -32,12 +32,12 @@ import (
 //	benchstat -col /impl h.txt
 //
 // It reports heartbeats/s, and the p50 and p99 latency of a heartbeat;
-// impl=http is HTTP/1.1, api.Client's default, impl=h2c HTTP/2 without TLS
-// (api.H2C), impl=session a worker session per worker (api.Session).
+// impl=http is HTTP/1.1 (api.PlainCalls), impl=h2c HTTP/2 without TLS
+// (api.H2C), impl=session a worker session per worker, api.Client's default.
 func BenchmarkHeartbeatHTTP(b *testing.B) {
 	for _, w := range []int{1, 16, 64} {
-		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchHeartbeatHTTP(b, w) })
-		b.Run(fmt.Sprintf("workers=%d/impl=h2c", w), func(b *testing.B) { benchHeartbeatHTTP(b, w, api.H2C()) })
+		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchHeartbeatHTTP(b, w, api.PlainCalls()) })
+		b.Run(fmt.Sprintf("workers=%d/impl=h2c", w), func(b *testing.B) { benchHeartbeatHTTP(b, w, api.H2C(), api.PlainCalls()) })
 		b.Run(fmt.Sprintf("workers=%d/impl=session", w), func(b *testing.B) { benchHeartbeatHTTP(b, w, api.Session()) })
 		b.Run(fmt.Sprintf("workers=%d/impl=append", w), func(b *testing.B) { benchAppendBaseline(b, w) })
 	}
@@ -127,9 +127,9 @@ func report(b *testing.B, lat []time.Duration, unit string) {
 //	benchstat -col /impl l.txt
 func BenchmarkLifecycleHTTP(b *testing.B) {
 	for _, w := range []int{1, 16, 64} {
-		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false) })
-		b.Run(fmt.Sprintf("workers=%d/impl=h2c", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false, api.H2C()) })
-		b.Run(fmt.Sprintf("workers=%d/impl=combined", w), func(b *testing.B) { benchLifecycleHTTP(b, w, true) })
+		b.Run(fmt.Sprintf("workers=%d/impl=http", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false, api.PlainCalls()) })
+		b.Run(fmt.Sprintf("workers=%d/impl=h2c", w), func(b *testing.B) { benchLifecycleHTTP(b, w, false, api.H2C(), api.PlainCalls()) })
+		b.Run(fmt.Sprintf("workers=%d/impl=combined", w), func(b *testing.B) { benchLifecycleHTTP(b, w, true, api.PlainCalls()) })
 		b.Run(fmt.Sprintf("workers=%d/impl=session", w), func(b *testing.B) { benchLifecycleHTTP(b, w, true, api.Session()) })
 		b.Run(fmt.Sprintf("workers=%d/impl=append", w), func(b *testing.B) { benchLifecycleAppend(b, w) })
 	}

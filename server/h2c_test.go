@@ -101,7 +101,7 @@ func TestHTTP1AndH2COnOnePort(t *testing.T) {
 	}
 
 	f.protos.Clear()
-	c, err := api.NewClient(f.ts.URL, "", api.H2C())
+	c, err := api.NewClient(f.ts.URL, "", api.H2C(), api.PlainCalls()) // h2c carries the worker calls too
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +129,8 @@ func TestHTTP1AndH2COnOnePort(t *testing.T) {
 // call again over
 // HTTP/1.1, body and all, and so are the next ones.
 func TestClientFallsBackToHTTP1(t *testing.T) {
-	f := newFixture(t, server.Options{}) // httptest.NewServer: HTTP/1.1 only
-	c, err := api.NewClient(f.ts.URL, "", api.H2C())
+	f := newFixture(t, server.Options{})                               // httptest.NewServer: HTTP/1.1 only
+	c, err := api.NewClient(f.ts.URL, "", api.H2C(), api.PlainCalls()) // h2c carries the worker calls too
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestClientFallsBackWhenTheServerClosesFirst(t *testing.T) {
 		}
 		hs := &http.Server{Handler: f.srv}
 		go func() { _ = hs.Serve(&refuseFirst{Listener: ln}) }()
-		c, err := api.NewClient("http://"+ln.Addr().String(), "", api.H2C())
+		c, err := api.NewClient("http://"+ln.Addr().String(), "", api.H2C(), api.PlainCalls()) // h2c carries the worker calls too
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +202,7 @@ func TestH2CWorkerOnOneConnection(t *testing.T) {
 	f := newH2CFixtureHooked(t, server.Options{}, 1, func(s *server.Server) {
 		server.SetWaitHook(s, func(ctx context.Context) context.Context { waiting <- ctx; return ctx })
 	})
-	c, err := api.NewClient(f.ts.URL, "", api.H2C())
+	c, err := api.NewClient(f.ts.URL, "", api.H2C(), api.PlainCalls()) // h2c carries the worker calls too
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,8 @@ var transports = []struct {
 	name string
 	opts []api.ClientOption
 }{
-	{"http", nil},
-	{"session", []api.ClientOption{api.Session()}},
+	{"http", []api.ClientOption{api.PlainCalls()}},
+	{"session", nil}, // the default
 }
 
 // TestFencingOverBothTransports: the fencing rules hold over a worker
@@ -408,39 +408,95 @@ func TestSessionUpgradeRefused(t *testing.T) {
 	}
 }
 
-// TestSessionFallsBackToPlainCalls: against a daemon that answers the
-// upgrade with 404 (one from before sessions), the client makes its calls
-// over HTTP.
+// TestSessionFallsBackToPlainCalls: a client makes its worker calls over a
+// session by default; where the daemon or a proxy before it refuses the
+// upgrade — a daemon from before sessions (404), a proxy that forwards the
+// GET without its Upgrade header (the daemon's 400), one that answers the
+// upgrade itself (426, 501) or serves the GET as a plain request (200) — it
+// asks once and makes plain calls from then on, the call that asked
+// included. A 401 is the token's, not a refusal: the call fails, and so
+// does the next, asking again.
 func TestSessionFallsBackToPlainCalls(t *testing.T) {
-	f := newFixture(t, server.Options{})
-	var upgrades int
-	var mu sync.Mutex
-	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/session") {
-			mu.Lock()
-			upgrades++
-			mu.Unlock()
+	for _, tc := range []struct {
+		name     string
+		session  func(w http.ResponseWriter, r *http.Request, daemon http.Handler) // GET /v1/session, as the proxy sees it
+		upgrades int                                                               // asked for, over three calls
+		plain    bool                                                              // then plain calls
+	}{
+		{"upgraded", func(w http.ResponseWriter, r *http.Request, d http.Handler) { d.ServeHTTP(w, r) }, 1, false},
+		{"old daemon", func(w http.ResponseWriter, r *http.Request, d http.Handler) {
 			r.URL.Path = "/v1/no-such-path" // as the daemon answers a path it lacks
-		}
-		f.srv.ServeHTTP(w, r)
-	}))
-	t.Cleanup(old.Close)
-	c, err := api.NewClient(old.URL, "", api.Session())
-	f.must(err)
-	ctx := context.Background()
-	f.submit("j1", event.KindRun)
-	gs, err := c.AcquireStart(ctx, "w1", 1, 0)
-	if err != nil || len(gs) != 1 {
-		t.Fatalf("acquire: %v %v", gs, err)
-	}
-	if _, err := c.Heartbeat(ctx, "w1", []uint64{gs[0].Lease}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Report(ctx, gs[0].Lease, api.Report{Worker: "w1", Outcome: "succeeded"}); err != nil {
-		t.Fatal(err)
-	}
-	if upgrades != 1 {
-		t.Fatalf("%d upgrades asked, want 1 (then plain calls)", upgrades)
+			d.ServeHTTP(w, r)
+		}, 1, true},
+		{"proxy drops Upgrade", func(w http.ResponseWriter, r *http.Request, d http.Handler) {
+			r.Header.Del("Upgrade")
+			r.Header.Del("Connection")
+			d.ServeHTTP(w, r)
+		}, 1, true},
+		{"proxy 426", func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
+			http.Error(w, "upgrade required", http.StatusUpgradeRequired)
+		}, 1, true},
+		{"proxy 501", func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
+			http.Error(w, "not implemented", http.StatusNotImplemented)
+		}, 1, true},
+		{"proxy 200", func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
+			_, _ = io.WriteString(w, "<html>hello</html>")
+		}, 1, true},
+		{"401", func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"error":{"code":"unauthorized","message":"no"}}`)
+		}, 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, server.Options{})
+			var upgrades, plainCalls atomic.Int64
+			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == api.SessionPath {
+					upgrades.Add(1)
+					tc.session(w, r, f.srv)
+					return
+				}
+				if strings.HasPrefix(r.URL.Path, "/v1/workers/") || strings.HasPrefix(r.URL.Path, "/v1/leases/") {
+					plainCalls.Add(1)
+				}
+				f.srv.ServeHTTP(w, r)
+			}))
+			t.Cleanup(proxy.Close)
+			c, err := api.NewClient(proxy.URL, "")
+			f.must(err)
+			ctx := context.Background()
+			f.submit("j1", event.KindRun)
+			gs, err := c.AcquireStart(ctx, "w1", 1, 0)
+			if tc.name == "401" {
+				for range 2 {
+					if _, err = c.Heartbeat(ctx, "w1", nil); !api.IsCode(err, api.CodeUnauthorized) {
+						break
+					}
+				}
+				if !api.IsCode(err, api.CodeUnauthorized) || !c.Sessions() {
+					t.Fatalf("calls after a 401 to the upgrade: %v, sessions %v; want unauthorized, still sessions", err, c.Sessions())
+				}
+			} else {
+				if err != nil || len(gs) != 1 {
+					t.Fatalf("acquire: %v %v", gs, err)
+				}
+				if _, err := c.Heartbeat(ctx, "w1", []uint64{gs[0].Lease}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.Report(ctx, gs[0].Lease, api.Report{Worker: "w1", Outcome: "succeeded"}); err != nil {
+					t.Fatal(err)
+				}
+				if c.Sessions() == tc.plain {
+					t.Fatalf("sessions %v after a refusal %v", c.Sessions(), tc.plain)
+				}
+			}
+			if n := upgrades.Load(); n != int64(tc.upgrades) {
+				t.Fatalf("%d upgrades asked, want %d", n, tc.upgrades)
+			}
+			if want := map[bool]int64{true: 3}[tc.plain]; plainCalls.Load() != want {
+				t.Fatalf("%d plain worker calls, want %d", plainCalls.Load(), want)
+			}
+		})
 	}
 }
 
@@ -623,5 +679,37 @@ func TestSessionHoldsAConnection(t *testing.T) {
 	_ = other.SetReadDeadline(time.Time{})
 	if r := readAnswer(t, other, br, "GET"); r.status != http.StatusOK {
 		t.Fatalf("the connection once the session ended: %s", r)
+	}
+}
+
+// TestSessionCancelledAcquireEndsTheWait: an acquire whose caller goes
+// ends its session, as a cancelled HTTP call closes its connection, so that
+// the daemon ends the long poll: a job submitted after it goes to the next
+// worker that asks, not to a wait nobody reads.
+func TestSessionCancelledAcquireEndsTheWait(t *testing.T) {
+	waiting := make(chan struct{}, 1)
+	f := newFixtureHooked(t, server.Options{}, func(s *server.Server) {
+		server.SetWaitHook(s, func(ctx context.Context) context.Context { waiting <- struct{}{}; return ctx })
+	})
+	c, err := api.NewClient(f.ts.URL, "")
+	f.must(err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "w1", 1, time.Minute)
+		done <- err
+	}()
+	<-waiting
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("acquire whose caller went: %v, want context.Canceled", err)
+	}
+	eventually(t, "the daemon ends the session", func() bool { return sessionsOpen(t, f) == 0 })
+	f.submit("j1", event.KindRun)
+	other, err := api.NewClient(f.ts.URL, "", api.PlainCalls())
+	f.must(err)
+	gs, err := other.Acquire(context.Background(), "w2", 1, 0)
+	if err != nil || len(gs) != 1 || gs[0].Job.ID != "j1" {
+		t.Fatalf("w2's acquire after w1's went: %v %v, want j1", gs, err)
 	}
 }

@@ -1,6 +1,6 @@
 // Package worker is the worker side of a lease: the loop every Go worker
-// runs, remote (`leaselog worker`, over HTTP) or local (inside `leaselog
-// serve`, in process). It owns the worker's leases — taking them, one
+// runs, remote (`leaselog worker`, over a worker session or HTTP) or local
+// (inside `leaselog serve`, in process). It owns the worker's leases — taking them, one
 // heartbeat every renew_seconds for all of them, acting on the directives of
 // each reply, reporting each job's outcome until the daemon answers — and it
 // fences itself: once its last acknowledged heartbeat was sent more than

@@ -31,16 +31,17 @@ type Protocol struct {
 // The protocol's parts, as --protocol names them.
 var parts = []string{"start", "next", "batch"}
 
-// ParseProtocol reads --protocol: classic, combined (every part), session
-// (combined over worker sessions), or a comma-separated list of parts, with
-// session among them if the workers' calls are to go over sessions. batch is
-// the jobs a submit call with the batch part.
+// ParseProtocol reads --protocol: session (every part, over worker
+// sessions), http or combined (every part, over HTTP), classic, or a
+// comma-separated list of parts, with session among them if the workers'
+// calls are to go over sessions. batch is the jobs a submit call with the
+// batch part.
 func ParseProtocol(s string, batch int) (Protocol, error) {
 	var p Protocol
 	switch s {
 	case "classic":
 		return p, nil
-	case "combined":
+	case "http", "combined":
 		s = strings.Join(parts, ",")
 	case "session":
 		s = strings.Join(parts, ",") + ",session"
@@ -56,7 +57,7 @@ func ParseProtocol(s string, batch int) (Protocol, error) {
 		case "session":
 			p.Session = true
 		default:
-			return p, fmt.Errorf("--protocol %q: want classic, combined, session, or a comma-separated list of %s, session", s, strings.Join(parts, ", "))
+			return p, fmt.Errorf("--protocol %q: want session, http, combined, classic, or a comma-separated list of %s, session", s, strings.Join(parts, ", "))
 		}
 	}
 	return p, nil
@@ -78,7 +79,7 @@ func (p Protocol) String() string {
 	case len(on) == len(parts) && p.Session:
 		return "session"
 	case len(on) == len(parts):
-		return "combined"
+		return "http"
 	case p.Session:
 		on = append(on, "session")
 	case len(on) == 0:

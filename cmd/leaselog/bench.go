@@ -42,18 +42,19 @@ in a row and report it succeeded, until N jobs are done. Each call is timed
 by its caller; acquire includes its start and any wait of the long poll for
 a queued job.
 
---protocol says which calls: classic is one call a step, 4 + H calls a job
-(7 with the default 3 heartbeats); combined (the default, the fewest round
-trips) uses all three parts below, and a comma-separated list of them shows
-each step:
+--protocol says which calls: session (the default, what the Go worker does)
+makes the fewest round trips, using all three parts below, with the workers'
+calls over a worker session (one connection all the workers share, each call
+a frame: GET /v1/session; plain HTTP calls if the daemon or a proxy refuses
+the upgrade), the submits over HTTP; http (or combined) is the same calls
+over HTTP/1.1; classic is one HTTP call a step, 4 + H calls a job (7 with the
+default 3 heartbeats); and a comma-separated list of the parts shows each
+step, over HTTP unless session is among them (start,session):
   start  acquire with start: the grant comes back running, no start call
   next   the report carries the worker's next acquire (no wait): a job it
          grants has no acquire call of its own (acquire_ms counts only the
          acquires made alone, and report_ms includes the carried acquire)
   batch  submit --batch jobs a call (submit_ms is per call)
-session is combined with the workers' calls over a worker session (one
-connection all the workers share, each call a frame: GET /v1/session),
-the submits over HTTP; "session" also goes in a list of parts (start,session).
 calls_per_job is what the run made, long polls that found nothing included.
 
 Throughput is N over the time from the first submit to the last accepted
@@ -74,7 +75,8 @@ as a worker. With a worker token ($LEASELOG_WORKER_TOKEN or
 one worker, holding W leases at once.
 
 Progress goes to stderr when it is a terminal. -o json prints one object:
-jobs, workers, enqueuers, heartbeats, protocol, http, seconds, jobs_per_second,
+jobs, workers, enqueuers, heartbeats, protocol, http (http1 or h2c, +session
+if the workers' calls went over sessions), seconds, jobs_per_second,
 calls_per_job, and submit_ms, acquire_ms, heartbeat_ms, report_ms, each with
 count, p50, p90, p99, max and mean (nearest-rank over all samples).
 
@@ -144,8 +146,8 @@ submitted (read every 250 ms), after, and after the restart. Full size:
 				return err
 			}
 			wopts := opts
-			if proto.Session {
-				wopts = append(slices.Clone(opts), api.Session())
+			if !proto.Session {
+				wopts = append(slices.Clone(opts), api.PlainCalls())
 			}
 			worker, err := m.benchWorkerClient(&f, workerID, workerTokenFile, wopts)
 			if err != nil {
@@ -159,9 +161,6 @@ submitted (read every 250 ms), after, and after the restart. Full size:
 			if h2c {
 				c.HTTP = "h2c"
 			}
-			if proto.Session {
-				c.HTTP += "+session"
-			}
 			stderr := cmd.ErrOrStderr()
 			if isTerminal(stderr) {
 				t0 := time.Now()
@@ -171,6 +170,9 @@ submitted (read every 250 ms), after, and after the restart. Full size:
 				}
 			}
 			r, err := workload.Run(cmd.Context(), c)
+			if r != nil && worker.Sessions() { // false too if the upgrade was refused
+				r.HTTP += "+session"
+			}
 			if c.Progress != nil {
 				fmt.Fprintln(stderr)
 			}
@@ -195,7 +197,7 @@ submitted (read every 250 ms), after, and after the restart. Full size:
 	cmd.Flags().IntVar(&workers, "workers", 16, "concurrent workers (goroutines, each one lease at a time)")
 	cmd.Flags().IntVar(&enqueuers, "enqueuers", 0, "concurrent submitters (0: as many as --workers)")
 	cmd.Flags().IntVar(&heartbeats, "heartbeats", 3, "heartbeats of each lease between its start and its report")
-	cmd.Flags().StringVar(&protocol, "protocol", "combined", "classic, combined, session, or parts: start,next,batch,session (see above)")
+	cmd.Flags().StringVar(&protocol, "protocol", "session", "session, http (combined), classic, or parts: start,next,batch,session (see above)")
 	cmd.Flags().IntVar(&batch, "batch", 100, "jobs a submit call with the batch part")
 	cmd.Flags().BoolVar(&h2c, "h2c", false, "speak HTTP/2 without TLS (one connection for the workers, one for the submits) instead of HTTP/1.1")
 	cmd.Flags().StringVar(&workerID, "worker-id", "", "every worker acts as this worker id (needed with a worker token); default: one id each, bench-<ULID>-wNNN")

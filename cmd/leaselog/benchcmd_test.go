@@ -32,10 +32,11 @@ func TestBenchCommand(t *testing.T) {
 		flag, name string
 		calls      [2]float64 // calls a job: at least, below
 	}{
-		{"classic", "classic", [2]float64{7, 7.5}}, // 4 + H, and any long poll that found nothing
-		{"", "combined", [2]float64{4, 5.5}},       // the default
-		{"combined --h2c", "combined", [2]float64{4, 5.5}},
-		{"start,session", "start,session", [2]float64{6, 6.5}}, // the workers' calls over sessions
+		{"classic", "classic", [2]float64{7, 7.5}},     // 4 + H, and any long poll that found nothing
+		{"", "session", [2]float64{4, 5.5}},            // the default: every part, the workers' calls over sessions
+		{"http", "http", [2]float64{4, 5.5}},           // every part over HTTP
+		{"combined --h2c", "http", [2]float64{4, 5.5}}, // combined is http
+		{"start,session", "start,session", [2]float64{6, 6.5}},
 	} {
 		args := []string{"bench", "--server", d.url, "--data", data, "--jobs", "300", "--workers", "8", "--enqueuers", "3", "-o", "json"}
 		if flag, h2c := strings.CutSuffix(p.flag, " --h2c"); h2c {
@@ -71,7 +72,7 @@ func TestBenchCommand(t *testing.T) {
 		if strings.HasSuffix(p.flag, "--h2c") {
 			wantHTTP = "h2c"
 		}
-		if strings.Contains(p.flag, "session") {
+		if strings.Contains(p.name, "session") {
 			wantHTTP += "+session"
 		}
 		if r.Jobs != 300 || r.Workers != 8 || r.Enqueuers != 3 || r.Heartbeats != 3 || r.Protocol != p.name || r.HTTP != wantHTTP {
@@ -91,9 +92,9 @@ func TestBenchCommand(t *testing.T) {
 			switch {
 			case name == "heartbeat":
 				want = 900
-			case name == "submit" && (p.name == "combined" || p.name == "session"):
+			case name == "submit" && (p.name == "http" || p.name == "session"):
 				want = 3 // 100 jobs a call
-			case name == "acquire" && (strings.Contains(p.name, "next") || p.name == "combined" || p.name == "session"):
+			case name == "acquire" && (strings.Contains(p.name, "next") || p.name == "http" || p.name == "session"):
 				want = l["count"] // those its reports carried have none
 			}
 			if l["count"] != want || l["count"] == 0 || l["p50"] <= 0 || l["p50"] > l["p90"] || l["p90"] > l["p99"] || l["p99"] > l["max"] {
@@ -124,7 +125,7 @@ func TestBenchFlags(t *testing.T) {
 		{nil, "worker-token-0123456789", "give its --worker-id"},
 		{[]string{"--worker-token-file", "/nonexistent/token"}, "", "--worker-token-file"},
 		{[]string{"--jobs", "x"}, "", `invalid argument "x"`},
-		{[]string{"--protocol", "fast"}, "", `--protocol "fast": want classic, combined, session, or a comma-separated list of start, next, batch, session`},
+		{[]string{"--protocol", "fast"}, "", `--protocol "fast": want session, http, combined, classic, or a comma-separated list of start, next, batch, session`},
 		{[]string{"--protocol", "start,,next"}, "", `--protocol "start,,next"`},
 		{[]string{"--batch", "1001"}, "", "--batch 1001: want 1 to 1000"},
 	} {

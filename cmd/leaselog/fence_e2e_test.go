@@ -3,6 +3,8 @@ package main
 // The fence, end to end: a `leaselog worker` process talks to the daemon
 // through an HTTP-aware TCP proxy written here, which knows when each
 // heartbeat passed and can cut the worker off right after one was answered.
+// The worker makes plain calls (--protocol http), which the proxy reads:
+// the fence is the worker's core's, the same over either transport.
 
 import (
 	"bufio"
@@ -57,7 +59,7 @@ func TestE2EFenceFallsInTheWindow(t *testing.T) {
 	d := startServeConfig(t, dir, fenceConfig)
 	ev := d.follow(t, 0)
 	px := newFenceProxy(t, strings.TrimPrefix(d.url, "http://"))
-	startWorker(t, "http://"+px.addr(), "w1", filepath.Join(dir, "w1"))
+	startWorker(t, "http://"+px.addr(), "w1", filepath.Join(dir, "w1"), "--protocol", "http")
 
 	pidFile := filepath.Join(dir, "job.pid")
 	submit(t, d.c, "agent-1", "run", fmt.Sprintf("echo $$ > %s; exec sleep 60", pidFile))
@@ -96,7 +98,7 @@ func TestE2EIdleWorkerTakesItsFirstJob(t *testing.T) {
 	d := startServeConfig(t, dir, fenceConfig)
 	ev := d.follow(t, 0)
 	px := newFenceProxy(t, strings.TrimPrefix(d.url, "http://"))
-	startWorker(t, "http://"+px.addr(), "w1", filepath.Join(dir, "w1"))
+	startWorker(t, "http://"+px.addr(), "w1", filepath.Join(dir, "w1"), "--protocol", "http")
 
 	// The condition is the scenario itself: a poll held past the fence.
 	deadline := time.Now().Add(30 * time.Second)

@@ -203,10 +203,10 @@ func startServeArgs(t *testing.T, dir, text string, args ...string) *daemonProc 
 }
 
 // startWorker runs `leaselog worker` against url, with its jobs under dir.
-func startWorker(t *testing.T, url, id, dir string) *proc {
+func startWorker(t *testing.T, url, id, dir string, flags ...string) *proc {
 	t.Helper()
 	t.Cleanup(func() { killRuns(dir) })
-	return startProc(t, "worker "+id, "worker", "--server", url, "--id", id, "--workdir", dir, "--capacity", "1", "--log-format", "json")
+	return startProc(t, "worker "+id, append([]string{"worker", "--server", url, "--id", id, "--workdir", dir, "--capacity", "1", "--log-format", "json"}, flags...)...)
 }
 
 // killRuns kills what is left of the jobs run under dir: jobs outlive their

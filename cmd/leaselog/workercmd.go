@@ -25,6 +25,7 @@ func (m *Main) workerCommand() *cobra.Command {
 	var server, id, workdir, logFormat, logLevel, tokenFile, dataDir string
 	var retention time.Duration
 	var capacity int
+	var protocol string
 	var session bool
 	cmd := &cobra.Command{
 		Use:   "worker --server URL --id ID [--capacity N] [--workdir DIR]",
@@ -51,7 +52,13 @@ elsewhere on CLOCK_BOOTTIME, which counts this host's sleep.
 --server a:7420,b:7420. A call that no daemon took (nothing listens, a
 standby answered 503) goes to the daemon the standby names, else the next;
 the worker stays with the one that answered, and heartbeats its leases there
-after a takeover. With a list it fences on CLOCK_BOOTTIME.`,
+after a takeover. With a list it fences on CLOCK_BOOTTIME.
+
+--protocol session (the default) makes the worker calls — acquire,
+heartbeat, start, report — as frames of a worker session (GET /v1/session
+upgraded: one connection, no HTTP per call), and plain HTTP calls from the
+first refusal of the upgrade on (a daemon from before sessions, a proxy that
+does not pass upgrades); --protocol http makes them plain calls.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := lease.CheckID("worker", id); err != nil {
@@ -84,8 +91,12 @@ after a takeover. With a list it fences on CLOCK_BOOTTIME.`,
 				}
 			}
 			var copts []api.ClientOption
-			if session {
-				copts = append(copts, api.Session())
+			switch protocol {
+			case "session":
+			case "http":
+				copts = append(copts, api.PlainCalls())
+			default:
+				return fmt.Errorf("worker: --protocol %q: want session or http", protocol)
 			}
 			c, err := api.NewClient(server, token, copts...)
 			if err != nil {
@@ -146,7 +157,9 @@ after a takeover. With a list it fences on CLOCK_BOOTTIME.`,
 	cmd.Flags().StringVar(&logFormat, "log-format", "console", "json or console (coloured on a terminal only)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().DurationVar(&retention, "retention", local.DefaultRetention, "remove the run directories (and worktrees; refs stay) of jobs ended longer ago than this; 0 keeps them")
-	cmd.Flags().BoolVar(&session, "session", false, "make the worker calls over a worker session (one connection, no HTTP per call; plain calls against a daemon without sessions)")
+	cmd.Flags().StringVar(&protocol, "protocol", "session", "the worker calls' protocol: session (plain HTTP calls where the upgrade is refused) or http")
+	cmd.Flags().BoolVar(&session, "session", true, "the default")
+	_ = cmd.Flags().MarkDeprecated("session", "sessions are the default; --protocol http makes plain calls")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "read this worker's token from FILE (mode 0600) instead of $LEASELOG_TOKEN")
 	cmd.Flags().StringVar(&dataDir, "data", "", "with no $LEASELOG_TOKEN nor --token-file, send the workers' token a local daemon keeps in DIR/worker-token (default $LEASELOG_DATA or "+defaultDataDir+")")
 	return cmd

@@ -3,7 +3,9 @@
 One connection per call (``http.client``), so that every method is safe to call
 from any thread and a call can be aborted by closing its socket (the worker
 aborts its long-polling acquire that way when it stops). Answers are JSON;
-error answers become :mod:`leaselog.errors` exceptions.
+error answers become :mod:`leaselog.errors` exceptions. The worker calls go
+over a worker session (:mod:`leaselog._session`) when the transport is made
+with ``session=True``, and over HTTP from the first refusal of the upgrade on.
 """
 
 from __future__ import annotations
@@ -11,14 +13,18 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import json
+import logging
 import os
 import socket
 import stat
+import threading
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
-from . import errors
+from . import _session, errors
+
+log = logging.getLogger("leaselog")
 
 #: Where a client looks for the daemon when told nothing (as the Go client).
 DEFAULT_SERVER = "http://127.0.0.1:7420"
@@ -150,10 +156,15 @@ class Call:
 
     conn: Optional[http.client.HTTPConnection] = None
     aborted: bool = False
+    #: set by a session's call: wakes it without ending the session
+    on_abort: Optional[Callable[[], None]] = None
 
     def abort(self) -> None:
-        """Cut the call: its socket is shut, and it raises Unreachable."""
+        """Cut the call: its socket is shut (or its frame given up), and it
+        raises Unreachable."""
         self.aborted = True
+        if self.on_abort is not None:
+            self.on_abort()
         conn = self.conn
         sock = getattr(conn, "sock", None) if conn is not None else None
         if sock is not None:
@@ -166,16 +177,61 @@ class Call:
 class Transport:
     """Sends JSON calls to one daemon, with its token.
 
-    Safe for concurrent use: each call opens its own connection.
+    Safe for concurrent use: each call opens its own connection, but the
+    worker calls (:meth:`worker_call`), which share one worker session if
+    ``session`` is set and the daemon takes it.
     """
 
     def __init__(self, server: Optional[str] = None, token: Optional[str] = None,
                  timeout: float = 30.0, *, data: Optional[str] = None,
-                 token_file: str = ADMIN_TOKEN_FILE) -> None:
+                 token_file: str = ADMIN_TOKEN_FILE, session: bool = False) -> None:
         self.server = normalize_server(server)
         #: Where the token came from (:func:`find_token`), for errors.
         self.token, self.token_source = find_token(self.server, token, data, token_file)
         self.timeout = timeout
+        self.session = session  # False once the upgrade was refused
+        self._session: Optional[_session.Session] = None
+        self._opening = threading.Lock()  # one session opened at a time
+
+    def worker_call(self, op: str, worker: str, lease: str, path: str, body: Any, *,
+                    timeout: Optional[float] = None, call: Optional[Call] = None) -> Any:
+        """Make a worker call (op, one of ``_session.OPS``; the HTTP call is
+        ``POST path``) and return its decoded 2xx answer: a frame of the
+        session, or an HTTP call if the transport has none, the upgrade was
+        refused, the session has its most calls in flight, or the worker
+        id cannot be a frame's field (the daemon refuses it over HTTP)."""
+        timeout = self.timeout if timeout is None else timeout
+        s = self._take(timeout) if self.session and _session.frame_field(worker) else None
+        if s is None:
+            return self.request("POST", path, body=body, timeout=timeout, call=call)[1]
+        data = json.dumps(body, separators=(",", ":")).encode()
+        status, raw = s.call(op, worker, lease, data, timeout, call)
+        return _decode("POST", path, status, raw)
+
+    def _take(self, timeout: float) -> Optional[_session.Session]:
+        s = self._session
+        if s is not None and not s.broken:
+            return None if s.full() else s
+        with self._opening:
+            s = self._session
+            if s is not None and not s.broken:
+                return None if s.full() else s
+            if not self.session:
+                return None
+            try:
+                self._session = _session.dial(self.server, self.token, timeout)
+            except _session.Refused as e:
+                log.info("%s; worker calls over HTTP from now on", e)
+                self.session = False
+                return None
+            return self._session
+
+    def close(self) -> None:
+        """Close the worker session, if one is open: its calls in flight
+        raise Unreachable; the next worker call opens another."""
+        s = self._session
+        if s is not None:
+            s.close()
 
     def _connect(self, timeout: float) -> http.client.HTTPConnection:
         if self.server.startswith("unix://"):
@@ -224,17 +280,7 @@ class Transport:
             raise errors.Unreachable(f"{method} {self.server}{path}: {e or type(e).__name__}") from e
         finally:
             conn.close()
-        text = raw.decode("utf-8", "replace")
-        try:
-            doc = json.loads(text) if text.strip() else None
-        except ValueError:
-            doc = None
-        if status // 100 != 2:
-            raise errors.from_answer(status, doc, text)
-        if doc is None and text.strip():
-            raise errors.LeaselogError(f"{method} {path}: the answer is not JSON: {text[:200]!r}",
-                                       code="bad_answer", status=status)
-        return status, doc
+        return status, _decode(method, path, status, raw)
 
 
     def stream(self, path: str, *, query: Optional[Mapping[str, Any]] = None,
@@ -284,6 +330,21 @@ class Transport:
                 raise errors.Unreachable(f"GET {self.server}{path}: {e or type(e).__name__}") from e
         finally:
             conn.close()
+
+
+def _decode(method: str, path: str, status: int, raw: bytes) -> Any:
+    """The JSON of a 2xx answer; any other raises its error."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        doc = json.loads(text) if text.strip() else None
+    except ValueError:
+        doc = None
+    if status // 100 != 2:
+        raise errors.from_answer(status, doc, text)
+    if doc is None and text.strip():
+        raise errors.LeaselogError(f"{method} {path}: the answer is not JSON: {text[:200]!r}",
+                                   code="bad_answer", status=status)
+    return doc
 
 
 def _query_value(v: Any) -> str:

@@ -265,14 +265,20 @@ class WorkerClient:
     ``token`` None is found as :class:`Client` finds it, but in
     ``DATA/worker-token``: the token a daemon with no ``[auth]`` keeps for
     its user's workers (any worker id).
+
+    With ``session`` (the default) acquire, heartbeat, start and report are
+    frames of one worker session (``GET /v1/session`` upgraded: one
+    connection, no HTTP per call), and plain HTTP calls from the first
+    refusal of the upgrade on (a daemon from before sessions, a proxy that
+    does not pass upgrades); ``session=False`` makes them plain calls.
     """
 
     def __init__(self, server: Optional[str], worker_id: str, token: Optional[str] = None, *,
-                 data: Optional[str] = None) -> None:
+                 data: Optional[str] = None, session: bool = True) -> None:
         if not worker_id:
             raise ValueError("a worker needs an id")
         self.worker_id = worker_id
-        self._t = Transport(server, token, data=data, token_file=WORKER_TOKEN_FILE)
+        self._t = Transport(server, token, data=data, token_file=WORKER_TOKEN_FILE, session=session)
         self._w = f"/v1/workers/{quote(worker_id)}"
 
     @property
@@ -285,18 +291,29 @@ class WorkerClient:
         ./leaselog-data/worker-token", "no token"…"""
         return self._t.token_source
 
+    @property
+    def session(self) -> bool:
+        """Whether the worker calls go over a worker session: False if made
+        with ``session=False``, or once the upgrade was refused."""
+        return self._t.session
+
+    def close(self) -> None:
+        """Close the worker session, if one is open (its calls in flight
+        raise :class:`errors.Unreachable`); a later call opens another."""
+        self._t.close()
+
     def acquire(self, max: int = 1, wait_seconds: float = 0, *, timeout: Optional[float] = None,
                 call: Optional[Call] = None) -> List[Grant]:
         """Take up to ``max`` leases, waiting up to ``wait_seconds`` for a job."""
         body = {"max": max, "wait_seconds": wait_seconds}
-        _, doc = self._t.request("POST", self._w + "/acquire", body=body,
-                                 timeout=timeout if timeout is not None else wait_seconds + 30, call=call)
+        doc = self._t.worker_call("acquire", self.worker_id, "", self._w + "/acquire", body,
+                                  timeout=timeout if timeout is not None else wait_seconds + 30, call=call)
         return grants(doc)
 
     def heartbeat(self, leases: Sequence[int], *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Renew ``leases``; the answer has a directive per lease and the timing."""
-        _, doc = self._t.request("POST", self._w + "/heartbeat", body={"leases": list(leases)}, timeout=timeout)
-        return doc
+        return self._t.worker_call("heartbeat", self.worker_id, "", self._w + "/heartbeat",
+                                   {"leases": list(leases)}, timeout=timeout)
 
     def leases(self, *, timeout: Optional[float] = None) -> List[Grant]:
         """The live leases the daemon holds for this worker (what it re-attaches to)."""
@@ -304,8 +321,8 @@ class WorkerClient:
 
     def start(self, lease: int, *, timeout: Optional[float] = None) -> Lease:
         """Say the lease's job started."""
-        _, doc = self._t.request("POST", f"/v1/leases/{int(lease)}/start", body={"worker": self.worker_id},
-                                 timeout=timeout)
+        doc = self._t.worker_call("start", self.worker_id, str(int(lease)), f"/v1/leases/{int(lease)}/start",
+                                  {"worker": self.worker_id}, timeout=timeout)
         return Lease.from_json(doc)
 
     def report(self, lease: int, outcome: str, *, reason: Optional[str] = None, ref: Optional[str] = None,
@@ -332,8 +349,8 @@ class WorkerClient:
             body["result"] = result
         if next_max:
             body["next"] = {"max": next_max}
-        _, doc = self._t.request("POST", f"/v1/leases/{int(lease)}/report", body=body, timeout=timeout)
-        return doc
+        return self._t.worker_call("report", self.worker_id, str(int(lease)), f"/v1/leases/{int(lease)}/report",
+                                   body, timeout=timeout)
 
     def health(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         _, doc = self._t.request("GET", "/healthz", timeout=timeout)

@@ -74,7 +74,10 @@ class Worker:
 
     Each report carries the next acquire for the slot it frees
     (``next_in_report``, on by default as in the Go worker): a busy worker
-    takes its next job in the report of the last.
+    takes its next job in the report of the last. The worker calls go over a
+    worker session (``session``, on by default as in the Go worker: one
+    connection, no HTTP per call), and over plain HTTP calls where the
+    daemon or a proxy refuses its upgrade.
 
     The worker heartbeats every ``renew_seconds`` the daemon gives, acts on
     the directives (``cancel``: SIGTERM to the command's group, SIGKILL after
@@ -94,11 +97,11 @@ class Worker:
                  handler: Handler = None, capacity: int = 1, state_dir: Optional[str] = None,
                  workdir: Optional[str] = None, wait_seconds: float = 10.0, stop_grace: float = 10.0,
                  next_in_report: bool = True, timing: Optional[Timing] = None,
-                 data: Optional[str] = None) -> None:
+                 data: Optional[str] = None, session: bool = True) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, is {capacity}")
         self.id = worker_id
-        self.api = WorkerClient(server, worker_id, token, data=data)
+        self.api = WorkerClient(server, worker_id, token, data=data, session=session)
         self.handler = handler
         self.capacity = capacity
         self.state_dir = os.path.abspath(state_dir or default_state_dir(worker_id))
@@ -216,6 +219,7 @@ class Worker:
             threads = list(self._threads)
         for t in threads:
             t.join(timeout)
+        self.api.close()  # the session, with nothing left in flight
         if self._error is not None:
             raise self._error
 

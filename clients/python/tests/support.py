@@ -90,9 +90,16 @@ class ServerTest(unittest.TestCase):
 class Proxy:
     """A TCP proxy to the daemon that can be cut (every connection refused
     at once and those open closed) and restored, or lose the answer to the
-    next call whose request line has a given text (:meth:`lose_answer`)."""
+    next call whose request line has a given text (:meth:`lose_answer`).
 
-    def __init__(self, upstream: str) -> None:
+    It reads a worker session's frames (GET /v1/session upgraded): each is
+    a call, recorded as ``FRAME op path`` with the path of its HTTP call,
+    whose answer :meth:`lose_answer` can lose as an HTTP call's. With
+    ``refuse_upgrades`` it passes no upgrade, as a proxy that does not
+    know them: it forwards the GET without its Upgrade and Connection
+    headers (the daemon answers 400), counting them in ``refused``."""
+
+    def __init__(self, upstream: str, refuse_upgrades: bool = False) -> None:
         host, _, port = upstream.split("://")[-1].rstrip("/").rpartition(":")
         self.upstream = (host, int(port))
         self.sock = socket.socket()
@@ -104,6 +111,8 @@ class Proxy:
         self._lose: Optional[str] = None
         self.lost = threading.Event()  # set once an answer was lost
         self.connections = 0  # connections passed to the daemon
+        self.refuse_upgrades = refuse_upgrades
+        self.refused = 0  # upgrades passed without their headers
         self.requests: List[str] = []  # their request lines ("POST /v1/… HTTP/1.1")
         self._closed = False
         self._open: List[socket.socket] = []
@@ -156,11 +165,24 @@ class Proxy:
     def _start(self, c: socket.socket, u: socket.socket) -> None:
         try:
             first = c.recv(65536)
+            upgrade = first.startswith(b"GET /v1/session ")
+            if upgrade and self.refuse_upgrades:
+                head, _, rest = first.partition(b"\r\n\r\n")
+                first = b"\r\n".join(h for h in head.split(b"\r\n")
+                                      if not h.lower().startswith((b"upgrade:", b"connection:"))) + b"\r\n\r\n" + rest
+                with self._lock:
+                    self.refused += 1
+                upgrade = False
             u.sendall(first)
         except OSError:
-            first = b""
+            first, upgrade = b"", False
         with self._lock:
             self.requests.append(first.split(b"\r\n", 1)[0].decode("latin-1"))
+        if upgrade:
+            state = _SessionState()
+            threading.Thread(target=self._frames_up, args=(c, u, state), daemon=True).start()
+            self._frames_down(u, c, state)
+            return
         lose = self._lose
         if lose is not None and lose.encode() in first.split(b"\r\n", 1)[0]:
             self._lose = None
@@ -184,6 +206,80 @@ class Proxy:
         threading.Thread(target=self._pump, args=(c, u), daemon=True).start()
         self._pump(u, c)
 
+    def _frames_up(self, c: socket.socket, u: socket.socket, state: "_SessionState") -> None:
+        """A session's frames from the worker to the daemon, recorded."""
+        buf = b""
+        try:
+            while True:
+                data = c.recv(65536)
+                if not data:
+                    break
+                buf += data
+                while True:
+                    frame, buf = _split_frame(buf)
+                    if frame is None:
+                        break
+                    id, op, worker, lease = frame[0].split()[:4]
+                    path = (f"/v1/workers/{worker}/{op}" if op in ("acquire", "heartbeat")
+                            else f"/v1/leases/{lease}/{op}")
+                    line = f"FRAME {op} {path}"
+                    with self._lock:
+                        self.requests.append(line)
+                    lose = self._lose
+                    if lose is not None and lose in line:
+                        self._lose = None
+                        state.lose = id
+                    u.sendall(frame[2])
+        except OSError:
+            pass
+        finally:
+            self._close(c, u)
+
+    def _frames_down(self, u: socket.socket, c: socket.socket, state: "_SessionState") -> None:
+        """A session's answers from the daemon to the worker; the answer of
+        the frame to lose resets the worker's connection instead."""
+        buf = b""
+        head = True  # the upgrade's answer comes first
+        try:
+            while True:
+                data = u.recv(65536)
+                if not data:
+                    break
+                buf += data
+                if head:
+                    end = buf.find(b"\r\n\r\n")
+                    if end < 0:
+                        continue
+                    c.sendall(buf[:end + 4])
+                    buf, head = buf[end + 4:], False
+                while True:
+                    frame, buf = _split_frame(buf)
+                    if frame is None:
+                        break
+                    if frame[0].split()[0] == state.lose:
+                        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        self._close(c, u)
+                        self.lost.set()
+                        return
+                    c.sendall(frame[2])
+        except OSError:
+            pass
+        finally:
+            self._close(u, c)
+
+    def _close(self, *socks: socket.socket) -> None:
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        with self._lock:
+            for s in socks:
+                if s in self._open:
+                    self._open.remove(s)
+        for s in socks:
+            s.close()
+
     def _pump(self, a: socket.socket, b: socket.socket) -> None:
         try:
             while True:
@@ -203,3 +299,23 @@ class Proxy:
                 if a in self._open:
                     self._open.remove(a)
             a.close()
+
+
+class _SessionState:
+    """What the two directions of a proxied session share."""
+
+    def __init__(self) -> None:
+        self.lose: Optional[str] = None  # the id of the frame whose answer is lost
+
+
+def _split_frame(buf: bytes) -> Tuple[Optional[Tuple[str, bytes, bytes]], bytes]:
+    """The first whole frame of buf — (its header line, its body, its bytes) —
+    and what follows it; (None, buf) if buf holds none whole."""
+    nl = buf.find(b"\n")
+    if nl < 0:
+        return None, buf
+    head = buf[:nl].decode("ascii")
+    end = nl + 1 + int(head.split()[-1])
+    if len(buf) < end:
+        return None, buf
+    return (head, buf[nl + 1:end], buf[:end]), buf[end:]
