@@ -59,8 +59,8 @@ func TestRunProtocols(t *testing.T) {
 		{"classic", [2]float64{7, 7.5}}, // 4 + H, and any long poll that found nothing
 		{"start", [2]float64{6, 6.5}},
 		{"start,next", [2]float64{4, 6.5}}, // 5 when no job was queued at a report
-		{"combined", [2]float64{4, 5.5}},
-		{"session", [2]float64{4, 5.5}}, // combined, the workers' calls over sessions
+		{"http", [2]float64{4, 5.5}},
+		{"session", [2]float64{4, 5.5}}, // http's calls, the workers' over sessions
 		{"start,session", [2]float64{6, 6.5}},
 	} {
 		t.Run(p.protocol, func(t *testing.T) {
@@ -122,10 +122,11 @@ func TestParseProtocol(t *testing.T) {
 		want    Protocol
 	}{
 		{"classic", "classic", Protocol{}},
-		{"combined", "combined", Protocol{Start: true, Next: true, Batch: 50}},
+		{"combined", "http", Protocol{Start: true, Next: true, Batch: 50}},
+		{"http", "http", Protocol{Start: true, Next: true, Batch: 50}},
 		{"session", "session", Protocol{Start: true, Next: true, Batch: 50, Session: true}},
 		{"next,start", "start,next", Protocol{Start: true, Next: true}},
-		{"batch,next,start", "combined", Protocol{Start: true, Next: true, Batch: 50}},
+		{"batch,next,start", "http", Protocol{Start: true, Next: true, Batch: 50}},
 		{"start,session", "start,session", Protocol{Start: true, Session: true}},
 	} {
 		p, err := ParseProtocol(c.in, 50)
@@ -134,7 +135,7 @@ func TestParseProtocol(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"fast", "start,,next", ""} {
-		if _, err := ParseProtocol(in, 50); err == nil || !strings.Contains(err.Error(), "want classic, combined, session, or a comma-separated list of start, next, batch, session") {
+		if _, err := ParseProtocol(in, 50); err == nil || !strings.Contains(err.Error(), "want session, http, combined, classic, or a comma-separated list of start, next, batch, session") {
 			t.Errorf("ParseProtocol(%q): %v", in, err)
 		}
 	}
