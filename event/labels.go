@@ -214,6 +214,15 @@ func (l Labels) String() string {
 	return b.String()
 }
 
+// Check checks that l is in canonical form, as MakeLabels makes it: for
+// labels read from storage.
+func (l Labels) Check() error {
+	if err := checkCanonical([]byte(l)); err != nil {
+		return fmt.Errorf("%w: %w", ErrLabel, err)
+	}
+	return nil
+}
+
 // checkCanonical checks that b is labels in canonical form, as a record's
 // labels field must be.
 func checkCanonical(b []byte) error {
