@@ -1,7 +1,9 @@
 package projection_test
 
 import (
+	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -179,4 +181,31 @@ func scan(t *projection.Table, o projection.Offer, now int64, n int) []projectio
 		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Place, b.Place))
 	})
 	return out[:min(n, len(out))]
+}
+
+// TestArchiveKeepsScheduling: a job with labels, a priority or a not_before
+// is archived as version 3 with them, so that a filter by label finds it
+// after it ended; damaged labels are refused.
+func TestArchiveKeepsScheduling(t *testing.T) {
+	tab := projection.New()
+	tab.SetRetire(projection.RetireRecord)
+	f := &folder{t: t, tab: tab}
+	gpu := labels("gpu=a100")
+	f.apply(event.Event{Type: event.TypeQueued, Time: 1, Job: "s", Kind: event.KindEvaluation, Labels: gpu, Priority: -3, NotBefore: 50, MaxRequeues: 2},
+		event.Event{Type: event.TypeCancelled, Time: 2, Job: "s", Reason: event.ReasonCancelled})
+	recs := tab.TakeRetired()
+	if len(recs) != 1 || recs[0].Value[0] != 3 {
+		t.Fatalf("records %q, want one of version 3", recs)
+	}
+	j, err := projection.DecodeJob("s", recs[0].Value)
+	if err != nil || j.Labels != gpu || j.Priority != -3 || j.NotBefore != 50 || j.MaxRequeues != 2 {
+		t.Fatalf("decoded %+v, %v", j, err)
+	}
+	if !(projection.JobFilter{Labels: gpu}).Selects(j) || (projection.JobFilter{Labels: labels("gpu=h100")}).Selects(j) {
+		t.Error("a filter by label does not select by the archived labels")
+	}
+	bad := bytes.Replace(recs[0].Value, []byte("gpu"), []byte("g=u"), 1)
+	if _, err := projection.DecodeJob("s", bad); !errors.Is(err, projection.ErrArchive) {
+		t.Errorf("damaged labels: %v, want ErrArchive", err)
+	}
 }
