@@ -185,7 +185,7 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 				batch[it.ID] = i
 				out[i].Created = true
 				e := event.Event{Type: event.TypeQueued, Job: it.ID, Kind: it.Kind, Spec: spec, MaxRequeues: uint32(caps[i])}
-				scheduleEvent(&e, it)
+				scheduleEvent(&e, it, t.clock())
 				evs = append(evs, e)
 			}
 		}

@@ -38,18 +38,21 @@ func checkSchedule(it SubmitItem, now int64) error {
 	if it.Priority < math.MinInt32 || it.Priority > math.MaxInt32 {
 		return fmt.Errorf("%w: priority %d: want %d to %d", ErrInvalid, it.Priority, math.MinInt32, math.MaxInt32)
 	}
-	if nb := it.NotBefore; !nb.IsZero() && nb.UnixNano() > now+int64(MaxDelay) {
+	// Compared as times: a time past 2262 has no UnixNano.
+	if nb := it.NotBefore; !nb.IsZero() && nb.After(time.Unix(0, now).Add(MaxDelay)) {
 		return fmt.Errorf("%w: not_before %s is more than %s ahead of the daemon's clock (%s)", ErrInvalid,
 			nb.UTC().Format(time.RFC3339), MaxDelay, time.Unix(0, now).UTC().Format(time.RFC3339))
 	}
 	return nil
 }
 
-// scheduleEvent sets the scheduling of it on e, its lease.queued.
-func scheduleEvent(e *event.Event, it SubmitItem) {
+// scheduleEvent sets the scheduling of it on e, its lease.queued, at now on
+// the daemon's clock. A not_before already past says nothing and is not
+// recorded (so no time before 1678, which has no UnixNano, either).
+func scheduleEvent(e *event.Event, it SubmitItem, now int64) {
 	e.Labels, e.Priority = it.Labels, int32(it.Priority)
-	if !it.NotBefore.IsZero() {
-		e.NotBefore = it.NotBefore.UnixNano()
+	if nb := it.NotBefore; !nb.IsZero() && nb.After(time.Unix(0, now)) {
+		e.NotBefore = nb.UnixNano()
 	}
 }
 

@@ -34,6 +34,7 @@ func TestSubmitScheduleRefused(t *testing.T) {
 	}{
 		{"priority", lease.SubmitItem{Priority: 1 << 31}, "priority 2147483648"},
 		{"not_before", lease.SubmitItem{NotBefore: now.Add(lease.MaxDelay + time.Second)}, "not_before"},
+		{"not_before past 2262", lease.SubmitItem{NotBefore: time.Date(2999, 1, 1, 0, 0, 0, 0, time.UTC)}, "not_before 2999"},
 		{"labels", lease.SubmitItem{Labels: "\x01"}, "labels"},
 		{"unknown kind", lease.SubmitItem{Kind: 9}, "kind"},
 	} {

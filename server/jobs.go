@@ -40,16 +40,20 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if string(bytes.TrimSpace(spec)) == "null" { // a client's "no spec", as Python's None
 		spec = nil
 	}
-	j, created, err := s.svc.SubmitItem(r.Context(), lease.SubmitItem{ID: in.ID, Kind: kind, Spec: spec, MaxRequeues: in.MaxRequeues})
+	it := lease.SubmitItem{ID: in.ID, Kind: kind, Spec: spec, MaxRequeues: in.MaxRequeues}
+	if err := ops.ScheduleOf(in, &it); err != nil {
+		return err
+	}
+	res, err := s.svc.SubmitBatch(r.Context(), []lease.SubmitItem{it})
 	if err != nil {
 		return err
 	}
-	out, err := ops.JobWithLease(r.Context(), s.svc, j)
-	if err != nil {
+	if err := res[0].Err; err != nil {
 		return err
 	}
+	j, out := res[0].Job, ops.ViewOf(res[0].JobView)
 	status := http.StatusOK
-	if created {
+	if res[0].Created {
 		status = http.StatusCreated
 		w.Header().Set("Location", "/v1/jobs/"+url.PathEscape(j.ID))
 	}
@@ -70,12 +74,13 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, c *call) error {
 	return nil
 }
 
-// listJobs answers GET /v1/jobs?state=&kind=&outcome=&limit=&after=: a page
-// of the jobs, by id (paging.go). An outcome selects the jobs reported with
+// listJobs answers GET /v1/jobs?state=&kind=&outcome=&labels=&limit=&after=:
+// a page of the jobs, by id (paging.go); labels=k=v,k2=v2 lists the jobs
+// that require those labels (and maybe more). An outcome selects the jobs reported with
 // it, which the archive holds: a page reads it from the cursor on, as a
 // state that ends does.
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error {
-	q, limit, err := pageParams(r, "state", "kind", "outcome")
+	q, limit, err := pageParams(r, "state", "kind", "outcome", "labels")
 	if err != nil {
 		return err
 	}
@@ -93,6 +98,9 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error
 		return err
 	}
 	if f.Outcome, err = parseReportOutcome(q["outcome"]); err != nil {
+		return err
+	}
+	if f.Labels, err = ops.LabelFilter(q["labels"]); err != nil {
 		return err
 	}
 	out, err := ops.Jobs(r.Context(), s.svc, f, after, limit)
