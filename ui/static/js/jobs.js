@@ -2,7 +2,7 @@
 // at a time, coloured by how they went (dom.js, tone); the page on screen is
 // read again when the log says a job changed.
 import { page } from './api.js';
-import { coalesce, h, hashQuery, jobBadge, jobLink, outcomeBadge, setHashQuery, table, time } from './dom.js';
+import { coalesce, h, hashQuery, jobBadge, jobLink, outcomeBadge, setHashQuery, table, time, waiting } from './dom.js';
 
 const STATES = ['queued', 'acquired', 'running', 'reported', 'failed', 'cancelled', 'expired'];
 const KINDS = ['run', 'evaluation'];
@@ -50,7 +50,7 @@ export function render(main) {
       h('td', {}, jobLink(j.id)), h('td', {}, j.kind), h('td', {}, jobBadge(j)),
       h('td', {}, j.lease ? j.lease.worker : ''), h('td', {}, outcomeBadge(j)),
       h('td', {}, j.attempts), h('td', {}, j.leases), h('td', {}, time(j.updated)),
-      h('td', { class: 'wrap' }, j.reason || '')));
+      h('td', { class: 'wrap' }, j.reason || waiting(j))));
     seen = new Set(p.items.map((j) => j.id));
     const pager = h('div', { class: 'pager' },
       h('button', { class: 'prev', disabled: cursors.length === 1, onclick: () => { cursors.pop(); seen = null; load(); } }, '← previous'),
