@@ -29,7 +29,25 @@ type Job struct {
 	// MaxRequeues caps an evaluation's requeues after losses; 0 (absent):
 	// no cap.
 	MaxRequeues int `json:"max_requeues,omitempty"`
+	// The submission's scheduling: the labels a worker must offer to take
+	// the job, its priority (higher first) and the time before which it is
+	// granted to no one.
+	Labels    map[string]string `json:"labels,omitempty"`
+	Priority  int               `json:"priority,omitempty"`
+	NotBefore *time.Time        `json:"not_before,omitempty"`
+	// Of a queued job: WaitingFor is what it waits for, if it is not about
+	// to be granted — WaitingForTime (its not_before, ahead) or
+	// WaitingForWorker —, and Unroutable says that no worker present takes
+	// its kind and offers its labels.
+	WaitingFor string `json:"waiting_for,omitempty"`
+	Unroutable bool   `json:"unroutable,omitempty"`
 }
+
+// What a queued job waits for (Job.WaitingFor).
+const (
+	WaitingForTime   = "not_before" // its not_before, still ahead
+	WaitingForWorker = "worker"     // a worker that takes it: none present
+)
 
 // Lease is a lease as the API shows it.
 type Lease struct {
@@ -73,6 +91,15 @@ type Submit struct {
 	// the daemon's default (plugins.executor.max_requeues); 0: no cap. A run
 	// takes none: a loss fails it.
 	MaxRequeues *int `json:"max_requeues,omitempty"`
+	// Labels are those a worker must offer, each with an equal value, to
+	// take the job: at most 16, keys and values at most 64 bytes.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Priority orders the job among those a worker can take: higher first,
+	// then the first queued; 0 is the default.
+	Priority int `json:"priority,omitempty"`
+	// NotBefore (RFC 3339), if set, is the time before which the job is
+	// granted to no one: at most a year ahead of the daemon's clock.
+	NotBefore string `json:"not_before,omitempty"`
 }
 
 // Spec is the part of a job spec leaselog's own workers understand. Executors
@@ -96,6 +123,15 @@ type Acquire struct {
 	// Start: the grants come back running, each lease's start recorded with
 	// its grant (no POST /v1/leases/{lease}/start follows).
 	Start bool `json:"start,omitempty"`
+	Offer
+}
+
+// Offer is what a worker takes: the kinds of job ("run", "evaluation"; none:
+// every kind) and the labels it offers. It is granted only jobs of a kind it
+// takes whose every label it offers with an equal value.
+type Offer struct {
+	Kinds  []string          `json:"kinds,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Grants is the answer to acquire and to GET /v1/workers/{worker}/leases;
@@ -155,6 +191,7 @@ type Report struct {
 type Next struct {
 	Max   int  `json:"max"`
 	Start bool `json:"start,omitempty"`
+	Offer
 }
 
 // ReportReply is the answer to an accepted (or repeated) report.

@@ -189,8 +189,14 @@ func (c *Client) History(ctx context.Context, id string) ([]Event, error) {
 
 // Acquire asks for up to max leases, waiting up to wait for one.
 func (c *Client) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]Grant, error) {
+	return c.AcquireOffer(ctx, worker, max, wait, Offer{})
+}
+
+// AcquireOffer is Acquire for a worker that takes the kinds and offers the
+// labels of o: it is granted only the jobs it can take.
+func (c *Client) AcquireOffer(ctx context.Context, worker string, max int, wait time.Duration, o Offer) ([]Grant, error) {
 	var g Grants
-	err := c.workerDo(ctx, worker, OpAcquire, "", "/v1/workers/"+url.PathEscape(worker)+"/acquire", Acquire{Max: max, WaitSeconds: wait.Seconds()}, &g)
+	err := c.workerDo(ctx, worker, OpAcquire, "", "/v1/workers/"+url.PathEscape(worker)+"/acquire", Acquire{Max: max, WaitSeconds: wait.Seconds(), Offer: o}, &g)
 	return g.Leases, err
 }
 

@@ -25,8 +25,11 @@ const (
 // default) after the cursor After ("" : the start).
 type JobQuery struct {
 	State, Kind, Outcome string
-	Limit                int
-	After                string
+	// Labels, "key=value" pairs separated by commas, select the jobs that
+	// require each of them.
+	Labels string
+	Limit  int
+	After  string
 }
 
 // LeaseQuery selects leases: live ones unless State is set, by Worker and
@@ -54,7 +57,7 @@ func limitArg(n int) string {
 // JobsPage returns one page of jobs, by id.
 func (c *Client) JobsPage(ctx context.Context, q JobQuery) (Jobs, error) {
 	var js Jobs
-	_, err := c.do(ctx, http.MethodGet, "/v1/jobs"+query("state", q.State, "kind", q.Kind, "outcome", q.Outcome, "limit", limitArg(q.Limit), "after", q.After), nil, &js)
+	_, err := c.do(ctx, http.MethodGet, "/v1/jobs"+query("state", q.State, "kind", q.Kind, "outcome", q.Outcome, "labels", q.Labels, "limit", limitArg(q.Limit), "after", q.After), nil, &js)
 	return js, err
 }
 

@@ -44,6 +44,12 @@ const (
 	tagBeatFirstSeq  = 14
 	tagBeatFirstTime = 15
 	tagBeatClaim     = 16
+	// A submission's scheduling (lease.queued): a reader before them skips
+	// the fields, and so reads every job as unlabelled, of priority 0 and
+	// due at once.
+	tagLabels    = 17
+	tagPriority  = 18
+	tagNotBefore = 19
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -87,6 +93,13 @@ func AppendRecord(dst []byte, e *Event) []byte {
 		dst = appendUvarintField(dst, tagBeatFirstSeq, e.Beats.FirstSeq)
 		dst = appendUvarintField(dst, tagBeatFirstTime, zigzag(e.Beats.FirstTime))
 		dst = appendUvarintField(dst, tagBeatClaim, e.Beats.Claim)
+	}
+	dst = appendString(dst, tagLabels, string(e.Labels))
+	if e.Priority != 0 {
+		dst = appendUvarintField(dst, tagPriority, zigzag(int64(e.Priority)))
+	}
+	if e.NotBefore != 0 {
+		dst = appendUvarintField(dst, tagNotBefore, zigzag(e.NotBefore))
 	}
 	binary.LittleEndian.PutUint32(dst[start:], recordChecksum(e.Seq, dst[start+4:]))
 	return dst
@@ -226,6 +239,22 @@ func DecodeAliased(seq uint64, b []byte, e *Event) error {
 			e.Beats.FirstTime = unzigzag(v)
 		case tagBeatClaim:
 			e.Beats.Claim, err = uvarintField(data)
+		case tagLabels:
+			if err = checkCanonical(data); err == nil {
+				e.Labels = Labels(aliasString(data))
+			}
+		case tagPriority:
+			var v uint64
+			v, err = uvarintField(data)
+			p := unzigzag(v)
+			if err == nil && (p < math.MinInt32 || p > math.MaxInt32) {
+				err = fmt.Errorf("priority %d out of range", p)
+			}
+			e.Priority = int32(p)
+		case tagNotBefore:
+			var v uint64
+			v, err = uvarintField(data)
+			e.NotBefore = unzigzag(v)
 		default:
 			// A field from a newer writer: skipping it is what keeps old readers working.
 		}

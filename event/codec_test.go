@@ -22,6 +22,8 @@ func sampleEvents() []Event {
 			Ref: "refs/leaselog/j1/3", Reason: "killed by client", Result: []byte(`{"ok":false}`)},
 		{Seq: 6, ID: id, Type: TypeDaemonResumed, Time: 10, Gap: 3600e9},
 		{Seq: 1 << 62, ID: id, Type: TypeStaleReport, Time: 11, Job: strings.Repeat("j", 256), Lease: 1 << 61, Worker: "w"},
+		{Seq: 41, ID: id, Type: TypeQueued, Time: 12, Job: "j2", Kind: KindRun,
+			Labels: MustLabels(map[string]string{"gpu": "a100", "repo": "piloop"}), Priority: -1 << 31, NotBefore: 1e18 + 60e9},
 		{Seq: 40, ID: id, Type: TypeHeartbeats, Time: 30, Job: "j1", Lease: 3, Worker: "w1",
 			Beats: Beats{Count: 4, FirstSeq: 7, FirstTime: -2, Claim: ClaimOf(7) + ClaimOf(9) + ClaimOf(20)}},
 	}

@@ -226,6 +226,13 @@ type Event struct {
 	// a later change of the default rewrites no history.
 	MaxRequeues uint32
 	Beats       Beats // lease.heartbeats: the heartbeats it stands for
+	// Labels, Priority and NotBefore are a submission's scheduling
+	// (lease.queued on submission): the labels a worker must offer to take
+	// the job, its priority (higher first), and the time (Unix ns, the
+	// daemon's clock) before which it is granted to no one (0: none).
+	Labels    Labels
+	Priority  int32
+	NotBefore int64
 }
 
 // Beats summarises the heartbeats of one lease that a compaction of the log
@@ -259,6 +266,7 @@ func (e *Event) Clone() Event {
 	c.Worker = strings.Clone(e.Worker)
 	c.Ref = strings.Clone(e.Ref)
 	c.Reason = strings.Clone(e.Reason)
+	c.Labels = Labels(strings.Clone(string(e.Labels)))
 	if e.Spec != nil {
 		c.Spec = append([]byte(nil), e.Spec...)
 	}
@@ -307,6 +315,15 @@ func (e *Event) String() string {
 	}
 	if e.MaxRequeues != 0 {
 		fmt.Fprintf(&b, " max_requeues=%d", e.MaxRequeues)
+	}
+	if e.Labels != "" {
+		fmt.Fprintf(&b, " labels=%s", e.Labels)
+	}
+	if e.Priority != 0 {
+		fmt.Fprintf(&b, " priority=%d", e.Priority)
+	}
+	if e.NotBefore != 0 {
+		fmt.Fprintf(&b, " not_before=%s", time.Unix(0, e.NotBefore).UTC().Format(time.RFC3339Nano))
 	}
 	if e.Beats.Count != 0 {
 		fmt.Fprintf(&b, " heartbeats=%d first=%d", e.Beats.Count, e.Beats.FirstSeq)

@@ -88,20 +88,15 @@ func (s *Service) readFailedLocked(err error) error {
 	return err
 }
 
-// JobView is a job with its live lease, if it has one.
+// JobView is a job with its live lease, if it has one. Of a queued job, it
+// tells whether a worker present takes its kind and offers its labels
+// (Takeable), and, if it is not about to be granted, what it waits for:
+// WaitingForTime or WaitingForWorker (see schedule.go).
 type JobView struct {
 	projection.Job
-	Live *projection.Lease
-}
-
-func viewOf(t *projection.Table, j projection.Job) JobView {
-	v := JobView{Job: j}
-	if j.Lease != 0 {
-		if l, ok := t.Lease(j.Lease); ok {
-			v.Live = &l
-		}
-	}
-	return v
+	Live       *projection.Lease
+	Takeable   bool
+	WaitingFor string
 }
 
 // Job returns job id.
@@ -117,7 +112,8 @@ func (s *Service) JobView(ctx context.Context, id string) (JobView, error) {
 	if err := s.read(ctx, func(t *projection.Table) {
 		var j projection.Job
 		if j, ok = t.Job(id); ok {
-			v = viewOf(t, j)
+			sv := scheduleView{s: s}
+			v = sv.view(j)
 		}
 	}); err != nil || ok {
 		return v, err
@@ -165,8 +161,9 @@ func (s *Service) Jobs(ctx context.Context, f projection.JobFilter) ([]projectio
 func (s *Service) JobViews(ctx context.Context, f projection.JobFilter) ([]JobView, error) {
 	var vs []JobView
 	if err := s.read(ctx, func(t *projection.Table) {
+		sv := scheduleView{s: s}
 		for _, j := range t.Jobs(f) {
-			vs = append(vs, viewOf(t, j))
+			vs = append(vs, sv.view(j))
 		}
 	}); err != nil {
 		return nil, err

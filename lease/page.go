@@ -31,8 +31,9 @@ var errPageFull = errors.New("lease: page full")
 func (s *Service) JobPage(ctx context.Context, f projection.JobFilter, after string, limit int) ([]JobView, bool, error) {
 	var vs []JobView
 	if err := s.read(ctx, func(t *projection.Table) {
+		sv := scheduleView{s: s}
 		for _, j := range t.JobsAfter(f, after, limit+1) {
-			vs = append(vs, viewOf(t, j))
+			vs = append(vs, sv.view(j))
 		}
 	}); err != nil {
 		return nil, false, err

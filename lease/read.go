@@ -88,6 +88,9 @@ type Counts struct {
 	Reported    map[event.Outcome]uint64 // jobs reported, by outcome (succeeded, failed, cancelled, killed)
 	Reachable   int                      // workers the table knows, by reachability
 	Unreachable int
+	// Unroutable is how many queued jobs no worker present can take: none
+	// of them takes their kind or offers their labels (schedule.go).
+	Unroutable int
 }
 
 // Counts returns the table's counts, once the events they count are durable.
@@ -114,6 +117,7 @@ func (s *Service) Counts(ctx context.Context) (Counts, error) {
 			}
 		}
 		c.Seq = t.Seq()
+		c.Unroutable = s.unroutableLocked(s.now())
 	})
 	if err != nil {
 		return Counts{}, err

@@ -145,19 +145,19 @@ func TestPoisonEvaluationFails(t *testing.T) {
 		}
 		return types
 	}
-	// The queue is FIFO by the time a job was queued: each loss sends the
-	// job to the back, behind the other.
+	// A lost evaluation keeps its place, its first queueing: the poison job,
+	// queued first, is taken again after each loss, until it fails.
 	wantTypes(t, "the first loss", lose("poison", false), "lease.lost agent vanished", "lease.queued worker lost")
 	f.restart() // keeps the count: it is the fold's
-	wantTypes(t, "the uncapped job's loss", lose("uncapped", false), "lease.lost agent vanished", "lease.queued worker lost")
 	wantTypes(t, "the second loss", lose("poison", true), "lease.expired lease expired", "lease.queued lease expired")
-	lose("uncapped", true)
 	wantTypes(t, "the last loss", lose("poison", false), "lease.lost agent vanished", "lease.failed lost 3 times")
 	j, err := f.svc.Job(ctx, "poison")
 	f.must(err)
 	if j.State != fsm.Failed || j.Reason != "lost 3 times" || j.Attempts != 0 || j.Leases != 3 || j.MaxRequeues != 2 {
 		t.Fatalf("the poison job: %+v, want failed, \"lost 3 times\", no attempt, 3 leases, max_requeues 2", j)
 	}
+	wantTypes(t, "the uncapped job's loss", lose("uncapped", false), "lease.lost agent vanished", "lease.queued worker lost")
+	lose("uncapped", true)
 	for range 2 {
 		lose("uncapped", false)
 	}

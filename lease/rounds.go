@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/projection"
@@ -36,7 +37,8 @@ func (s *Service) ReportNext(ctx context.Context, worker string, id uint64, r Re
 	if err := r.check(); err != nil {
 		return Answer{}, nil, err
 	}
-	if err := next.check(); err != nil {
+	offer, err := next.checkOffer()
+	if err != nil {
 		return Answer{}, nil, fmt.Errorf("next: %w", err)
 	}
 	type reported struct {
@@ -54,7 +56,7 @@ func (s *Service) ReportNext(ctx context.Context, worker string, id uint64, r Re
 		// the next worker that asks.
 		evs := d.evs
 		if d.accepted && !s.mu.stopping {
-			evs = s.grantEventsLocked(evs, worker, next)
+			evs = s.grantEventsLocked(t, evs, worker, next, offer)
 		}
 		evs, err = t.stage(evs...) // a repeated report records nothing: a read
 		if err != nil {
@@ -91,6 +93,15 @@ type SubmitItem struct {
 	// is the daemon's default (Options.MaxRequeues), 0 no cap; a run has
 	// none. The cap decided is recorded in the job's lease.queued.
 	MaxRequeues *int
+	// Labels are those a worker must offer (each, with an equal value) to
+	// take the job; Priority orders it among the jobs a worker can take
+	// (higher first; 0 the default); NotBefore, if set, is the time before
+	// which it is granted to no one (at most MaxDelay ahead). A submission
+	// again of the same job must name the same labels and priority; its
+	// not_before is its first's. See schedule.go.
+	Labels    event.Labels
+	Priority  int
+	NotBefore time.Time
 }
 
 // Submitted is one job's answer in a SubmitBatch: the job (with its live
@@ -142,13 +153,17 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 		batch := map[string]int{} // id -> the item that queues it
 		var evs []event.Event
 		for i, it := range items {
+			if out[i].Err == nil {
+				out[i].Err = checkSchedule(it, t.clock())
+			}
 			if out[i].Err != nil {
 				continue
 			}
 			spec := specs[i]
 			j, ok := s.mu.table.Job(it.ID)
 			if first, queued := batch[it.ID]; queued {
-				j, ok = projection.Job{ID: it.ID, Kind: items[first].Kind, Spec: specs[first], MaxRequeues: caps[first]}, true
+				j, ok = projection.Job{ID: it.ID, Kind: items[first].Kind, Spec: specs[first], MaxRequeues: caps[first],
+					Labels: items[first].Labels, Priority: items[first].Priority}, true
 			} else if !ok {
 				var err error
 				if j, ok, err = s.jobLocked(it.ID); err != nil {
@@ -160,6 +175,8 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 				out[i].Err = fmt.Errorf("%w: job %q exists as a %s with spec %s", ErrJobExists, it.ID, j.Kind, j.Spec)
 			case ok && it.MaxRequeues != nil && *it.MaxRequeues != j.MaxRequeues:
 				out[i].Err = fmt.Errorf("%w: job %q exists with max_requeues %d", ErrJobExists, it.ID, j.MaxRequeues)
+			case ok && !sameSchedule(j, it):
+				out[i].Err = fmt.Errorf("%w: job %q exists with labels {%s}, priority %d", ErrJobExists, it.ID, j.Labels, j.Priority)
 			case ok:
 				// The same job: answered below, as the table has it.
 			case s.mu.stopping:
@@ -167,18 +184,21 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 			default:
 				batch[it.ID] = i
 				out[i].Created = true
-				evs = append(evs, event.Event{Type: event.TypeQueued, Job: it.ID, Kind: it.Kind, Spec: spec, MaxRequeues: uint32(caps[i])})
+				e := event.Event{Type: event.TypeQueued, Job: it.ID, Kind: it.Kind, Spec: spec, MaxRequeues: uint32(caps[i])}
+				scheduleEvent(&e, it, t.clock())
+				evs = append(evs, e)
 			}
 		}
 		if _, err := t.stage(evs...); err != nil { // nothing new: a read
 			return struct{}{}, err
 		}
+		sv := scheduleView{s: s}
 		for i, it := range items {
 			if out[i].Err != nil {
 				continue
 			}
 			if j, ok := s.mu.table.Job(it.ID); ok {
-				out[i].JobView = viewOf(s.mu.table, j)
+				out[i].JobView = sv.view(j)
 				continue
 			}
 			j, _, err := s.jobLocked(it.ID) // ended: in the archive

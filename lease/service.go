@@ -48,13 +48,13 @@ import (
 // Errors callers branch on. Each is returned wrapped, with a message saying
 // what was wrong.
 var (
-	ErrInvalid     = errors.New("invalid request")                                    // bad input: HTTP 400
-	ErrNotFound    = errors.New("not found")                                          // unknown job or lease: 404
-	ErrWrongWorker = errors.New("lease held by another worker")                       // 403
-	ErrStaleLease  = errors.New("stale lease")                                        // old or expired token: 409
-	ErrJobExists   = errors.New("job exists with another kind, spec or max_requeues") // 409
-	ErrStopping    = errors.New("daemon is stopping")                                 // 503
-	ErrFailed      = errors.New("lease service failed; restart the daemon")           // storage failed: 503
+	ErrInvalid     = errors.New("invalid request")                                                      // bad input: HTTP 400
+	ErrNotFound    = errors.New("not found")                                                            // unknown job or lease: 404
+	ErrWrongWorker = errors.New("lease held by another worker")                                         // 403
+	ErrStaleLease  = errors.New("stale lease")                                                          // old or expired token: 409
+	ErrJobExists   = errors.New("job exists with another kind, spec, max_requeues, labels or priority") // 409
+	ErrStopping    = errors.New("daemon is stopping")                                                   // 503
+	ErrFailed      = errors.New("lease service failed; restart the daemon")                             // storage failed: 503
 )
 
 // Options configures a Service.
@@ -137,7 +137,8 @@ type Service struct {
 		snapAt   int64         // when (Clock, ns) it was written, or the service opened
 		err      error         // sticky: the service failed
 		stopping bool
-		queued   chan struct{} // closed (and replaced) when a job is queued
+		queued   chan struct{}         // closed (and replaced) when a job is queued or comes due
+		offers   map[string]*offerSeen // each worker's last offer (schedule.go)
 	}
 }
 

@@ -19,8 +19,9 @@ func (s *Service) now() int64 { return s.clock.Now().UnixNano() }
 // silent past toleration_seconds expires: a run fails ("worker lost", not an
 // attempt); an evaluation goes back to the queue with a new token to come, is
 // cancelled if it had been revoked, or fails at its cap (see lostLocked).
-// Last, the sweep's time becomes the
-// daemon's alive mark (markAlive).
+// The jobs whose not_before has come are let be taken, and the acquires
+// waiting woken for them. Last, the sweep's time becomes the daemon's alive
+// mark (markAlive).
 func (s *Service) Sweep() error {
 	now, err := command(context.Background(), s, "sweep", func(t *tx) (int64, error) {
 		t.noReadWait = true // a sweep answers no one
@@ -47,6 +48,10 @@ func (s *Service) Sweep() error {
 			evs = s.lostLocked(evs, l, event.Event{Type: event.TypeExpired, Reason: reason}, event.ReasonLeaseExpired)
 		}
 		_, err := t.stage(evs...)
+		if s.mu.table.Promote(now) > 0 {
+			s.wakeLocked()
+		}
+		s.forgetOffersLocked(now)
 		return now, err
 	})
 	if err != nil {

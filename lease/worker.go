@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 	"unicode/utf8"
 
 	"github.com/leaselog/leaselog/event"
@@ -23,7 +24,9 @@ type Grant struct {
 // MaxAcquire bounds how many leases one acquire may take.
 const MaxAcquire = 100
 
-// Acquire gives worker up to max queued jobs, oldest first, without waiting.
+// Acquire gives worker up to max queued jobs, without waiting: of every kind
+// and unlabelled (see AcquireWith), the highest priority first, then the
+// oldest.
 // A call from an unreachable worker first records that it is reachable again.
 func (s *Service) Acquire(ctx context.Context, worker string, max int) ([]Grant, error) {
 	return s.AcquireWith(ctx, worker, AcquireOptions{Max: max})
@@ -43,6 +46,11 @@ type AcquireOptions struct {
 	// of each lease in one command and one fsync, where Acquire then Start
 	// take two. The grants come back running.
 	Start bool
+	// Kinds are the kinds of job the worker takes (none: every kind), and
+	// Labels those it offers: it is granted only jobs of a kind it takes
+	// whose every label it offers with an equal value (schedule.go).
+	Kinds  []event.Kind
+	Labels event.Labels
 }
 
 // AcquireWith is Acquire with its options.
@@ -52,32 +60,62 @@ func (s *Service) AcquireWith(ctx context.Context, worker string, o AcquireOptio
 }
 
 // AcquireWaitWith is AcquireWait with its options.
+//
+// While it waits, the worker counts as present (Unroutable), and a job not
+// yet due wakes it when its time comes: a timer waits for the earliest
+// not_before on the service's clock, and a sweep that finds jobs come due
+// wakes every acquire waiting.
 func (s *Service) AcquireWaitWith(ctx context.Context, worker string, o AcquireOptions) ([]Grant, error) {
-	for {
+	for first := true; ; first = false {
 		r, err := s.acquire(ctx, worker, o)
 		if err != nil || len(r.grants) > 0 {
 			return r.grants, err
 		}
+		if first {
+			s.polling(worker, +1)
+			defer s.polling(worker, -1)
+		}
+		var due <-chan time.Time
+		var timer *time.Timer
+		if r.due > 0 {
+			timer = time.NewTimer(r.due)
+			due = timer.C
+		}
 		select {
 		case <-r.wake:
+		case <-due:
 		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
 			return nil, nil
 		}
 	}
 }
 
 // acquired is what one try of an acquire got: grants, or, when there were
-// none, a channel that is closed when a job is queued (or the daemon stops).
+// none, a channel that is closed when a job is queued or comes due (or the
+// daemon stops), and how long on the service's clock until the earliest
+// queued job not yet due is (0: none).
 type acquired struct {
 	grants []Grant
 	wake   <-chan struct{}
+	due    time.Duration
 }
 
 func (o AcquireOptions) check() error {
+	_, err := o.checkOffer()
+	return err
+}
+
+// checkOffer checks o and returns its offer.
+func (o AcquireOptions) checkOffer() (projection.Offer, error) {
 	if o.Max < 1 || o.Max > MaxAcquire {
-		return fmt.Errorf("%w: max must be 1 to %d, is %d", ErrInvalid, MaxAcquire, o.Max)
+		return projection.Offer{}, fmt.Errorf("%w: max must be 1 to %d, is %d", ErrInvalid, MaxAcquire, o.Max)
 	}
-	return nil
+	return o.offer()
 }
 
 // acquire takes what it can now. Finding nothing, it waits for nothing:
@@ -87,17 +125,22 @@ func (s *Service) acquire(ctx context.Context, worker string, o AcquireOptions) 
 	if err := CheckID("worker", worker); err != nil {
 		return acquired{}, err
 	}
-	if err := o.check(); err != nil {
+	offer, err := o.checkOffer()
+	if err != nil {
 		return acquired{}, err
 	}
 	return command(ctx, s, "acquire", func(t *tx) (acquired, error) {
 		if s.mu.stopping {
 			return acquired{}, ErrStopping
 		}
-		evs := s.grantEventsLocked(s.reachableLocked(worker, nil), worker, o)
+		evs := s.grantEventsLocked(t, s.reachableLocked(worker, nil), worker, o, offer)
 		if len(evs) == 0 {
 			t.noReadWait = true
-			return acquired{wake: s.mu.queued}, nil
+			var due time.Duration
+			if at, ok := s.mu.table.NextDue(); ok {
+				due = time.Duration(at - t.clock())
+			}
+			return acquired{wake: s.mu.queued, due: due}, nil
 		}
 		evs, err := t.stage(evs...)
 		if err != nil {
@@ -109,12 +152,19 @@ func (s *Service) acquire(ctx context.Context, worker string, o AcquireOptions) 
 	})
 }
 
-// grantEventsLocked appends to evs the events of an acquire by worker: a
-// lease.acquired for each of the oldest o.Max queued jobs, each followed, if
-// o.Start, by the lease.running of its job, whose token tx.stage fills in
-// (see linkStarts).
-func (s *Service) grantEventsLocked(evs []event.Event, worker string, o AcquireOptions) []event.Event {
-	queued := s.mu.table.Queued(o.Max)
+// grantEventsLocked appends to evs the events of an acquire by worker, whose
+// offer is offer: a lease.acquired for each of the first o.Max queued jobs
+// it may take now (projection's Pick), each followed, if o.Start, by the
+// lease.running of its job, whose token tx.stage fills in (see linkStarts).
+// It remembers the offer, and first lets the jobs due now be taken, waking
+// the acquires waiting if there are any.
+func (s *Service) grantEventsLocked(t *tx, evs []event.Event, worker string, o AcquireOptions, offer projection.Offer) []event.Event {
+	now := t.clock()
+	s.offeredLocked(worker, offer, now)
+	if s.mu.table.Promote(now) > 0 {
+		s.wakeLocked()
+	}
+	queued := s.mu.table.Pick(offer, o.Max)
 	per := 1
 	if o.Start {
 		per = 2

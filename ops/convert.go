@@ -22,7 +22,11 @@ func JobOf(j projection.Job, live *projection.Lease) api.Job {
 		ID: j.ID, Kind: j.Kind.String(), State: j.State.String(), Attempts: j.Attempts, Leases: j.Leases,
 		Outcome: j.Outcome.String(), Reason: j.Reason, Ref: j.Ref, Result: json.RawMessage(j.Result),
 		Spec: json.RawMessage(j.Spec), Submitted: unixTime(j.Submitted), Updated: unixTime(j.Updated),
-		MaxRequeues: j.MaxRequeues,
+		MaxRequeues: j.MaxRequeues, Labels: j.Labels.Map(), Priority: j.Priority,
+	}
+	if j.NotBefore != 0 {
+		t := unixTime(j.NotBefore)
+		out.NotBefore = &t
 	}
 	if len(out.Spec) == 0 {
 		out.Spec = json.RawMessage("{}")
@@ -64,7 +68,7 @@ func EventOf(e *event.Event) api.Event {
 func GrantsOf(gs []lease.Grant, vs []lease.JobView, held float64, t api.Timing) []api.Grant {
 	out := make([]api.Grant, 0, len(gs))
 	for i, v := range vs {
-		out = append(out, api.Grant{Lease: gs[i].Lease, Job: JobOf(v.Job, v.Live), HeldSeconds: held, Timing: t})
+		out = append(out, api.Grant{Lease: gs[i].Lease, Job: ViewOf(v), HeldSeconds: held, Timing: t})
 	}
 	return out
 }

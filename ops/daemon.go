@@ -26,7 +26,12 @@ func NewDaemon(svc *lease.Service) *Daemon { return &Daemon{svc} }
 // caller on a simulated clock (the simulation calls Acquire with no wait)
 // sees no real time in it.
 func (d *Daemon) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
-	g, err := Acquire(ctx, d.svc, worker, api.Acquire{Max: max, WaitSeconds: wait.Seconds()}, Hold{})
+	return d.AcquireOffer(ctx, worker, max, wait, api.Offer{})
+}
+
+// AcquireOffer is Acquire for a worker offering o (api.Client's).
+func (d *Daemon) AcquireOffer(ctx context.Context, worker string, max int, wait time.Duration, o api.Offer) ([]api.Grant, error) {
+	g, err := Acquire(ctx, d.svc, worker, api.Acquire{Max: max, WaitSeconds: wait.Seconds(), Offer: o}, Hold{})
 	return g.Leases, apiError(err)
 }
 

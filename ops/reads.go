@@ -23,7 +23,7 @@ func Job(ctx context.Context, svc *lease.Service, id string) (api.Job, error) {
 	if err != nil {
 		return api.Job{}, err
 	}
-	return JobOf(v.Job, v.Live), nil
+	return ViewOf(v), nil
 }
 
 // JobWithLease converts j, as a command that changed it returned it (a
@@ -47,7 +47,7 @@ func Jobs(ctx context.Context, svc *lease.Service, f projection.JobFilter, after
 	}
 	out := api.Jobs{Jobs: make([]api.Job, 0, len(vs))}
 	for _, v := range vs {
-		out.Jobs = append(out.Jobs, JobOf(v.Job, v.Live))
+		out.Jobs = append(out.Jobs, ViewOf(v))
 	}
 	if more {
 		out.Next = JobCursor(vs[len(vs)-1].ID)

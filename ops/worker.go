@@ -79,6 +79,9 @@ func Acquire(ctx context.Context, svc *lease.Service, worker string, in api.Acqu
 		h.Received = h.Clock.Now()
 	}
 	o := lease.AcquireOptions{Max: in.Max, Start: in.Start}
+	if err := offerOf("", in.Offer, &o); err != nil {
+		return api.Grants{}, err
+	}
 	grants, err := svc.AcquireWith(ctx, worker, o)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -196,7 +199,11 @@ func Report(ctx context.Context, svc *lease.Service, id uint64, in api.Report, a
 	if next.Max < 0 || next.Max > lease.MaxAcquire {
 		return api.ReportReply{}, badRequest("next: max must be 1 to %d, is %d", lease.MaxAcquire, next.Max)
 	}
-	a, grants, err := svc.ReportNext(ctx, in.Worker, id, rep, lease.AcquireOptions{Max: next.Max, Start: next.Start})
+	o := lease.AcquireOptions{Max: next.Max, Start: next.Start}
+	if err := offerOf("next: ", next.Offer, &o); err != nil {
+		return api.ReportReply{}, err
+	}
+	a, grants, err := svc.ReportNext(ctx, in.Worker, id, rep, o)
 	if err != nil {
 		return api.ReportReply{Job: a.Job}, reportError(a, err)
 	}

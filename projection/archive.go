@@ -23,7 +23,9 @@ import (
 // A job with a cap on its requeues (max_requeues) is written as version 2,
 // the cap after the fields of version 1; every other record stays version 1,
 // byte for byte what a build before caps wrote, so that Verify of a store it
-// wrote still finds the archive its own fold makes.
+// wrote still finds the archive its own fold makes. A job with scheduling
+// (labels, a priority, a not_before) is written as version 3: the cap
+// (0: none), then the labels, the priority and the not_before.
 
 // Record is an archive record: a key and its value. It is the very type of
 // eventlog.Record (both name the same plain struct), so the table's records
@@ -34,6 +36,10 @@ const archiveVersion = 1
 
 // archiveVersionCap is the version of a job record that carries a cap.
 const archiveVersionCap = 2
+
+// archiveVersionSchedule is the version of a job record that carries
+// scheduling.
+const archiveVersionSchedule = 3
 
 // Prefixes of archive keys, for scans.
 var (
@@ -101,6 +107,9 @@ func appendJob(b []byte, j Job) []byte {
 	if j.MaxRequeues != 0 {
 		version = archiveVersionCap
 	}
+	if j.Labels != "" || j.Priority != 0 || j.NotBefore != 0 {
+		version = archiveVersionSchedule
+	}
 	w := enc{b: append(b, version)}
 	w.uvarint(uint64(j.Kind))
 	w.uvarint(uint64(j.State))
@@ -114,8 +123,13 @@ func appendJob(b []byte, j Job) []byte {
 	w.uvarint(j.LastLease)
 	w.varint(j.Submitted)
 	w.varint(j.Updated)
-	if version == archiveVersionCap {
+	if version >= archiveVersionCap {
 		w.uvarint(uint64(j.MaxRequeues))
+	}
+	if version == archiveVersionSchedule {
+		w.str(string(j.Labels))
+		w.varint(int64(j.Priority))
+		w.varint(j.NotBefore)
 	}
 	return w.b
 }
@@ -138,8 +152,8 @@ func DecodeJob(id string, b []byte) (Job, error) {
 	r := dec{b: b}
 	version := byte(archiveVersion)
 	if v := r.take(1); len(v) == 1 {
-		if version = v[0]; version != archiveVersion && version != archiveVersionCap {
-			return Job{}, fmt.Errorf("%w: job %q: version %d, this build reads %d and %d", ErrArchive, id, version, archiveVersion, archiveVersionCap)
+		if version = v[0]; version < archiveVersion || version > archiveVersionSchedule {
+			return Job{}, fmt.Errorf("%w: job %q: version %d, this build reads %d to %d", ErrArchive, id, version, archiveVersion, archiveVersionSchedule)
 		}
 	}
 	j := Job{ID: id}
@@ -155,12 +169,27 @@ func DecodeJob(id string, b []byte) (Job, error) {
 	j.LastLease = r.uvarint()
 	j.Submitted = r.varint()
 	j.Updated = r.varint()
-	if version == archiveVersionCap {
-		if c := r.uvarint(); c == 0 || c > math.MaxUint32 {
+	switch c := uint64(0); version {
+	case archiveVersionCap:
+		if c = r.uvarint(); c == 0 || c > math.MaxUint32 {
 			r.fail("max_requeues %d out of range", c)
-		} else {
-			j.MaxRequeues = int(c)
 		}
+		j.MaxRequeues = int(c)
+	case archiveVersionSchedule:
+		if c = r.uvarint(); c > math.MaxUint32 {
+			r.fail("max_requeues %d out of range", c)
+		}
+		j.MaxRequeues = int(c)
+		j.Labels = event.Labels(string(r.bytes())) // a copy: the job owns its memory
+		if err := j.Labels.Check(); err != nil {
+			r.fail("%v", err)
+		}
+		if p := r.varint(); p < math.MinInt32 || p > math.MaxInt32 {
+			r.fail("priority %d out of range", p)
+		} else {
+			j.Priority = int(p)
+		}
+		j.NotBefore = r.varint()
 	}
 	if err := r.done(); err != nil {
 		return Job{}, fmt.Errorf("%w: job %q: %v", ErrArchive, id, err)

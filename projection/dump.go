@@ -29,6 +29,15 @@ func (t *Table) Dump(w io.Writer) {
 		if j.MaxRequeues != 0 {
 			fmt.Fprintf(w, " max_requeues=%d", j.MaxRequeues)
 		}
+		if j.Labels != "" {
+			fmt.Fprintf(w, " labels=%s", j.Labels)
+		}
+		if j.Priority != 0 {
+			fmt.Fprintf(w, " priority=%d", j.Priority)
+		}
+		if j.NotBefore != 0 {
+			fmt.Fprintf(w, " not_before=%s", fmtTime(j.NotBefore))
+		}
 		if j.Outcome != 0 {
 			fmt.Fprintf(w, " outcome=%s", j.Outcome)
 		}

@@ -1,47 +1,5 @@
 package projection
 
-import "github.com/leaselog/leaselog/fsm"
-
-// queue holds queued jobs, oldest queueing first. A job that leaves the queue
-// is not removed at once: its entry goes stale (the job is no longer queued,
-// or was queued again later) and is dropped when it reaches the head or when
-// stale entries outnumber live ones.
-type queue struct {
-	items []queued
-	head  int
-}
-
-type queued struct {
-	j   *job
-	seq uint64 // the job's queuedSeq when it was pushed
-}
-
-func (e queued) valid() bool { return e.j.state == fsm.Queued && e.j.queuedSeq == e.seq }
-
-func (q *queue) push(j *job) { q.items = append(q.items, queued{j, j.queuedSeq}) }
-
-// forget drops stale entries at the head, and compacts when most are stale.
-func (q *queue) forget() {
-	for q.head < len(q.items) && !q.items[q.head].valid() {
-		q.items[q.head] = queued{}
-		q.head++
-	}
-	if q.head > 1024 && q.head > len(q.items)/2 {
-		n := copy(q.items, q.items[q.head:])
-		clear(q.items[n:])
-		q.items, q.head = q.items[:n], 0
-	}
-}
-
-// each calls fn on queued jobs in queue order until fn returns false.
-func (q *queue) each(fn func(*job) bool) {
-	for _, e := range q.items[q.head:] {
-		if e.valid() && !fn(e.j) {
-			return
-		}
-	}
-}
-
 // recency orders records by the present time they were last heard from,
 // oldest first, so that the sweeper finds the silent ones by walking from the
 // front and stops at the first that is not. It is a doubly linked list threaded

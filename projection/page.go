@@ -21,7 +21,7 @@ func (t *Table) JobsAfter(f JobFilter, after string, n int) []Job {
 	// jobList holds what jobs holds, in a slice: a faster walk than the map's.
 	for _, j := range t.jobList.items {
 		// id and filter first: the view is built only for a candidate.
-		if j != nil && j.id > after && (f.State == 0 || j.state == f.State) && (f.Kind == 0 || j.kind == f.Kind) && (f.Outcome == 0 || j.outcome == f.Outcome) && strings.HasPrefix(j.id, f.Prefix) {
+		if j != nil && j.id > after && (f.State == 0 || j.state == f.State) && (f.Kind == 0 || j.kind == f.Kind) && (f.Outcome == 0 || j.outcome == f.Outcome) && strings.HasPrefix(j.id, f.Prefix) && f.Labels.Within(j.labels) {
 			b.add(j.view())
 		}
 	}

@@ -28,6 +28,14 @@ type Job struct {
 	Updated   int64
 	// MaxRequeues caps an evaluation's requeues after losses (0: no cap).
 	MaxRequeues int
+	// The submission's scheduling: the labels a worker must offer to take
+	// it, its priority (higher first), the time (Unix ns) before which it is
+	// granted to no one (0: none), and its place in the queue among jobs of
+	// its priority: the seq of its first lease.queued.
+	Labels    event.Labels
+	Priority  int
+	NotBefore int64
+	Place     uint64
 }
 
 // Lease is a lease as the table holds it.
@@ -59,6 +67,7 @@ func (j *job) view() Job {
 		ID: j.id, Kind: j.kind, State: j.state, Spec: j.spec, Result: j.result,
 		Attempts: j.attempts, Leases: j.leases, Outcome: j.outcome, Reason: j.reason, Ref: j.ref,
 		Submitted: j.submitted, Updated: j.updated, MaxRequeues: int(j.maxRequeues),
+		Labels: j.labels, Priority: int(j.priority), NotBefore: j.notBefore, Place: j.place,
 	}
 	if j.current != nil {
 		v.LastLease = j.current.id
@@ -92,18 +101,21 @@ func (t *Table) Job(id string) (Job, bool) {
 }
 
 // JobFilter selects jobs; zero fields select all. An outcome selects jobs
-// reported with it, which have ended: none of those the table holds.
+// reported with it, which have ended: none of those the table holds. Labels
+// select the jobs that require each of them (and maybe more).
 type JobFilter struct {
 	State   fsm.State
 	Kind    event.Kind
 	Outcome event.Outcome
+	Labels  event.Labels
 	Prefix  string // ids that start with it (a search by id)
 }
 
 // Selects reports whether f selects j.
 func (f JobFilter) Selects(j Job) bool {
 	return (f.State == fsm.None || j.State == f.State) && (f.Kind == 0 || j.Kind == f.Kind) &&
-		(f.Outcome == 0 || j.Outcome == f.Outcome) && strings.HasPrefix(j.ID, f.Prefix)
+		(f.Outcome == 0 || j.Outcome == f.Outcome) && strings.HasPrefix(j.ID, f.Prefix) &&
+		f.Labels.Within(j.Labels)
 }
 
 // Requeues is how many times job id, which the table holds, was queued again
@@ -221,16 +233,6 @@ func (t *Table) Workers() []Worker {
 		out = append(out, w.view())
 	}
 	slices.SortFunc(out, func(a, b Worker) int { return cmp.Compare(a.ID, b.ID) })
-	return out
-}
-
-// Queued returns up to n queued jobs, oldest queueing first; n <= 0 means all.
-func (t *Table) Queued(n int) []Job {
-	var out []Job
-	t.queue.each(func(j *job) bool {
-		out = append(out, j.view())
-		return n <= 0 || len(out) < n
-	})
 	return out
 }
 

@@ -164,8 +164,8 @@ func TestArchiveKeepsTheCap(t *testing.T) {
 			if _, err := projection.DecodeJob(id, append(bad, 0)); err == nil {
 				t.Error("a version-2 record with a cap of 0 decoded")
 			}
-			if _, err := projection.DecodeJob(id, append([]byte{3}, r.Value[1:]...)); err == nil {
-				t.Error("a version-3 record decoded")
+			if _, err := projection.DecodeJob(id, append([]byte{4}, r.Value[1:]...)); err == nil {
+				t.Error("a version-4 record decoded")
 			}
 		}
 	}

@@ -24,7 +24,12 @@ const snapshotVersion = SnapshotVersion
 // that has not ended has no report: no attempts, outcome, ref or result.
 // Version 4: an evaluation's cap on requeues and its requeues so far, and
 // the counts of reports by outcome.
-const SnapshotVersion = 4
+// Version 5: a job's scheduling (labels, priority, not_before) and its place
+// in the queue (its first queueing's seq, where version 4 had its last); the
+// queue is no longer listed, but built from the jobs queued. A version 4
+// snapshot cannot tell an evaluation queued again its first queueing's seq,
+// and so is not restored: replay folds the log instead.
+const SnapshotVersion = 5
 
 // ErrSnapshot is returned by Restore for bytes it cannot restore.
 var ErrSnapshot = errors.New("projection: bad snapshot")
@@ -38,19 +43,20 @@ var ErrSnapshotVersion = errors.New("projection: snapshot of an older version")
 // The encoding is deterministic: two tables that fold the same log give the
 // same bytes, so comparing snapshots compares tables (what they retired is
 // compared by Verify, against the archive). Everything is written in an order the table already keeps — jobs
-// in the order the fold made them, leases by token, and the queue and the
-// recency lists as they stand — so that neither Snapshot (which runs under
-// the service's lock) nor Restore (which a restart waits for) sorts anything
-// but the workers, and the restored table is the same structure, orders
-// included.
+// in the order the fold made them, leases by token, and the recency lists as
+// they stand — so that neither Snapshot (which runs under the service's
+// lock) nor Restore (which a restart waits for) sorts anything but the
+// workers, and the restored table is the same structure, orders included.
+// The queue is not listed: its order is the queued jobs' priorities, places
+// and times, and Restore builds it from them (queue.go).
 //
 //	version seq lastTime absence counts[NumTypes] jobsIn[NumStates]
 //	outcomes[numOutcomes]
 //	nworkers { id seen seenAt unreachable }                              by id
 //	njobs    { id kind state spec leases reason submitted updated
-//	           queuedSeq current maxRequeues requeues }                  fold order
+//	           place current maxRequeues requeues
+//	           labels priority notBefore }                               fold order
 //	nleases  { id job# worker# state mode acquired heard heardAt reportSeq } by id
-//	queue    n { job# }                                                  queue order
 //	live     n { lease# }                                                recency order
 //	watched  n { worker# }                                               recency order
 //
@@ -99,7 +105,7 @@ func (t *Table) Snapshot() []byte {
 		w.str(j.reason)
 		w.varint(j.submitted)
 		w.varint(j.updated)
-		w.uvarint(j.queuedSeq)
+		w.uvarint(j.place)
 		var cur uint64
 		if j.current != nil {
 			cur = j.current.id
@@ -107,6 +113,9 @@ func (t *Table) Snapshot() []byte {
 		w.uvarint(cur)
 		w.uvarint(uint64(j.maxRequeues))
 		w.uvarint(uint64(j.requeues))
+		w.str(string(j.labels))
+		w.varint(int64(j.priority))
+		w.varint(j.notBefore)
 	})
 
 	w.uvarint(uint64(t.leaseList.len()))
@@ -122,9 +131,6 @@ func (t *Table) Snapshot() []byte {
 		w.uvarint(l.reportSeq)
 	})
 
-	var queued []int
-	t.queue.each(func(j *job) bool { queued = append(queued, j.at); return true })
-	w.positions(queued)
 	var live []int
 	t.live.each(func(l *lease) { live = append(live, l.at) })
 	w.positions(live)
@@ -191,7 +197,7 @@ func Restore(b []byte) (*Table, error) {
 		t.workers[w.id] = w
 	}
 
-	jobs := make([]*job, r.count(16))
+	jobs := make([]*job, r.count(16)) // fifteen fields, the id two bytes at the least
 	t.jobs = make(map[string]*job, len(jobs))
 	current := make([]uint64, len(jobs))
 	for i := range jobs {
@@ -204,12 +210,18 @@ func Restore(b []byte) (*Table, error) {
 		j.reason = t.mem.reason(r.str())
 		j.submitted = r.varint()
 		j.updated = r.varint()
-		j.queuedSeq = r.uvarint()
+		j.place = r.uvarint()
 		current[i] = r.uvarint()
 		maxRequeues, requeues := r.uvarint(), r.uvarint()
+		labels, priority, notBefore := event.Labels(r.str()), r.varint(), r.varint()
 		if r.err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
 		}
+		if err := labels.Check(); err != nil || priority < math.MinInt32 || priority > math.MaxInt32 || j.place == 0 || j.place > t.seq {
+			return nil, fmt.Errorf("%w: job %q: labels %q (%v), priority %d, place %d", ErrSnapshot, id, string(labels), err, priority, j.place)
+		}
+		j.labels = t.queue.labels(j.kind, labels)
+		j.priority, j.notBefore = int32(priority), notBefore
 		if maxRequeues > math.MaxUint32 || requeues > math.MaxUint32 || (j.kind != event.KindEvaluation && maxRequeues+requeues != 0) || (maxRequeues != 0 && requeues > maxRequeues) {
 			return nil, fmt.Errorf("%w: job %q (%s) queued again %d times, max_requeues %d", ErrSnapshot, j.id, j.kind, requeues, maxRequeues)
 		}
@@ -234,7 +246,7 @@ func Restore(b []byte) (*Table, error) {
 		}
 	}
 
-	leases := make([]*lease, r.count(10))
+	leases := make([]*lease, r.count(9)) // nine fields, a byte each at the least
 	t.leases = make(map[uint64]*lease, len(leases))
 	for i := range leases {
 		l := t.mem.newLease()
@@ -273,12 +285,16 @@ func Restore(b []byte) (*Table, error) {
 		}
 	}
 
-	for _, p := range r.positions(len(jobs)) {
-		j := jobs[p]
+	places := make(map[uint64]bool, t.jobsIn[fsm.Queued])
+	for _, j := range jobs {
 		if j.state != fsm.Queued {
-			return nil, fmt.Errorf("%w: job %q is in the queue but %s", ErrSnapshot, j.id, j.state)
+			continue
 		}
-		t.queue.push(j)
+		if places[j.place] {
+			return nil, fmt.Errorf("%w: job %q queued at place %d, another's", ErrSnapshot, j.id, j.place)
+		}
+		places[j.place] = true
+		t.queue.push(j, t.lastTime)
 	}
 	for _, p := range r.positions(len(leases)) {
 		l := leases[p]
@@ -299,15 +315,15 @@ func Restore(b []byte) (*Table, error) {
 	if err := r.done(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSnapshot, err)
 	}
-	// Every live lease and queued job must have been listed in its order.
+	// Every live lease must have been listed in its order.
 	live := 0
 	for _, l := range leases {
 		if l.state.Live() {
 			live++
 		}
 	}
-	if live != t.nlive || len(t.queue.items) != t.jobsIn[fsm.Queued] {
-		return nil, fmt.Errorf("%w: %d live leases, %d listed; %d queued jobs, %d listed", ErrSnapshot, live, t.nlive, t.jobsIn[fsm.Queued], len(t.queue.items))
+	if live != t.nlive {
+		return nil, fmt.Errorf("%w: %d live leases, %d listed", ErrSnapshot, live, t.nlive)
 	}
 	return t, nil
 }

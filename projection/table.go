@@ -42,7 +42,7 @@ type Table struct {
 	stale      map[StaleKey]uint64 // RetireKeep: stale report fingerprint -> its event's seq
 	outbox     outbox              // RetireRecord: archive records not yet taken
 
-	queue   queue                    // queued jobs, oldest first
+	queue   queue                    // queued jobs, by class, best first (queue.go)
 	live    recency[lease, *lease]   // live leases, least recently heard first
 	watched recency[worker, *worker] // reachable workers holding live leases, least recently heard first
 	nlive   int                      // live leases
@@ -74,8 +74,18 @@ type job struct {
 	current     *lease // the job's latest lease; live iff state is Acquired or Running
 	submitted   int64
 	updated     int64
-	queuedSeq   uint64 // seq of the lease.queued that put it in the queue last
-	at          int    // place in Table.jobList
+	at          int // place in Table.jobList
+	// The submission's scheduling (lease.queued): the labels a worker must
+	// offer, the priority, the time (Unix ns) before which it is not
+	// granted; and its place, the seq of its first lease.queued, which a
+	// queueing again after a loss keeps.
+	labels    event.Labels
+	priority  int32
+	qi        int32 // position in its heap, while queued (queue.go)
+	notBefore int64
+	place     uint64
+	class     *class // while queued
+	waiting   bool   // queued, not yet due: in queue.delayed
 }
 
 type lease struct {
@@ -106,6 +116,7 @@ func New() *Table {
 		jobs:    make(map[string]*job),
 		leases:  make(map[uint64]*lease),
 		workers: make(map[string]*worker),
+		queue:   queue{delayed: jobHeap{delayed: true}},
 	}
 }
 
@@ -224,9 +235,11 @@ func (t *Table) apply(e *event.Event) error {
 		if err != nil {
 			return err
 		}
+		if j.state == fsm.Queued {
+			t.queue.remove(j)
+		}
 		t.setState(j, to)
 		j.updated, j.reason = e.Time, e.Reason
-		t.queue.forget()
 		t.retire(j)
 		return nil
 	case event.TypeFailed:
@@ -288,23 +301,27 @@ func (t *Table) applyQueued(e *event.Event) error {
 		j.kind = e.Kind
 		j.submitted = e.Time
 		j.maxRequeues = e.MaxRequeues
+		j.labels = t.queue.labels(e.Kind, e.Labels)
+		j.priority, j.notBefore, j.place = e.Priority, e.NotBefore, e.Seq
 		t.jobs[j.id] = j
 		t.jobList.add(j)
 	} else if _, err := next(j, e.Type); err != nil {
 		return err
 	} else if e.MaxRequeues != 0 {
 		return fmt.Errorf("job %q queued again with max_requeues %d: the cap is its submission's", j.id, e.MaxRequeues)
+	} else if e.Labels != "" || e.Priority != 0 || e.NotBefore != 0 {
+		return fmt.Errorf("job %q queued again with labels, priority or not_before: they are its submission's", j.id)
 	} else if j.capped() {
 		return fmt.Errorf("job %q queued again %d times already, its max_requeues: lost once more, it fails", j.id, j.requeues)
 	} else {
 		j.requeues++ // queued again from expired: after a loss
 	}
 	t.setState(j, fsm.Queued)
-	j.updated, j.queuedSeq = e.Time, e.Seq
+	j.updated = e.Time
 	if e.Reason != "" {
 		j.reason = t.mem.reason(e.Reason)
 	}
-	t.queue.push(j)
+	t.queue.push(j, e.Time)
 	return nil
 }
 
@@ -330,9 +347,13 @@ func (t *Table) applyAcquired(e *event.Event) error {
 	if j.current != nil && j.current.id >= e.Lease {
 		return fmt.Errorf("token %d does not grow past %d", e.Lease, j.current.id)
 	}
+	if e.Time < j.notBefore {
+		return fmt.Errorf("job %q granted at %s, before its not_before %s", j.id, fmtTime(e.Time), fmtTime(j.notBefore))
+	}
 	if w == nil {
 		w = t.newWorker(e.Worker)
 	}
+	t.queue.remove(j)
 	l := t.mem.newLease()
 	*l = lease{id: e.Seq, job: j, worker: w, state: to, acquired: e.Time, heard: e.Time, prev: j.current}
 	t.leases[l.id] = l
@@ -344,7 +365,6 @@ func (t *Table) applyAcquired(e *event.Event) error {
 	t.nlive++
 	t.live.touch(l, t.Present(e.Time))
 	t.heardFrom(w, e.Time)
-	t.queue.forget()
 	return nil
 }
 

@@ -14,7 +14,10 @@ import (
 
 // folder applies events with consecutive sequence numbers.
 type folder struct {
-	t   testing.TB
+	t interface {
+		Helper()
+		Fatal(...any)
+	}
 	tab *projection.Table
 }
 

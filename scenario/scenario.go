@@ -22,8 +22,10 @@
 //	                     max-requeues: the default cap of an evaluation;
 //	                     retention: the heartbeat retention (none: kept);
 //	                     segment: the most heartbeats one summary stands for
-//	submit id=J kind=run|evaluation [max-requeues=N]  (input: the spec, JSON)
-//	acquire worker=W [max=N]
+//	submit id=J kind=run|evaluation [max-requeues=N] [labels=(k=v, ...)] [priority=N] [not-before=D]
+//	                     (input: the spec, JSON; not-before: D after now)
+//	acquire worker=W [max=N] [kinds=K[,K]] [labels=(k=v, ...)]
+//	job id=J             the job as a worker finds it: its place, what it waits for
 //	start worker=W lease=L
 //	beat worker=W leases=L[,L...]        (leases= empty: a bare heartbeat)
 //	report worker=W lease=L outcome=O [ref=R] [reason=R]  (input: the result, JSON)
@@ -154,6 +156,7 @@ func (r *Runner) do(c Command) (string, error) {
 			n := a.int("max-requeues", 0)
 			it.MaxRequeues = &n
 		}
+		a.schedule(r, &it)
 		if a.err != nil {
 			return "", a.err
 		}
@@ -168,8 +171,11 @@ func (r *Runner) do(c Command) (string, error) {
 		if a.err != nil {
 			return "", a.err
 		}
-		start := a.str("start", "false") == "true"
-		gs, err := r.svc.AcquireWith(ctx, a.str("worker", ""), lease.AcquireOptions{Max: max, Start: start})
+		o := lease.AcquireOptions{Max: max, Start: a.str("start", "false") == "true"}
+		if a.offer(&o); a.err != nil {
+			return "", a.err
+		}
+		gs, err := r.svc.AcquireWith(ctx, a.str("worker", ""), o)
 		if err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
 		}
@@ -215,8 +221,11 @@ func (r *Runner) do(c Command) (string, error) {
 		var gs []lease.Grant
 		var err error
 		if _, ok := a.has("next"); ok { // the report carries the next acquire
-			ans, gs, err = r.svc.ReportNext(ctx, a.str("worker", ""), id, rep,
-				lease.AcquireOptions{Max: next, Start: a.str("start", "false") == "true"})
+			o := lease.AcquireOptions{Max: next, Start: a.str("start", "false") == "true"}
+			if a.offer(&o); a.err != nil {
+				return "", a.err
+			}
+			ans, gs, err = r.svc.ReportNext(ctx, a.str("worker", ""), id, rep, o)
 		} else {
 			ans, err = r.svc.Report(ctx, a.str("worker", ""), id, rep)
 		}
@@ -248,6 +257,8 @@ func (r *Runner) do(c Command) (string, error) {
 				fmt.Fprintf(&b, "job %s %s %s created=%v%s\n", x.ID, x.Kind, x.State, x.Created, capNote(x.MaxRequeues))
 			}
 		}
+	case "job":
+		r.showJob(&b, a.str("id", ""))
 	case "cancel", "kill":
 		f := r.svc.Cancel
 		if c.Name == "kill" {

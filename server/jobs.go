@@ -40,16 +40,20 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if string(bytes.TrimSpace(spec)) == "null" { // a client's "no spec", as Python's None
 		spec = nil
 	}
-	j, created, err := s.svc.SubmitItem(r.Context(), lease.SubmitItem{ID: in.ID, Kind: kind, Spec: spec, MaxRequeues: in.MaxRequeues})
+	it := lease.SubmitItem{ID: in.ID, Kind: kind, Spec: spec, MaxRequeues: in.MaxRequeues}
+	if err := ops.ScheduleOf(in, &it); err != nil {
+		return err
+	}
+	res, err := s.svc.SubmitBatch(r.Context(), []lease.SubmitItem{it})
 	if err != nil {
 		return err
 	}
-	out, err := ops.JobWithLease(r.Context(), s.svc, j)
-	if err != nil {
+	if err := res[0].Err; err != nil {
 		return err
 	}
+	j, out := res[0].Job, ops.ViewOf(res[0].JobView)
 	status := http.StatusOK
-	if created {
+	if res[0].Created {
 		status = http.StatusCreated
 		w.Header().Set("Location", "/v1/jobs/"+url.PathEscape(j.ID))
 	}
@@ -70,13 +74,14 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, c *call) error {
 	return nil
 }
 
-// listJobs answers GET /v1/jobs?state=&kind=&outcome=&prefix=&order=&limit=&after=:
+// listJobs answers GET /v1/jobs?state=&kind=&outcome=&labels=&prefix=&order=&limit=&after=:
 // a page of the jobs, by id (paging.go), or newest submission first with
 // order=newest. An outcome selects the jobs reported with it, which the
 // archive holds: a page reads it from the cursor on, as a state that ends
-// does. A prefix selects the ids that start with it.
+// does. labels=k=v,k2=v2 selects the jobs that require those labels (and
+// maybe more); a prefix, the ids that start with it.
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error {
-	q, limit, err := pageParams(r, "state", "kind", "outcome", "prefix", "order")
+	q, limit, err := pageParams(r, "state", "kind", "outcome", "labels", "prefix", "order")
 	if err != nil {
 		return err
 	}
@@ -95,6 +100,9 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error
 		return err
 	}
 	if f.Outcome, err = parseReportOutcome(q["outcome"]); err != nil {
+		return err
+	}
+	if f.Labels, err = ops.LabelFilter(q["labels"]); err != nil {
 		return err
 	}
 	var out api.Jobs

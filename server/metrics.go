@@ -145,7 +145,7 @@ type tableCollector struct {
 	svc     counter
 	timeout time.Duration
 
-	up, leases, jobs, reported, events, seq, workers *prometheus.Desc
+	up, leases, jobs, reported, events, seq, workers, unroutable *prometheus.Desc
 }
 
 // counter is what the collector asks of the lease service.
@@ -166,11 +166,13 @@ func newTableCollector(svc counter, timeout time.Duration) *tableCollector {
 			"Events in the log, by type (lease.expired: expiries; lease.stale_report: stale reports; lease.failed: evaluations lost once more than their max_requeues).", []string{"type"}, nil),
 		seq:     prometheus.NewDesc("leaselog_log_seq", "Sequence number of the last durable event.", nil, nil),
 		workers: prometheus.NewDesc("leaselog_workers", "Workers the table knows, by reachability.", []string{"state"}, nil),
+		unroutable: prometheus.NewDesc("leaselog_jobs_unroutable",
+			"Queued jobs no worker present can take: none takes their kind and offers their labels.", nil, nil),
 	}
 }
 
 func (tc *tableCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{tc.up, tc.leases, tc.jobs, tc.reported, tc.events, tc.seq, tc.workers} {
+	for _, d := range []*prometheus.Desc{tc.up, tc.leases, tc.jobs, tc.reported, tc.events, tc.seq, tc.workers, tc.unroutable} {
 		ch <- d
 	}
 }
@@ -205,6 +207,7 @@ func (tc *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(tc.seq, prometheus.GaugeValue, float64(n.Seq))
 	ch <- prometheus.MustNewConstMetric(tc.workers, prometheus.GaugeValue, float64(n.Reachable), "reachable")
 	ch <- prometheus.MustNewConstMetric(tc.workers, prometheus.GaugeValue, float64(n.Unreachable), "unreachable")
+	ch <- prometheus.MustNewConstMetric(tc.unroutable, prometheus.GaugeValue, float64(n.Unroutable))
 }
 
 // promLogger sends promhttp's errors to zerolog.

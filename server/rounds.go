@@ -47,6 +47,7 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request, c *call) er
 		if items[i].Kind, refused[i] = parseKind(j.Kind); refused[i] != nil {
 			continue
 		}
+		refused[i] = ops.ScheduleOf(j, &items[i])
 	}
 	res, err := s.svc.SubmitBatch(r.Context(), items)
 	if err != nil {
@@ -62,7 +63,7 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request, c *call) er
 			e := ops.ErrorOf(err)
 			o.Status, o.Error = e.Status, &api.Error{Code: e.Code, Message: e.Message}
 		} else {
-			j := ops.JobOf(v.Job, v.Live)
+			j := ops.ViewOf(v.JobView)
 			o.Job = &j
 			if v.Created {
 				o.Status = http.StatusCreated

@@ -20,6 +20,8 @@ var breaks = map[string]string{
 	"alive-unseen":    "a restart does not see the daemon's alive mark: it counts its absence from its last event",
 	"return-unseen":   "the local worker's supervisors do not see the daemon take its store back: their deadlines move on with the time",
 	"held-too-long":   "the local worker's supervisors move their deadlines by the daemon's downtime and 2×renew more",
+	"offer-dropped":   "the daemon's acquires drop the worker's offer: every worker takes every kind, offers no label",
+	"labels-dropped":  "the daemon's acquires drop the labels the worker offers: it takes its kinds, unlabelled jobs only",
 }
 
 // breaker carries out a worker's stop or a supervisor's kill, or breaks it.

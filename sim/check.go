@@ -162,6 +162,7 @@ func (k *checker) afterDaemon(what string, before uint64) []event.Event {
 			k.lost(&e)
 		}
 	}
+	k.routed(evs)
 	k.table(what)
 	return evs
 }
@@ -459,9 +460,13 @@ func (k *checker) onHost(m *machine) []*interval {
 func (k *checker) submitting(id string) { k.submitted[id] = true }
 
 func (k *checker) livenessBound() time.Duration {
+	// Routing may leave a class of jobs to one worker: the bound counts
+	// the smallest capacity as the whole (route.go).
 	n, c := 0, 0
 	for _, w := range k.s.workers {
-		c += w.capacity
+		if c == 0 || w.capacity < c {
+			c = w.capacity
+		}
 	}
 	ended := map[string]bool{}
 	for _, j := range k.jobs() {
@@ -472,7 +477,7 @@ func (k *checker) livenessBound() time.Duration {
 			n++
 		}
 	}
-	return livenessBound(n, c)
+	return livenessBound(n, c) + maxNotBefore
 }
 
 func (k *checker) startLiveness() { k.deadline = k.s.now + k.livenessBound() }

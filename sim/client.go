@@ -21,6 +21,7 @@ type client struct {
 	pid     int // porcupine client id
 	jobs    []string
 	kinds   map[string]string
+	sched   map[string]schedule
 	healed  bool
 	pending int // submissions sent again until answered, not answered yet
 	again   int // second reports sent
@@ -35,7 +36,7 @@ type sentReport struct {
 const clientTimeout = 2 * time.Second
 
 func newClient(s *Sim, i int) *client {
-	c := &client{s: s, idx: i, id: fmt.Sprintf("c%d", i), kinds: map[string]string{}}
+	c := &client{s: s, idx: i, id: fmt.Sprintf("c%d", i), kinds: map[string]string{}, sched: map[string]schedule{}}
 	c.pid = s.hist.newClient(c.id)
 	return c
 }
@@ -73,6 +74,7 @@ func (c *client) submitNext(ids []string) {
 			kind = "run"
 		}
 		c.kinds[id] = kind
+		c.sched[id] = s.route.job(kind)
 		c.jobs = append(c.jobs, id)
 		c.pending++
 		s.check.submitting(id)
@@ -180,7 +182,7 @@ func capOf(id, kind string) (int, bool) {
 
 // submit sends a submission; until answered, if again.
 func (c *client) submit(id, kind, spec string, again bool) {
-	r := reqSubmit{job: id, jobKind: kind, spec: spec}
+	r := reqSubmit{job: id, jobKind: kind, spec: spec, sched: c.sched[id]}
 	r.maxRequeues, r.namesCap = capOf(id, kind)
 	cl := &call{from: c, req: r, client: c.pid}
 	cl.done = func(reply any, err error) {

@@ -13,8 +13,10 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/eventlog"
+	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/ops"
+	"github.com/leaselog/leaselog/projection"
 	"github.com/leaselog/leaselog/replay"
 	"github.com/leaselog/leaselog/worker"
 )
@@ -51,7 +53,8 @@ type daemon struct {
 	preCrash   []byte  // the table's snapshot when it crashed
 	inbox      []*call // requests that arrived while asleep
 	parked     []*parked
-	sweepGen   int // a sleep or a crash cancels the sweeps scheduled before it
+	dueMissed  bool // a job came due while the daemon slept: wake its parked acquires when it wakes
+	sweepGen   int  // a sleep or a crash cancels the sweeps scheduled before it
 	crashes    int
 }
 
@@ -121,6 +124,18 @@ func (d *daemon) open() error {
 	d.s.tracef("daemon: open (seq %d)", log.LastSeq())
 	d.s.check.opened(before)
 	d.scheduleSweep(leaseConfig().SweepEvery())
+	// The timers of the life before are gone with it, and its clock may
+	// differ from this one's: the jobs not yet due get new ones.
+	js, err := svc.Jobs(bg, projection.JobFilter{State: fsm.Queued})
+	if err != nil {
+		return fmt.Errorf("sim: list the queued jobs: %w", err)
+	}
+	now := int64(d.s.now) + d.s.hist.clock
+	for _, j := range js {
+		if j.NotBefore > now {
+			d.dueAfter(time.Duration(j.NotBefore - now))
+		}
+	}
 	return nil
 }
 
@@ -197,7 +212,11 @@ func (d *daemon) handle(c *call) {
 		reply, err = d.api.WorkerLeases(bg, r.worker)
 	case reqSubmit:
 		kind, _ := event.ParseKind(r.jobKind)
-		it := lease.SubmitItem{ID: r.job, Kind: kind, Spec: []byte(r.spec)}
+		it := lease.SubmitItem{ID: r.job, Kind: kind, Spec: []byte(r.spec), Priority: r.sched.priority}
+		it.Labels = event.MustLabels(r.sched.labels)
+		if r.sched.delay > 0 {
+			it.NotBefore = time.Unix(0, int64(d.s.now)+d.s.hist.clock+int64(r.sched.delay))
+		}
 		if r.namesCap {
 			it.MaxRequeues = &r.maxRequeues
 		}
@@ -230,7 +249,13 @@ func (d *daemon) acquire(r reqAcquire) ([]api.Grant, error) {
 			AcquireStart(context.Context, string, int, time.Duration) ([]api.Grant, error)
 		}).AcquireStart(bg, r.worker, r.max, 0)
 	}
-	return d.api.Acquire(bg, r.worker, r.max, 0)
+	switch d.s.brk.name {
+	case "offer-dropped":
+		r.offer = api.Offer{}
+	case "labels-dropped":
+		r.offer.Labels = nil
+	}
+	return d.api.(worker.Router).AcquireOffer(bg, r.worker, r.max, 0, r.offer)
 }
 
 // job is job id as the API shows it, with its live lease.
@@ -257,12 +282,32 @@ func (d *daemon) answer(c *call, reply any, err error, before uint64) {
 // acquires if a job was queued.
 func (d *daemon) stepped(what string, before uint64) {
 	evs := d.s.check.afterDaemon(what, before)
+	queued := false
 	for _, e := range evs {
 		if e.Type == event.TypeQueued {
-			d.retryParked()
-			return
+			queued = true
+			if e.NotBefore > e.Time {
+				d.dueAfter(time.Duration(e.NotBefore - e.Time))
+			}
 		}
 	}
+	if queued {
+		d.retryParked()
+	}
+}
+
+// dueAfter wakes the parked acquires after dur, when a job comes due, as the
+// long poll's timer does; if the daemon sleeps then, when it wakes.
+func (d *daemon) dueAfter(dur time.Duration) {
+	d.s.after(dur, func() {
+		switch {
+		case !d.up:
+		case d.asleep:
+			d.dueMissed = true
+		default:
+			d.retryParked()
+		}
+	})
 }
 
 func (d *daemon) retryParked() {
@@ -360,6 +405,10 @@ func (d *daemon) wake() {
 	}
 	if !sweepFirst && d.s.err == nil {
 		d.sweep()
+	}
+	if d.dueMissed && d.s.err == nil {
+		d.dueMissed = false
+		d.retryParked()
 	}
 	for _, p := range slices.Clone(d.parked) {
 		if p.deadline <= d.s.now {

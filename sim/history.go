@@ -43,6 +43,12 @@ type History struct {
 	queued map[string][]span
 	since  map[string]time.Duration
 	leases map[uint64]string // lease -> job
+	// notBefore holds each delayed job's not_before (the daemon's clock,
+	// ns); clock is the daemon's clock less the global one, as its latest
+	// event tells (constant within one life of the daemon): an acquire
+	// misses only the jobs due when it was processed.
+	notBefore map[string]int64
+	clock     int64
 }
 
 type callRec struct {
@@ -55,6 +61,7 @@ type callRec struct {
 // proc is one processing of a call by the daemon.
 type proc struct {
 	at      time.Duration
+	now     int64 // the daemon's clock then (ns)
 	reply   any
 	err     error
 	changed bool // it appended events
@@ -69,7 +76,8 @@ type sweepRec struct {
 const sweeperClient = 0
 
 func newHistory() *History {
-	return &History{clients: []string{"sweeper"}, queued: map[string][]span{}, since: map[string]time.Duration{}, leases: map[uint64]string{}}
+	return &History{clients: []string{"sweeper"}, queued: map[string][]span{}, since: map[string]time.Duration{}, leases: map[uint64]string{},
+		notBefore: map[string]int64{}}
 }
 
 func (h *History) newClient(name string) int {
@@ -84,7 +92,7 @@ func (h *History) begin(c *call) *callRec {
 }
 
 func (h *History) processed(c *call, at time.Duration, reply any, err error, changed bool) *proc {
-	p := &proc{at: at, reply: reply, err: err, changed: changed}
+	p := &proc{at: at, now: int64(at) + h.clock, reply: reply, err: err, changed: changed}
 	c.rec.procs = append(c.rec.procs, p)
 	return p
 }
@@ -103,9 +111,13 @@ func (h *History) sweep(at time.Duration, evs []event.Event) {
 // observe keeps, from every event appended, the queue's history and which
 // job each lease is of.
 func (h *History) observe(e *event.Event, t time.Duration) {
+	h.clock = e.Time - int64(t)
 	switch e.Type {
 	case event.TypeQueued:
 		h.since[e.Job] = t
+		if e.NotBefore != 0 {
+			h.notBefore[e.Job] = e.NotBefore
+		}
 	case event.TypeAcquired, event.TypeCancelled:
 		if e.Type == event.TypeAcquired {
 			h.leases[e.Lease] = e.Job
@@ -174,21 +186,26 @@ func (h *History) Operations() []porcupine.Operation {
 	return ops
 }
 
-// acquireOps returns the operations of an acquire by worker for up to max
-// jobs that granted gs: one per grant, and, when its answer was seen and
-// granted fewer than max, a miss of every job that sat in the queue while it
-// was in flight.
-func (h *History) acquireOps(r *callRec, gs []api.Grant, known bool, worker string, max int, start bool, jobs []string) []linearize.JobOp {
+// acquireOps returns the operations of an acquire by worker (offering
+// offer), processed as p, for up to max jobs that granted gs: one per
+// grant, and, when its answer was seen and granted fewer than max, a miss
+// of every job that sat in the queue while it was in flight and was due
+// when p processed it (strictly: a job due that instant may come due in the
+// same instant as the answer of a long poll's end).
+func (h *History) acquireOps(r *callRec, p *proc, gs []api.Grant, known bool, worker string, max int, start bool, offer linearize.Route, jobs []string) []linearize.JobOp {
 	var out []linearize.JobOp
 	given := map[string]bool{}
 	for _, g := range gs {
 		given[g.Job.ID] = true
-		out = append(out, linearize.JobOp{In: linearize.Input{Op: linearize.OpAcquire, Job: g.Job.ID, Worker: worker, Start: start}, Out: linearize.Output{Lease: g.Lease}})
+		out = append(out, linearize.JobOp{In: linearize.Input{Op: linearize.OpAcquire, Job: g.Job.ID, Worker: worker, Start: start, Offer: offer}, Out: linearize.Output{Lease: g.Lease}})
 	}
 	if known && len(gs) < max {
 		for _, j := range jobs {
+			if nb, ok := h.notBefore[j]; ok && nb >= p.now {
+				continue
+			}
 			if !given[j] && h.wasQueued(j, r.c.sent, r.returned) {
-				out = append(out, linearize.JobOp{In: linearize.Input{Op: linearize.OpMiss, Job: j, Worker: worker}})
+				out = append(out, linearize.JobOp{In: linearize.Input{Op: linearize.OpMiss, Job: j, Worker: worker, Offer: offer}})
 			}
 		}
 	}
@@ -208,7 +225,7 @@ func (h *History) opsOf(r *callRec, p *proc, known bool, jobs []string) []linear
 		return job, ok
 	}
 	return linearize.CallOps(r.c.req.model(), reply, p.err, known, jobOf,
-		func(gs []api.Grant, worker string, max int, start bool) []linearize.JobOp {
-			return h.acquireOps(r, gs, known, worker, max, start, jobs)
+		func(gs []api.Grant, worker string, max int, start bool, offer linearize.Route) []linearize.JobOp {
+			return h.acquireOps(r, p, gs, known, worker, max, start, offer, jobs)
 		})
 }

@@ -27,6 +27,7 @@ type reqAcquire struct {
 	max    int
 	wait   time.Duration
 	start  bool // the grants come back running (the worker does not ask it)
+	offer  api.Offer
 }
 
 type reqStart struct {
@@ -45,6 +46,7 @@ type reqSubmit struct {
 	job, jobKind, spec string
 	maxRequeues        int  // the cap the submission names, if namesCap
 	namesCap           bool // else the daemon's default: none
+	sched              schedule
 }
 
 type reqRevoke struct {
@@ -72,7 +74,7 @@ func (r reqHeartbeat) model() linearize.Req {
 	return linearize.Req{Op: linearize.OpBeat, Worker: r.worker}
 }
 func (r reqAcquire) model() linearize.Req {
-	return linearize.Req{Op: linearize.OpAcquire, Worker: r.worker, Max: r.max, Start: r.start}
+	return linearize.Req{Op: linearize.OpAcquire, Worker: r.worker, Max: r.max, Start: r.start, Offer: r.offer}
 }
 func (r reqStart) model() linearize.Req {
 	return linearize.Req{Op: linearize.OpStart, Worker: r.worker, Lease: r.lease}
@@ -84,7 +86,7 @@ func (r reqReport) model() linearize.Req {
 	return linearize.Req{Op: linearize.OpReport, Lease: r.lease, Report: r.r}
 }
 func (r reqSubmit) model() linearize.Req {
-	q := linearize.Req{Op: linearize.OpSubmit, Job: r.job, Kind: r.jobKind, Spec: r.spec}
+	q := linearize.Req{Op: linearize.OpSubmit, Job: r.job, Kind: r.jobKind, Spec: r.spec, Labels: r.sched.labels, Priority: r.sched.priority}
 	if r.namesCap {
 		q.MaxRequeues = &r.maxRequeues
 	}
@@ -115,6 +117,15 @@ func (r reqSubmit) String() string {
 	s := fmt.Sprintf("submit %s %s %s", r.job, r.jobKind, r.spec)
 	if r.namesCap {
 		s += fmt.Sprintf(" max_requeues=%d", r.maxRequeues)
+	}
+	if len(r.sched.labels) > 0 {
+		s += " labels=" + linearize.LabelsOf(r.sched.labels)
+	}
+	if r.sched.priority != 0 {
+		s += fmt.Sprintf(" priority=%d", r.sched.priority)
+	}
+	if r.sched.delay != 0 {
+		s += fmt.Sprintf(" delay=%v", r.sched.delay)
 	}
 	return s
 }

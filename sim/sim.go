@@ -133,6 +133,7 @@ type Sim struct {
 	compact *compaction
 	trace   *strings.Builder
 	brk     *breaker
+	route   *routing
 
 	healed bool
 	err    error
@@ -253,6 +254,7 @@ func (s *Sim) run() error {
 	s.brk = brk
 	s.p = drawParams(s.rng, s.opts.Break)
 	s.p.crashLoop = loopDraw(s.opts.Seed)
+	s.route = drawRouting(s.opts.Seed, s.p.workers)
 	s.compact = newCompaction(s.opts.Seed, s.opts.NoCompaction)
 	s.hist = newHistory()
 	s.check = newChecker(s)

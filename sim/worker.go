@@ -195,7 +195,7 @@ func (w *simWorker) acquireStep() {
 		return
 	}
 	sent := w.local()
-	w.call(reqAcquire{w.id, room, acquireWait, false}, w.core.AcquireTimeout(acquireWait), func(reply any, err error) {
+	w.call(reqAcquire{w.id, room, acquireWait, false, w.s.route.offers[w.idx]}, w.core.AcquireTimeout(acquireWait), func(reply any, err error) {
 		if err != nil {
 			w.after(w.acqBackoff.Next(), func() {
 				if worker.Retry(err) {
@@ -315,7 +315,7 @@ func (w *simWorker) report(h *worker.Held, o worker.Outcome) {
 		r := api.Report{Worker: w.id, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
 		// As the worker (Worker.report): the next acquire in the report.
 		if ask := w.core.NextAfter(h); ask > 0 {
-			r.Next = &api.Next{Max: ask}
+			r.Next = &api.Next{Max: ask, Offer: w.s.route.offers[w.idx]}
 		}
 		var sent time.Time
 		w.retry(func(done func(any, error)) {

@@ -44,6 +44,12 @@ type Daemon interface {
 	Report(ctx context.Context, lease uint64, r api.Report) (api.ReportReply, error)
 }
 
+// Router is a Daemon a worker can tell what it takes (api.Offer): *api.Client
+// and ops.Daemon are. A worker with an offer needs one.
+type Router interface {
+	AcquireOffer(ctx context.Context, worker string, max int, wait time.Duration, o api.Offer) ([]api.Grant, error)
+}
+
 // Rounder is a Daemon that saves round trips; *api.Client and ops.Daemon
 // are. A worker whose Daemon is one reports each job with the next
 // acquire for the slot the job frees (Core.NextAfter): a busy worker takes
@@ -74,6 +80,10 @@ type Options struct {
 	Timing timing.Config
 	// Wait is how long one acquire long-polls; 0 means 30s.
 	Wait time.Duration
+	// Offer is what the worker takes: the kinds of job (none: every kind)
+	// and the labels it offers. It is sent with every acquire, that of a
+	// report too; a worker with one needs a Daemon that is a Router.
+	Offer api.Offer
 	// NoNextInReport makes the worker take its jobs with its acquire loop
 	// only, never in the report of the last (Rounder): for a test of that
 	// loop, or a daemon behind a proxy that strips the field.
@@ -161,6 +171,9 @@ func New(opts Options) (*Worker, error) {
 	}
 	if opts.Wait <= 0 {
 		opts.Wait = 30 * time.Second
+	}
+	if _, ok := opts.Daemon.(Router); !ok && (len(opts.Offer.Kinds) > 0 || len(opts.Offer.Labels) > 0) {
+		return nil, fmt.Errorf("worker: an offer (kinds, labels) needs a daemon that takes it; %T does not", opts.Daemon)
 	}
 	if opts.Now == nil {
 		opts.Now = hostclock.Boottime.Now
@@ -268,6 +281,14 @@ func (w *Worker) reattach(ctx context.Context) error {
 	return nil
 }
 
+// acquire asks for up to max jobs, long-polling, with the worker's offer.
+func (w *Worker) acquire(ctx context.Context, max int) ([]api.Grant, error) {
+	if r, ok := w.opts.Daemon.(Router); ok {
+		return r.AcquireOffer(ctx, w.opts.ID, max, w.opts.Wait, w.opts.Offer)
+	}
+	return w.opts.Daemon.Acquire(ctx, w.opts.ID, max, w.opts.Wait)
+}
+
 // acquireLoop takes jobs while there is room, long-polling for them.
 func (w *Worker) acquireLoop(ctx context.Context) {
 	backoff := w.backoff()
@@ -285,7 +306,7 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 		}
 		callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(w.opts.Wait))
 		sent := w.now()
-		grants, err := w.opts.Daemon.Acquire(callCtx, w.opts.ID, room, w.opts.Wait)
+		grants, err := w.acquire(callCtx, room)
 		cancel()
 		if err != nil {
 			if denied(err) && ctx.Err() == nil {
@@ -451,7 +472,7 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 			var err error
 			sent = w.now()
 			if ask > 0 {
-				reply, err = w.rounds.ReportNext(ctx, g.Lease, r, api.Next{Max: ask})
+				reply, err = w.rounds.ReportNext(ctx, g.Lease, r, api.Next{Max: ask, Offer: w.opts.Offer})
 			} else {
 				reply, err = w.opts.Daemon.Report(ctx, g.Lease, r)
 			}

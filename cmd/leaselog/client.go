@@ -158,7 +158,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 }
 
 func jobHeader() []string {
-	return []string{"JOB", "KIND", "STATE", "LEASE", "WORKER", "ATTEMPTS", "OUTCOME", "REASON", "REF"}
+	return []string{"JOB", "KIND", "STATE", "LEASE", "WORKER", "ATTEMPTS", "OUTCOME", "REASON", "REF", "PRIORITY", "LABELS", "WAITING"}
 }
 
 func jobRow(p *printer, j api.Job) {
@@ -168,5 +168,17 @@ func jobRow(p *printer, j api.Job) {
 	} else {
 		lease, worker = "", ""
 	}
-	p.row(j, j.ID, j.Kind, j.State, lease, worker, j.Attempts, j.Outcome, j.Reason, j.Ref)
+	p.row(j, j.ID, j.Kind, j.State, lease, worker, j.Attempts, j.Outcome, j.Reason, j.Ref, j.Priority, api.LabelsString(j.Labels), waiting(j))
+}
+
+// waiting says what a queued job waits for: its not_before, or a worker that
+// can take it (none present).
+func waiting(j api.Job) string {
+	switch j.WaitingFor {
+	case api.WaitingForTime:
+		return "until " + j.NotBefore.Format(time.RFC3339)
+	case api.WaitingForWorker:
+		return "no worker takes it"
+	}
+	return ""
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/lease"
 	"github.com/leaselog/leaselog/server"
 	"github.com/leaselog/leaselog/timing"
@@ -46,6 +48,8 @@ import (
 //	workdir = "./leaselog-data/work" # where the local worker runs jobs
 //	retention_seconds = 604800       # run directories of ended jobs are removed after this; 0: kept
 //	max_requeues = 0                 # an evaluation lost once more than this many requeues fails; 0: no cap
+//	local_kinds = ["evaluation"]     # the kinds of job the local worker takes; default: every kind
+//	local_labels = {gpu = "a100"}    # the labels it offers: it takes only jobs whose labels it offers
 //
 //	[auth]                           # absent: loopback or a unix socket only, and open unless
 //	                                 # there is a local worker: then an admin token in <dir>/token
@@ -123,6 +127,10 @@ type ExecutorConfig struct {
 	// submitted without a cap of its own (lease.Options.MaxRequeues); 0:
 	// no cap.
 	MaxRequeues int `toml:"max_requeues"`
+	// LocalKinds and LocalLabels are the local worker's offer: the kinds
+	// of job it takes (none: every kind) and the labels it offers.
+	LocalKinds  []string          `toml:"local_kinds"`
+	LocalLabels map[string]string `toml:"local_labels"`
 }
 
 // AuthConfig is [auth].
@@ -256,6 +264,10 @@ func (c Config) Validate() error {
 		// A lease outlives its job's end by toleration at most: a shorter
 		// retention could remove a run a restarted worker re-attaches to.
 		return fmt.Errorf("config: plugins.executor.retention_seconds: must be 0 (keep every run directory) or more than toleration_seconds (%v), is %v", e.TolerationSeconds, e.RetentionSeconds)
+	case badKinds(e.LocalKinds) != "":
+		return fmt.Errorf("config: plugins.executor.local_kinds: %q: want run or evaluation", badKinds(e.LocalKinds))
+	case badLabels(e.LocalLabels) != nil:
+		return fmt.Errorf("config: plugins.executor.local_labels: %w", badLabels(e.LocalLabels))
 	case e.MaxRequeues < 0 || e.MaxRequeues > lease.MaxRequeuesLimit:
 		return fmt.Errorf("config: plugins.executor.max_requeues: must be 0 (no cap) to %d, is %d", lease.MaxRequeuesLimit, e.MaxRequeues)
 	case c.Server.MaxConnections < 0:
@@ -335,4 +347,26 @@ func isLoopback(hostport string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// badKinds is the first of kinds that is no kind of job, or "".
+func badKinds(kinds []string) string {
+	for _, k := range kinds {
+		if _, err := event.ParseKind(k); err != nil {
+			return k
+		}
+	}
+	return ""
+}
+
+// badLabels is what is wrong with labels, as the daemon checks an offer's.
+func badLabels(labels map[string]string) error {
+	_, err := event.MakeLabels(labels)
+	return err
+}
+
+// LocalOffer is what the local worker takes.
+func (c Config) LocalOffer() api.Offer {
+	e := c.Plugins.Executor
+	return api.Offer{Kinds: e.LocalKinds, Labels: e.LocalLabels}
 }

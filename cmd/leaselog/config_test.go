@@ -80,6 +80,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"[store]\nheartbeat_retention = 60", "unknown key store.heartbeat_retention"},
 		{"[plugins.executor]\nretention_seconds = 300", "plugins.executor.retention_seconds: must be 0 (keep every run directory) or more than toleration_seconds (300)"},
 		{"[plugins.executor]\nretention_seconds = 1e20", "plugins.executor.retention_seconds: must be a number of seconds up to"},
+		{"[plugins.executor]\nlocal_kinds = [\"gpu\"]", `plugins.executor.local_kinds: "gpu": want run or evaluation`},
+		{"[plugins.executor]\nlocal_labels = {\"a b\" = \"x\"}", `plugins.executor.local_labels: event: bad label: key "a b"`},
 	} {
 		c, err := ParseConfig(tc.text)
 		if err == nil {

@@ -181,7 +181,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 		if err == nil {
 			var w *worker.Worker
 			w, err = worker.New(worker.Options{ID: "local", Capacity: n, Daemon: ops.NewDaemon(svc), Executor: exec,
-				Timing: cfg.Lease(), Logger: wlog, Now: clock.Now})
+				Timing: cfg.Lease(), Logger: wlog, Now: clock.Now, Offer: cfg.LocalOffer()})
 			if err == nil {
 				d.goRun("local worker", func() error { return w.Run(runCtx) })
 				d.goRun("retention", func() error { exec.RunRetention(runCtx); return nil })

@@ -16,9 +16,11 @@ func (m *Main) submitCommand() *cobra.Command {
 	var f clientFlags
 	var id, kind, repo, ref string
 	var bringBack []string
-	var maxRequeues int
+	var maxRequeues, priority int
+	var labels []string
+	var notBefore string
 	cmd := &cobra.Command{
-		Use:   "submit --id ID --kind run|evaluation [--repo R --ref REF] [--bring-back PATH]... [--max-requeues N] -- COMMAND...",
+		Use:   "submit --id ID --kind run|evaluation [--repo R --ref REF] [--bring-back PATH]... [--max-requeues N] [--priority N] [--not-before TIME] [--label K=V]... -- COMMAND...",
 		Short: "Submit a job (idempotent on its id)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// What the CLI can tell is missing, it says before any call.
@@ -44,7 +46,10 @@ func (m *Main) submitCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			in := api.Submit{ID: id, Kind: kind, Spec: raw}
+			in := api.Submit{ID: id, Kind: kind, Spec: raw, Priority: priority, NotBefore: notBefore}
+			if in.Labels, err = api.ParseLabels(labels); err != nil {
+				return fmt.Errorf("submit: --label: %w", err)
+			}
 			if cmd.Flags().Changed("max-requeues") {
 				in.MaxRequeues = &maxRequeues
 			}
@@ -68,6 +73,9 @@ func (m *Main) submitCommand() *cobra.Command {
 	cmd.Flags().StringVar(&ref, "ref", "", "ref to check out (default HEAD)")
 	cmd.Flags().StringArrayVar(&bringBack, "bring-back", nil, "path to commit and bring back as refs/leaselog/JOB/LEASE (repeatable)")
 	cmd.Flags().IntVar(&maxRequeues, "max-requeues", 0, "an evaluation lost once more than this many requeues fails (\"lost N times\"); 0: no cap (default: the daemon's plugins.executor.max_requeues)")
+	cmd.Flags().IntVar(&priority, "priority", 0, "higher goes first among the jobs a worker can take")
+	cmd.Flags().StringVar(&notBefore, "not-before", "", "RFC 3339 time before which the job is granted to no one (at most a year ahead)")
+	cmd.Flags().StringArrayVar(&labels, "label", nil, "KEY=VALUE a worker must offer to take the job (repeatable)")
 	return cmd
 }
 
@@ -138,8 +146,9 @@ func (m *Main) jobsCommand() *cobra.Command {
 	var f clientFlags
 	var pf pageFlags
 	var state, kind, outcome string
+	var labels []string
 	cmd := &cobra.Command{
-		Use:   "jobs [JOB] [--state S] [--kind K] [--outcome O] [--limit N | --all]",
+		Use:   "jobs [JOB] [--state S] [--kind K] [--outcome O] [--label K=V]... [--limit N | --all]",
 		Short: "List jobs, by id, a page at a time (--all: every page), or show one",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -161,7 +170,7 @@ func (m *Main) jobsCommand() *cobra.Command {
 				return nil
 			}
 			next, err := each(&pf, func(after string) ([]api.Job, string, error) {
-				page, err := c.JobsPage(cmd.Context(), api.JobQuery{State: state, Kind: kind, Outcome: outcome, Limit: pf.size(), After: after})
+				page, err := c.JobsPage(cmd.Context(), api.JobQuery{State: state, Kind: kind, Outcome: outcome, Labels: strings.Join(labels, ","), Limit: pf.size(), After: after})
 				return page.Jobs, page.Next, err
 			}, func(j api.Job) { jobRow(p, j) })
 			return pf.done(cmd.ErrOrStderr(), p, next, err)
@@ -172,6 +181,7 @@ func (m *Main) jobsCommand() *cobra.Command {
 	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state")
 	cmd.Flags().StringVar(&kind, "kind", "", "only jobs of this kind")
 	cmd.Flags().StringVar(&outcome, "outcome", "", "only jobs reported with this outcome: succeeded, failed, cancelled or killed (a job reported failed is in state reported)")
+	cmd.Flags().StringArrayVar(&labels, "label", nil, "only jobs that require KEY=VALUE (repeatable)")
 	return cmd
 }
 

@@ -27,8 +27,10 @@ func (m *Main) workerCommand() *cobra.Command {
 	var capacity int
 	var protocol string
 	var session bool
+	var offer api.Offer
+	var labels []string
 	cmd := &cobra.Command{
-		Use:   "worker --server URL --id ID [--capacity N] [--workdir DIR]",
+		Use:   "worker --server URL --id ID [--capacity N] [--workdir DIR] [--kinds K,...] [--label K=V]...",
 		Short: "Run a worker on this machine against a remote daemon",
 		Long: `Run a worker: take leases from the daemon at --server, run their jobs as
 processes here (in git worktrees under --workdir when a job names a repo),
@@ -108,6 +110,9 @@ does not pass upgrades); --protocol http makes them plain calls.`,
 			if _, err := parseLevel(logLevel); err != nil {
 				return fmt.Errorf("worker: --log-level: %w", err)
 			}
+			if offer.Labels, err = api.ParseLabels(labels); err != nil {
+				return fmt.Errorf("worker: --label: %w", err)
+			}
 			if retention < 0 {
 				return fmt.Errorf("worker: --retention %v: want 0 (keep every run directory) or more", retention)
 			}
@@ -127,7 +132,7 @@ does not pass upgrades); --protocol http makes them plain calls.`,
 				return err
 			}
 			w, err := worker.New(worker.Options{
-				ID: id, Capacity: capacity, Daemon: c, Executor: exec, Logger: logger, Now: clock.Now,
+				ID: id, Capacity: capacity, Daemon: c, Executor: exec, Logger: logger, Now: clock.Now, Offer: offer,
 				Timing: timing.Default(), // until the daemon's first answer
 			})
 			if err != nil {
@@ -153,6 +158,8 @@ does not pass upgrades); --protocol http makes them plain calls.`,
 	cmd.Flags().StringVar(&server, "server", "", serverHelp)
 	cmd.Flags().StringVar(&id, "id", "", "this worker's id (required; with auth, its token is $LEASELOG_TOKEN)")
 	cmd.Flags().IntVar(&capacity, "capacity", runtime.NumCPU(), "jobs at once")
+	cmd.Flags().StringSliceVar(&offer.Kinds, "kinds", nil, "the kinds of job this worker takes: run, evaluation (default: every kind)")
+	cmd.Flags().StringArrayVar(&labels, "label", nil, "KEY=VALUE this worker offers: it takes only jobs whose every label it offers (repeatable)")
 	cmd.Flags().StringVar(&workdir, "workdir", "./leaselog-work", "where jobs run")
 	cmd.Flags().StringVar(&logFormat, "log-format", "console", "json or console (coloured on a terminal only)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

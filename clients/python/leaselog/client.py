@@ -12,6 +12,7 @@ page).
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, TypeVar
@@ -40,11 +41,35 @@ def _spec(run: Optional[str], spec: Optional[Mapping[str, Any]], checkout: Optio
 
 def _submission(id: str, kind: str, run: Optional[str], spec: Optional[Mapping[str, Any]],
                 checkout: Optional[Mapping[str, Any]], bring_back: Optional[Sequence[str]],
-                max_requeues: Optional[int]) -> Dict[str, Any]:
+                max_requeues: Optional[int], labels: Optional[Mapping[str, str]] = None,
+                priority: Optional[int] = None, not_before: Any = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"id": id, "kind": kind, "spec": _spec(run, spec, checkout, bring_back)}
     if max_requeues is not None:
         body["max_requeues"] = max_requeues
+    if labels:
+        body["labels"] = dict(labels)
+    if priority:
+        body["priority"] = priority
+    if not_before is not None:
+        body["not_before"] = _rfc3339(not_before)
     return body
+
+
+def _rfc3339(t: Any) -> str:
+    """A time as RFC 3339: a string as it is, a datetime (naive ones are
+    taken as UTC) written out."""
+    if isinstance(t, str):
+        return t
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    return t.isoformat()
+
+
+def _labels_query(labels: Optional[Mapping[str, str]]) -> Optional[str]:
+    """Labels as a query gives them: key=value pairs, by key, comma-separated."""
+    if not labels:
+        return None
+    return ",".join(f"{k}={labels[k]}" for k in sorted(labels))
 
 
 class Client:
@@ -76,7 +101,9 @@ class Client:
 
     def submit(self, id: str, kind: str = "run", run: Optional[str] = None, *,
                spec: Optional[Mapping[str, Any]] = None, checkout: Optional[Mapping[str, Any]] = None,
-               bring_back: Optional[Sequence[str]] = None, max_requeues: Optional[int] = None) -> Job:
+               bring_back: Optional[Sequence[str]] = None, max_requeues: Optional[int] = None,
+               labels: Optional[Mapping[str, str]] = None, priority: Optional[int] = None,
+               not_before: Any = None) -> Job:
         """Submit a job; idempotent on its id.
 
         ``run`` is the command leaselog's own workers run (``spec.run``);
@@ -87,8 +114,15 @@ class Client:
         answer's ``created`` says whether this call made the job. The same id
         with another kind or spec (or another ``max_requeues``, if given)
         raises :class:`errors.JobExists`.
+
+        ``labels`` are those a worker must offer (each with an equal value)
+        to take the job; ``priority`` orders it among the jobs a worker can
+        take (higher first, then the first queued); ``not_before`` (a
+        datetime, or an RFC 3339 string) is the time before which it is
+        granted to no one. Another ``labels`` or ``priority`` for the same id
+        raises :class:`errors.JobExists`; a job keeps its first ``not_before``.
         """
-        body = _submission(id, kind, run, spec, checkout, bring_back, max_requeues)
+        body = _submission(id, kind, run, spec, checkout, bring_back, max_requeues, labels, priority, not_before)
         status, doc = self._t.request("POST", "/v1/jobs", body=body)
         return Job.from_json(doc, created=status == 201)
 
@@ -97,7 +131,7 @@ class Client:
 
         Each item takes the keyword arguments of :meth:`submit` (``id``,
         ``kind``, ``run``, ``spec``, ``checkout``, ``bring_back``,
-        ``max_requeues``). Each is
+        ``max_requeues``, ``labels``, ``priority``, ``not_before``). Each is
         decided alone: the answer has one :class:`Submitted` per item, in
         order, with the job or the error that refused it (which wrote
         nothing). Only a batch that is bad as a whole raises.
@@ -105,7 +139,8 @@ class Client:
         items = []
         for j in jobs:
             items.append(_submission(j["id"], j.get("kind", "run"), j.get("run"), j.get("spec"), j.get("checkout"),
-                                     j.get("bring_back"), j.get("max_requeues")))
+                                     j.get("bring_back"), j.get("max_requeues"), j.get("labels"), j.get("priority"),
+                                     j.get("not_before")))
         _, doc = self._t.request("POST", "/v1/jobs/batch", body={"jobs": items})
         out = []
         for item in doc.get("jobs") or []:
@@ -121,16 +156,18 @@ class Client:
         return Job.from_json(doc)
 
     def jobs(self, state: Optional[str] = None, kind: Optional[str] = None, *,
-             outcome: Optional[str] = None, limit: Optional[int] = None) -> Iterator[Job]:
+             outcome: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
+             limit: Optional[int] = None) -> Iterator[Job]:
         """Every job (by id), or those in ``state`` / of ``kind`` / reported
-        with ``outcome``, page by page.
+        with ``outcome`` / requiring ``labels`` (and maybe more), page by page.
 
         A job whose worker reported it failed or killed is in state
         ``reported`` with that outcome; state ``failed`` is a job whose
         worker was lost (a run, or an evaluation past its ``max_requeues``).
         ``limit`` is the page size (the daemon's default when None).
         """
-        return self._pages("/v1/jobs", "jobs", Job.from_json, {"state": state, "kind": kind, "outcome": outcome}, limit)
+        return self._pages("/v1/jobs", "jobs", Job.from_json, {"state": state, "kind": kind, "outcome": outcome,
+                                                               "labels": _labels_query(labels)}, limit)
 
     def cancel(self, id: str) -> Job:
         """Cancel a job: a queued one at once, a leased one at its worker's next
@@ -274,10 +311,18 @@ class WorkerClient:
     """
 
     def __init__(self, server: Optional[str], worker_id: str, token: Optional[str] = None, *,
-                 data: Optional[str] = None, session: bool = True) -> None:
+                 data: Optional[str] = None, session: bool = True,
+                 kinds: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None) -> None:
         if not worker_id:
             raise ValueError("a worker needs an id")
         self.worker_id = worker_id
+        # What the worker takes, sent with every acquire (a report's too):
+        # the kinds of job (None: every kind) and the labels it offers.
+        self.offer: Dict[str, Any] = {}
+        if kinds:
+            self.offer["kinds"] = list(kinds)
+        if labels:
+            self.offer["labels"] = dict(labels)
         self._t = Transport(server, token, data=data, token_file=WORKER_TOKEN_FILE, session=session)
         self._w = f"/v1/workers/{quote(worker_id)}"
 
@@ -305,7 +350,7 @@ class WorkerClient:
     def acquire(self, max: int = 1, wait_seconds: float = 0, *, timeout: Optional[float] = None,
                 call: Optional[Call] = None) -> List[Grant]:
         """Take up to ``max`` leases, waiting up to ``wait_seconds`` for a job."""
-        body = {"max": max, "wait_seconds": wait_seconds}
+        body = {"max": max, "wait_seconds": wait_seconds, **self.offer}
         doc = self._t.worker_call("acquire", self.worker_id, "", self._w + "/acquire", body,
                                   timeout=timeout if timeout is not None else wait_seconds + 30, call=call)
         return grants(doc)
@@ -348,7 +393,7 @@ class WorkerClient:
         if result is not None:
             body["result"] = result
         if next_max:
-            body["next"] = {"max": next_max}
+            body["next"] = {"max": next_max, **self.offer}
         return self._t.worker_call("report", self.worker_id, str(int(lease)), f"/v1/leases/{int(lease)}/report",
                                    body, timeout=timeout)
 

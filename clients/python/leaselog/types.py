@@ -90,6 +90,15 @@ class Job:
     result: Any = None
     #: An evaluation's cap on requeues after losses; 0 for none.
     max_requeues: int = 0
+    #: The labels a worker must offer to take the job, its priority, and the
+    #: time before which it is granted to no one (None: none).
+    labels: Dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    not_before: Optional[_dt.datetime] = None
+    #: Of a queued job not about to be granted: what it waits for,
+    #: "not_before" or "worker"; and whether no worker present can take it.
+    waiting_for: Optional[str] = None
+    unroutable: bool = False
     #: For the answer of a submit: True if this call created the job, False
     #: if the same job existed. None elsewhere.
     created: Optional[bool] = None
@@ -108,7 +117,10 @@ class Job:
                    lease=Lease.from_json(lease) if lease else None,
                    submitted=parse_time(d.get("submitted")), updated=parse_time(d.get("updated")),
                    outcome=d.get("outcome"), reason=d.get("reason"), ref=d.get("ref"),
-                   result=d.get("result"), max_requeues=d.get("max_requeues", 0), created=created, raw=dict(d))
+                   result=d.get("result"), max_requeues=d.get("max_requeues", 0),
+                   labels=dict(d.get("labels") or {}), priority=d.get("priority", 0),
+                   not_before=parse_time(d.get("not_before")), waiting_for=d.get("waiting_for"),
+                   unroutable=bool(d.get("unroutable")), created=created, raw=dict(d))
 
 
 @dataclass

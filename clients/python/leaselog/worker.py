@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from . import _clock
 from ._core import Core, Held, Outcome, Stop, lost, not_started, refused, too_late
@@ -72,6 +72,10 @@ class Worker:
     ``LEASELOG_WORKDIR``, ``LEASELOG_SPEC`` (JSON) and ``LEASELOG_RESULT``
     (write JSON there and it becomes the report's result); never the token.
 
+    ``kinds`` (None: every kind) and ``labels`` say what the worker takes:
+    it is granted only jobs of a kind it takes whose every label it offers
+    with an equal value.
+
     Each report carries the next acquire for the slot it frees
     (``next_in_report``, on by default as in the Go worker): a busy worker
     takes its next job in the report of the last. The worker calls go over a
@@ -97,11 +101,12 @@ class Worker:
                  handler: Handler = None, capacity: int = 1, state_dir: Optional[str] = None,
                  workdir: Optional[str] = None, wait_seconds: float = 10.0, stop_grace: float = 10.0,
                  next_in_report: bool = True, timing: Optional[Timing] = None,
-                 data: Optional[str] = None, session: bool = True) -> None:
+                 data: Optional[str] = None, session: bool = True,
+                 kinds: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, is {capacity}")
         self.id = worker_id
-        self.api = WorkerClient(server, worker_id, token, data=data, session=session)
+        self.api = WorkerClient(server, worker_id, token, data=data, session=session, kinds=kinds, labels=labels)
         self.handler = handler
         self.capacity = capacity
         self.state_dir = os.path.abspath(state_dir or default_state_dir(worker_id))

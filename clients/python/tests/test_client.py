@@ -234,6 +234,35 @@ class ClientTest(ServerTest):
         self.assertFalse(out[3].ok)
         self.assertEqual(self.client.job(b).state, "queued")
 
+    def test_routing_priority_and_delay(self) -> None:
+        """Jobs that require a label go only to a worker that offers it, the
+        highest priority first; a delayed one waits; a queued job no worker
+        present can take says so."""
+        lane = {"lane": uid("lane")}
+        low = self.submit("low", kind="evaluation", run="true", labels=lane, priority=1)
+        high = self.submit("high", kind="evaluation", run="true", labels=lane, priority=5)
+        later = self.submit("later", kind="evaluation", run="true", labels=lane, priority=9,
+                            not_before=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1))
+        self.assertEqual((high.labels, high.priority), (lane, 5))
+        self.assertIsNotNone(later.not_before)
+        self.assertEqual(self.client.job(later.id).waiting_for, "not_before")
+        got = self.client.job(high.id)
+        self.assertEqual((got.waiting_for, got.unroutable), ("worker", True))
+        self.assertEqual(sorted(j.id for j in self.client.jobs(labels=lane)), sorted([low.id, high.id, later.id]))
+        with self.assertRaises(errors.JobExists):
+            self.client.submit(high.id, kind="evaluation", run="true", labels=lane, priority=4)
+
+        runs = leaselog.WorkerClient(self.client.server, uid("runs-only"), kinds=["run"], labels=lane)
+        self.assertFalse([g for g in runs.acquire(10) if g.job.id in (low.id, high.id, later.id)])
+        w = leaselog.WorkerClient(self.client.server, uid("lane-worker"), kinds=["evaluation"], labels=lane)
+        gs = w.acquire(2)
+        self.assertEqual([g.job.id for g in gs], [high.id, low.id])  # above every job of priority 0
+        for g in gs:
+            w.report(g.lease, "succeeded")
+        with self.assertRaises(errors.BadRequest) as cm:
+            leaselog.WorkerClient(self.client.server, uid("w"), kinds=["gpu"]).acquire(1)
+        self.assertIn("kinds", cm.exception.message)
+
     def test_jobs_by_outcome(self) -> None:
         """A job reported failed is in state reported, outcome failed: the
         outcome filter finds it, state failed does not."""

@@ -177,7 +177,7 @@ func (d *Driver) Round(r int) []Step {
 		}},
 		{"stale report", func() error { return d.report("w2", runx, event.OutcomeFailed, `{"late": true}`, true) }},
 		{"stale report again", func() error { return d.report("w2", runx, event.OutcomeFailed, `{"late": true}`, true) }},
-		{"acquire requeued", func() error { return d.acquire("w3", 2, late, evalq) }}, // FIFO by (re)queue time
+		{"acquire requeued", func() error { return d.acquire("w3", 2, evalq, late) }}, // a requeued evaluation keeps its first queueing
 		{"start w3", func() error { return d.start("w3", evalq) }},
 		{"report requeued", func() error { return d.report("w3", evalq, event.OutcomeFailed, `{"score": 0}`, false) }},
 		{"submit capped", func() error {

@@ -229,11 +229,11 @@ func (h *history) callOps(ops []porcupine.Operation, c *record) []porcupine.Oper
 		l, found := h.leases[lease]
 		return l.Job, found
 	}
-	acquired := func(gs []api.Grant, worker string, asked int, start bool) []JobOp {
+	acquired := func(gs []api.Grant, worker string, asked int, start bool, offer Route) []JobOp {
 		if !ok {
 			return nil // what it granted is in the stream: orphanGrants
 		}
-		return h.acquireOps(c, gs, asked, worker, start)
+		return h.acquireOps(c, gs, asked, worker, start, offer)
 	}
 	for _, o := range CallOps(c.req, c.reply, c.err, ok, jobOf, acquired) {
 		out, ret := o.Out, c.ret
@@ -249,19 +249,19 @@ func (h *history) callOps(ops []porcupine.Operation, c *record) []porcupine.Oper
 // to asked jobs, that granted gs: one per grant and, when it granted fewer
 // than it asked for, a miss of every other job that may have been queued
 // while it was in flight.
-func (h *history) acquireOps(c *record, gs []api.Grant, asked int, worker string, start bool) []JobOp {
+func (h *history) acquireOps(c *record, gs []api.Grant, asked int, worker string, start bool, offer Route) []JobOp {
 	var ops []JobOp
 	given := map[string]bool{}
 	for _, g := range gs {
 		given[g.Job.ID] = true
-		ops = append(ops, JobOp{Input{Op: OpAcquire, Job: g.Job.ID, Worker: worker, Start: start}, Output{Lease: g.Lease}})
+		ops = append(ops, JobOp{Input{Op: OpAcquire, Job: g.Job.ID, Worker: worker, Start: start, Offer: offer}, Output{Lease: g.Lease}})
 	}
 	if len(gs) >= asked {
 		return ops
 	}
 	for _, job := range h.jobs {
 		if !given[job] && h.mayBeQueued(job, c.call, c.ret) {
-			ops = append(ops, JobOp{Input{Op: OpMiss, Job: job, Worker: worker}, Output{}})
+			ops = append(ops, JobOp{Input{Op: OpMiss, Job: job, Worker: worker, Offer: offer}, Output{}})
 		}
 	}
 	return ops
@@ -279,7 +279,7 @@ func (h *history) orphanGrants(ops []porcupine.Operation) ([]porcupine.Operation
 			continue
 		}
 		var first *record
-		start := false
+		start, offer := false, Route{}
 		for i := range h.calls {
 			c := &h.calls[i]
 			if _, _, ok := grantsOf(c); !ok || known(c) || (first != nil && c.call >= first.call) {
@@ -288,11 +288,11 @@ func (h *history) orphanGrants(ops []porcupine.Operation) ([]porcupine.Operation
 			switch q := c.req; q.Op {
 			case OpAcquire:
 				if q.Worker == e.Worker {
-					first, start = c, false
+					first, start, offer = c, false, RouteOf(q.Offer)
 				}
 			case OpReport:
 				if q.Report.Worker == e.Worker {
-					first, start = c, q.Report.Next.Start
+					first, start, offer = c, q.Report.Next.Start, RouteOf(q.Report.Next.Offer)
 				}
 			}
 		}
@@ -300,7 +300,7 @@ func (h *history) orphanGrants(ops []porcupine.Operation) ([]porcupine.Operation
 			return nil, fmt.Errorf("linearize: lease %d of job %s was granted to %s, by no recorded call: record every call", e.Lease, e.Job, e.Worker)
 		}
 		ops = append(ops, porcupine.Operation{ClientId: first.client, Call: first.call, Return: never,
-			Input: Input{Op: OpAcquire, Job: e.Job, Worker: e.Worker, Start: start}, Output: Output{Unknown: true}})
+			Input: Input{Op: OpAcquire, Job: e.Job, Worker: e.Worker, Start: start, Offer: offer}, Output: Output{Unknown: true}})
 	}
 	return ops, nil
 }

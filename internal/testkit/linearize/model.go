@@ -31,7 +31,9 @@ import (
 // operation of its own (the sweeper's decision), and a lost report ends a
 // lease exactly as an expiry does (lost), answered like a report and
 // never an attempt; an evaluation lost once more than its cap on requeues
-// allows fails. A report on a lease already reported is a retry of the
+// allows fails. It knows routing (route.go): an acquire grants a job only
+// if its worker takes the job's kind and offers its labels, and misses
+// none it cannot take. A report on a lease already reported is a retry of the
 // first (its answer) or a late claim (stale), by what it says (retryOf). It
 // does not know sequence
 // numbers either: a report's answer, a stale report's record and a token
@@ -69,6 +71,11 @@ type Input struct {
 	NamesCap             bool // OpSubmit: it names one (else the daemon's default: none)
 	Outcome, Ref, Reason string
 	Result               string // OpReport: the result as compact JSON; "" for none
+	// OpSubmit: the labels the job requires (Route's form) and its priority.
+	Labels   string
+	Priority int
+	// OpAcquire, OpMiss: what the worker takes (Route).
+	Offer Route
 }
 
 // Output is an operation's answer; Unknown when nobody saw it (the call may
@@ -123,6 +130,8 @@ type mjob struct {
 	// maxRequeues caps requeues, the times the job was queued again after
 	// a loss (0: no cap).
 	maxRequeues, requeues int
+	labels                string // Route's form
+	priority              int
 }
 
 func (j mjob) clone() mjob {
@@ -185,12 +194,14 @@ func stepJob(j mjob, in Input, out Output) (bool, mjob) {
 			if !unknown && (out.Code != "" || !out.Created) {
 				return false, j
 			}
-			return true, mjob{exists: true, kind: in.JobKind, spec: in.Spec, state: fsm.Queued, maxRequeues: in.MaxRequeues}
+			return true, mjob{exists: true, kind: in.JobKind, spec: in.Spec, state: fsm.Queued, maxRequeues: in.MaxRequeues,
+				labels: in.Labels, priority: in.Priority}
 		}
 		if unknown {
 			return true, j
 		}
-		if j.kind == in.JobKind && j.spec == in.Spec && (!in.NamesCap || in.MaxRequeues == j.maxRequeues) {
+		if j.kind == in.JobKind && j.spec == in.Spec && (!in.NamesCap || in.MaxRequeues == j.maxRequeues) &&
+			j.labels == in.Labels && j.priority == in.Priority {
 			return out.Code == "" && !out.Created, j
 		}
 		return out.Code == api.CodeJobExists, j
@@ -198,6 +209,9 @@ func stepJob(j mjob, in Input, out Output) (bool, mjob) {
 	case OpAcquire:
 		if !j.exists || j.state != fsm.Queued {
 			return unknown, j
+		}
+		if !in.Offer.takes(j.kind, j.labels) {
+			return false, j // a job goes only to a worker that can take it
 		}
 		if !unknown && out.Lease <= j.maxToken() {
 			return false, j
@@ -211,7 +225,7 @@ func stepJob(j mjob, in Input, out Output) (bool, mjob) {
 		return true, j
 
 	case OpMiss:
-		return !j.exists || j.state != fsm.Queued, j
+		return !j.exists || j.state != fsm.Queued || !in.Offer.takes(j.kind, j.labels), j
 
 	case OpStart:
 		j, i := j.find(in.Lease, in.Worker)
@@ -368,7 +382,8 @@ func (j *mjob) lost(mode event.RevokeMode) {
 func equal(a, b any) bool {
 	x, y := a.(mjob), b.(mjob)
 	if x.exists != y.exists || x.kind != y.kind || x.spec != y.spec || x.state != y.state || x.attempts != y.attempts ||
-		x.maxRequeues != y.maxRequeues || x.requeues != y.requeues || len(x.leases) != len(y.leases) {
+		x.maxRequeues != y.maxRequeues || x.requeues != y.requeues || x.labels != y.labels || x.priority != y.priority ||
+		len(x.leases) != len(y.leases) {
 		return false
 	}
 	for i := range x.leases {

@@ -21,6 +21,11 @@ type Req struct {
 	Max    int    // OpAcquire
 	Start  bool   // OpAcquire: the grants come back running
 	Report api.Report
+	// Labels and Priority are a submission's scheduling (OpSubmit); Offer
+	// what an acquire's worker takes (OpAcquire).
+	Labels   map[string]string
+	Priority int
+	Offer    api.Offer
 	// MaxRequeues is the cap a submission names (OpSubmit), nil for none:
 	// the daemon's default, which the model takes as no cap (the callers
 	// checked here run daemons without one).
@@ -38,7 +43,9 @@ type JobOp struct {
 // that granted gs: one per grant, and the misses its caller can bound
 // in time. CallOps calls it for an acquire answered without error, and for
 // the acquire a report carried, made by the call that accepted the report.
-type Acquired func(gs []api.Grant, worker string, max int, start bool) []JobOp
+// offer is what the worker takes: an acquire grants no job it cannot take,
+// and misses none.
+type Acquired func(gs []api.Grant, worker string, max int, start bool, offer Route) []JobOp
 
 // CallOps returns what one processing of the call q did, per job, given
 // what it answered: reply is the Daemon method's (for OpSubmit, whether it
@@ -57,7 +64,7 @@ func CallOps(q Req, reply any, err error, known bool, jobOf func(lease uint64) (
 		if err == nil {
 			o.Created = reply.(bool)
 		}
-		in := Input{Op: OpSubmit, Job: q.Job, JobKind: q.Kind, Spec: q.Spec}
+		in := Input{Op: OpSubmit, Job: q.Job, JobKind: q.Kind, Spec: q.Spec, Labels: LabelsOf(q.Labels), Priority: q.Priority}
 		if q.MaxRequeues != nil {
 			in.MaxRequeues, in.NamesCap = *q.MaxRequeues, true
 		}
@@ -85,7 +92,7 @@ func CallOps(q Req, reply any, err error, known bool, jobOf func(lease uint64) (
 		if err != nil {
 			return nil // a refused acquire grants nothing
 		}
-		return acquired(reply.([]api.Grant), q.Worker, q.Max, q.Start)
+		return acquired(reply.([]api.Grant), q.Worker, q.Max, q.Start, RouteOf(q.Offer))
 	case OpStart:
 		if job, ok := jobOf(q.Lease); ok {
 			return []JobOp{{Input{Op: OpStart, Job: job, Worker: q.Worker, Lease: q.Lease}, Output{Code: code}}}
@@ -129,7 +136,7 @@ func CallOps(q Req, reply any, err error, known bool, jobOf func(lease uint64) (
 		// an answer without its next repeats an earlier one, which made it.
 		if err == nil && q.Report.Next != nil {
 			if next := reply.(api.ReportReply).Next; next != nil {
-				ops = append(ops, acquired(next.Leases, q.Report.Worker, max(q.Report.Next.Max, 1), q.Report.Next.Start)...)
+				ops = append(ops, acquired(next.Leases, q.Report.Worker, max(q.Report.Next.Max, 1), q.Report.Next.Start, RouteOf(q.Report.Next.Offer))...)
 			}
 		}
 		return ops

@@ -50,6 +50,17 @@ export const jobBadge = (j) => h('span', { class: `badge ${j.state}`, 'data-tone
 // outcomeBadge shows a reported job's outcome in the colour of its tone.
 export const outcomeBadge = (j) => (j.outcome ? h('span', { class: 'badge outcome', 'data-tone': tone(j) }, j.outcome) : '');
 
+// What a queued job waits for, if anything: its time, or a worker that can
+// take it (the daemon's waiting_for).
+export function waiting(j) {
+  if (j.waiting_for === 'not_before') return `waits until ${time(j.not_before)}`;
+  if (j.waiting_for === 'worker') return 'no worker present takes it';
+  return '';
+}
+
+// A job's labels, key=value, by key.
+export const labels = (j) => Object.keys(j.labels || {}).sort().map((k) => `${k}=${j.labels[k]}`).join(', ');
+
 export const jobLink = (id) => h('a', { href: `#/job/${encodeURIComponent(id)}` }, id);
 
 // time shows an RFC 3339 time in local time, to the second, 24-hour.

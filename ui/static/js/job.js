@@ -3,7 +3,7 @@
 // output (output.js), kept up to date from the event stream.
 import { actions } from './actions.js';
 import { all, daemonNow, get } from './api.js';
-import { coalesce, h, jobBadge, outcomeBadge, table, time } from './dom.js';
+import { coalesce, h, jobBadge, labels, outcomeBadge, table, time, waiting } from './dom.js';
 import { outputPanel } from './output.js';
 import { draw, model } from './timeline.js';
 
@@ -40,6 +40,10 @@ export function render(main, id) {
       j.lease ? [h('dt', {}, 'live lease'), h('dd', {}, `${j.lease.lease} on ${j.lease.worker} (${j.lease.state})`)] : null,
       j.reason ? [h('dt', {}, 'reason'), h('dd', {}, j.reason)] : null,
       j.max_requeues ? [h('dt', {}, 'max requeues'), h('dd', {}, j.max_requeues)] : null,
+      j.labels ? [h('dt', {}, 'labels'), h('dd', {}, labels(j))] : null,
+      j.priority ? [h('dt', {}, 'priority'), h('dd', {}, j.priority)] : null,
+      j.not_before ? [h('dt', {}, 'not before'), h('dd', {}, time(j.not_before))] : null,
+      waiting(j) ? [h('dt', {}, 'waiting'), h('dd', { class: j.unroutable ? 'error' : null }, waiting(j))] : null,
       j.ref ? [h('dt', {}, 'ref'), h('dd', {}, h('code', {}, j.ref))] : null,
       h('dt', {}, 'spec'), h('dd', {}, h('code', {}, spec)),
       h('dt', {}, 'submitted'), h('dd', {}, time(j.submitted))));

@@ -5,7 +5,7 @@
 // changed.
 import { page } from './api.js';
 import { actions } from './actions.js';
-import { coalesce, h, hashQuery, jobBadge, jobLink, outcomeBadge, setHashQuery, table, time } from './dom.js';
+import { coalesce, h, hashQuery, jobBadge, jobLink, outcomeBadge, setHashQuery, table, time, waiting } from './dom.js';
 
 const STATES = ['queued', 'acquired', 'running', 'reported', 'failed', 'cancelled', 'expired'];
 const KINDS = ['run', 'evaluation'];
@@ -68,7 +68,7 @@ export function render(main) {
       h('td', {}, jobLink(j.id)), h('td', {}, j.kind), h('td', {}, jobBadge(j)),
       h('td', {}, j.lease ? j.lease.worker : ''), h('td', {}, outcomeBadge(j)),
       h('td', {}, j.attempts), h('td', {}, j.leases), h('td', {}, time(j.submitted)), h('td', {}, time(j.updated)),
-      h('td', { class: 'wrap' }, j.reason || ''), h('td', {}, actions(j))));
+      h('td', { class: 'wrap' }, j.reason || waiting(j)), h('td', {}, actions(j))));
     seen = new Set(p.items.map((j) => j.id));
     const pager = h('div', { class: 'pager' },
       h('button', { class: 'prev', disabled: cursors.length === 1, onclick: () => { cursors.pop(); seen = null; load(); } }, '← previous'),
