@@ -3,6 +3,7 @@ package projection_test
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/leaselog/leaselog/projection"
@@ -34,8 +35,8 @@ func TestArchiveRecordsRoundTrip(t *testing.T) {
 	for _, r := range keep.RetiredRecords() {
 		want[string(r.Key)] = r.Value
 	}
-	if len(recs) != len(want) || len(recs) != 3 { // job r1, lease 5, the stale report
-		t.Fatalf("%d records retired, %d kept; want 3", len(recs), len(want))
+	if len(recs) != len(want) || len(recs) != 5 { // jobs r1 and t2, leases 5 and 21, the stale report
+		t.Fatalf("%d records retired, %d kept; want 5", len(recs), len(want))
 	}
 	for _, r := range recs {
 		if !bytes.Equal(want[string(r.Key)], r.Value) {
@@ -45,12 +46,12 @@ func TestArchiveRecordsRoundTrip(t *testing.T) {
 		switch {
 		case ok && job != "":
 			j, err := projection.DecodeJob(job, r.Value)
-			if kj, _ := keep.Job(job); err != nil || j.Ref != kj.Ref || !bytes.Equal(j.Result, kj.Result) || j.State != kj.State || j.Attempts != kj.Attempts {
+			if kj, _ := keep.Job(job); err != nil || j.Ref != kj.Ref || !bytes.Equal(j.Result, kj.Result) || j.State != kj.State || j.Attempts != kj.Attempts || j.Timing != kj.Timing {
 				t.Fatalf("job %q decodes to %+v (%v), kept %+v", job, j, err, kj)
 			}
 		case ok:
 			l, err := projection.DecodeLease(lease, r.Value)
-			if kl, _ := keep.Lease(lease); err != nil || l != kl {
+			if kl, _ := keep.Lease(lease); err != nil || !reflect.DeepEqual(l, kl) {
 				t.Fatalf("lease %d decodes to %+v (%v), kept %+v", lease, l, err, kl)
 			}
 		default:
