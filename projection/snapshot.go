@@ -67,7 +67,8 @@ var ErrSnapshotVersion = errors.New("projection: snapshot of an older version")
 //	                                                                     other's, ascending
 //	watched  n { worker# }                                               recency order
 //
-// (…At: present time; job#, lease#, worker#: positions in the lists above.)
+// (…At: present time; job#, lease#, worker#: positions in the lists above;
+// timing: renew grace toleration in ns, 0 0 0 for the daemon's.)
 func (t *Table) Snapshot() []byte {
 	var w enc
 	w.uvarint(snapshotVersion)

@@ -18,7 +18,7 @@ func TestSilentByOwnToleration(t *testing.T) {
 		event.Event{Type: event.TypeQueued, Time: 0, Job: "b", Kind: event.KindRun, Timing: ownTiming(2, 5, 60)},
 		event.Event{Type: event.TypeQueued, Time: 0, Job: "c", Kind: event.KindRun, Timing: ownTiming(2, 5, 60)},
 		event.Event{Type: event.TypeQueued, Time: 0, Job: "d", Kind: event.KindRun, Timing: ownTiming(2, 5, 100)},
-		event.Event{Type: event.TypeAcquired, Time: 0, Job: "a", Worker: "w"},                            // lease 5
+		event.Event{Type: event.TypeAcquired, Time: 0, Job: "a", Worker: "w"},                               // lease 5
 		event.Event{Type: event.TypeAcquired, Time: 0, Job: "d", Worker: "w", Timing: ownTiming(2, 5, 100)}, // lease 6
 		event.Event{Type: event.TypeAcquired, Time: 0, Job: "b", Worker: "w", Timing: ownTiming(2, 5, 60)},  // lease 7
 		event.Event{Type: event.TypeAcquired, Time: 10, Job: "c", Worker: "w", Timing: ownTiming(2, 5, 60)}, // lease 8
