@@ -7,6 +7,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/projection"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // The commands that save a worker or an executor round trips: each does in
@@ -91,6 +92,12 @@ type SubmitItem struct {
 	// is the daemon's default (Options.MaxRequeues), 0 no cap; a run has
 	// none. The cap decided is recorded in the job's lease.queued.
 	MaxRequeues *int
+	// Timing is the timing the job asks for of its own: a zero field is
+	// not asked, and all zero (most jobs) is the daemon's timing, whatever
+	// it is when the sweeper judges. A job that asks any is recorded with
+	// the whole (timing.Own: the fields it names over the daemon's timing
+	// then), which must hold together and lie within Options.Bounds.
+	Timing timing.Config
 }
 
 // Submitted is one job's answer in a SubmitBatch: the job (with its live
@@ -120,6 +127,7 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 	out := make([]Submitted, len(items))
 	specs := make([][]byte, len(items))
 	caps := make([]int, len(items))
+	owns := make([]timing.Config, len(items))
 	for i, it := range items {
 		var err error
 		switch {
@@ -136,6 +144,9 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 		if err == nil {
 			specs[i], err = canonicalSpec(it.Spec)
 		}
+		if err == nil && it.Timing != (timing.Config{}) {
+			owns[i], err = s.ownTiming(it.Timing)
+		}
 		out[i].Err = err
 	}
 	_, err := command(ctx, s, "submit", func(t *tx) (struct{}, error) {
@@ -148,7 +159,7 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 			spec := specs[i]
 			j, ok := s.mu.table.Job(it.ID)
 			if first, queued := batch[it.ID]; queued {
-				j, ok = projection.Job{ID: it.ID, Kind: items[first].Kind, Spec: specs[first], MaxRequeues: caps[first]}, true
+				j, ok = projection.Job{ID: it.ID, Kind: items[first].Kind, Spec: specs[first], MaxRequeues: caps[first], Timing: owns[first]}, true
 			} else if !ok {
 				var err error
 				if j, ok, err = s.jobLocked(it.ID); err != nil {
@@ -160,6 +171,8 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 				out[i].Err = fmt.Errorf("%w: job %q exists as a %s with spec %s", ErrJobExists, it.ID, j.Kind, j.Spec)
 			case ok && it.MaxRequeues != nil && *it.MaxRequeues != j.MaxRequeues:
 				out[i].Err = fmt.Errorf("%w: job %q exists with max_requeues %d", ErrJobExists, it.ID, j.MaxRequeues)
+			case ok && !sameTiming(it.Timing, j.Timing):
+				out[i].Err = fmt.Errorf("%w: job %q exists with %s", ErrJobExists, it.ID, timingWords(j.Timing))
 			case ok:
 				// The same job: answered below, as the table has it.
 			case s.mu.stopping:
@@ -167,7 +180,7 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 			default:
 				batch[it.ID] = i
 				out[i].Created = true
-				evs = append(evs, event.Event{Type: event.TypeQueued, Job: it.ID, Kind: it.Kind, Spec: spec, MaxRequeues: uint32(caps[i])})
+				evs = append(evs, event.Event{Type: event.TypeQueued, Job: it.ID, Kind: it.Kind, Spec: spec, MaxRequeues: uint32(caps[i]), Timing: owns[i]})
 			}
 		}
 		if _, err := t.stage(evs...); err != nil { // nothing new: a read
