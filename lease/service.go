@@ -48,13 +48,13 @@ import (
 // Errors callers branch on. Each is returned wrapped, with a message saying
 // what was wrong.
 var (
-	ErrInvalid     = errors.New("invalid request")                                    // bad input: HTTP 400
-	ErrNotFound    = errors.New("not found")                                          // unknown job or lease: 404
-	ErrWrongWorker = errors.New("lease held by another worker")                       // 403
-	ErrStaleLease  = errors.New("stale lease")                                        // old or expired token: 409
+	ErrInvalid     = errors.New("invalid request")                                            // bad input: HTTP 400
+	ErrNotFound    = errors.New("not found")                                                  // unknown job or lease: 404
+	ErrWrongWorker = errors.New("lease held by another worker")                               // 403
+	ErrStaleLease  = errors.New("stale lease")                                                // old or expired token: 409
 	ErrJobExists   = errors.New("job exists with another kind, spec, max_requeues or timing") // 409
-	ErrStopping    = errors.New("daemon is stopping")                                 // 503
-	ErrFailed      = errors.New("lease service failed; restart the daemon")           // storage failed: 503
+	ErrStopping    = errors.New("daemon is stopping")                                         // 503
+	ErrFailed      = errors.New("lease service failed; restart the daemon")                   // storage failed: 503
 )
 
 // Options configures a Service.
