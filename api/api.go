@@ -30,6 +30,13 @@ type Job struct {
 	// MaxRequeues caps an evaluation's requeues after losses; 0 (absent):
 	// no cap.
 	MaxRequeues int `json:"max_requeues,omitempty"`
+	// Timing is the job's own timing, whole (absent: the daemon's, in the
+	// grant's renew_seconds…): its leases expire, and its worker fences
+	// them, by it.
+	Timing *Timing `json:"timing,omitempty"`
+	// Details is the latest progress its live lease's heartbeats gave (a
+	// JSON object; absent without a live lease, or before any).
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 // Lease is a lease as the API shows it.
@@ -43,6 +50,11 @@ type Lease struct {
 	Acquired time.Time `json:"acquired"`
 	Heard    time.Time `json:"heard"`
 	Report   uint64    `json:"report_seq,omitempty"` // the accepted report's seq
+	// Timing is the timing it was granted with, its job's own (absent: the
+	// daemon's).
+	Timing *Timing `json:"timing,omitempty"`
+	// Details is the latest details its heartbeats gave, while it is live.
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 // Timing is what a worker must know of the daemon's clock rules.
@@ -74,6 +86,15 @@ type Submit struct {
 	// the daemon's default (plugins.executor.max_requeues); 0: no cap. A run
 	// takes none: a loss fails it.
 	MaxRequeues *int `json:"max_requeues,omitempty"`
+	// The job's own timing, each field absent for the daemon's: the whole,
+	// these over the daemon's timing at submission, must keep
+	// 0 < 2×renew < grace < toleration, a renew of at least
+	// [plugins.executor] min_renew_seconds and a toleration of at most
+	// max_toleration_seconds. Its leases expire, and its worker fences
+	// them, by it.
+	RenewSeconds      *float64 `json:"renew_seconds,omitempty"`
+	GraceSeconds      *float64 `json:"grace_seconds,omitempty"`
+	TolerationSeconds *float64 `json:"toleration_seconds,omitempty"`
 }
 
 // Spec is the part of a job spec leaselog's own workers understand. Executors
@@ -106,9 +127,14 @@ type Grants struct {
 	Next   string  `json:"next,omitempty"`
 }
 
-// Heartbeat is the body of POST /v1/workers/{worker}/heartbeat.
+// Heartbeat is the body of POST /v1/workers/{worker}/heartbeat. Details,
+// optional, gives the progress of some of the leases it names, by lease: a
+// JSON object each, kept as the lease's latest (more than 4 KiB is kept as
+// {"cut":N}, N its size). A map beside the list, so that {"leases":[…]}
+// stays the whole heartbeat of a worker that has none to give.
 type Heartbeat struct {
-	Leases []uint64 `json:"leases"`
+	Leases  []uint64                   `json:"leases"`
+	Details map[uint64]json.RawMessage `json:"details,omitempty"`
 }
 
 // Directive tells a worker what to do with a lease it heartbeats.
@@ -211,6 +237,10 @@ type Event struct {
 	Spec       json.RawMessage `json:"spec,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Heartbeats *Heartbeats     `json:"heartbeats,omitempty"`
+	// Timing: a job's own timing (lease.queued), a lease's (lease.acquired).
+	Timing *Timing `json:"timing,omitempty"`
+	// Details: a heartbeat's details of its lease.
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 // Heartbeats is what a lease.heartbeats event stands for: heartbeats of its

@@ -40,7 +40,11 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if string(bytes.TrimSpace(spec)) == "null" { // a client's "no spec", as Python's None
 		spec = nil
 	}
-	j, created, err := s.svc.SubmitItem(r.Context(), lease.SubmitItem{ID: in.ID, Kind: kind, Spec: spec, MaxRequeues: in.MaxRequeues})
+	own, err := ops.TimingAsked(in)
+	if err != nil {
+		return err
+	}
+	j, created, err := s.svc.SubmitItem(r.Context(), lease.SubmitItem{ID: in.ID, Kind: kind, Spec: spec, MaxRequeues: in.MaxRequeues, Timing: own})
 	if err != nil {
 		return err
 	}
