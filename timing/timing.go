@@ -86,8 +86,8 @@ func (b Bounds) Validate() error {
 
 // Own is the timing a job asks for of its own: the fields it names (a zero
 // field is not named) over def, the daemon's timing when it was submitted.
-// The whole must hold together (Validate) and lie within b; the error, a
-// *ConfigError, names the field at fault.
+// The whole must hold together (Validate) and the fields it names lie
+// within b; the error, a *ConfigError, names the field at fault.
 func Own(asked, def Config, b Bounds) (Config, error) {
 	c := def
 	if asked.Renew != 0 {
@@ -107,10 +107,12 @@ func Own(asked, def Config, b Bounds) (Config, error) {
 			return Config{}, &ConfigError{f.key, fmt.Sprintf("must be positive, is %v", f.v.Seconds())}
 		}
 	}
+	// The bounds judge what the job named: the rest is the daemon's, which
+	// its configuration chose whatever the bounds.
 	switch {
-	case c.Renew < b.MinRenew:
+	case asked.Renew != 0 && c.Renew < b.MinRenew:
 		return Config{}, &ConfigError{"renew_seconds", fmt.Sprintf("must be at least min_renew_seconds (%v), is %v", b.MinRenew.Seconds(), c.Renew.Seconds())}
-	case b.MaxToleration != 0 && c.Toleration > b.MaxToleration:
+	case asked.Toleration != 0 && b.MaxToleration != 0 && c.Toleration > b.MaxToleration:
 		return Config{}, &ConfigError{"toleration_seconds", fmt.Sprintf("must be at most max_toleration_seconds (%v), is %v", b.MaxToleration.Seconds(), c.Toleration.Seconds())}
 	}
 	if err := c.Validate(); err != nil {

@@ -34,6 +34,7 @@ func TestOwn(t *testing.T) {
 	def := timing.Default()
 	b := timing.Bounds{MinRenew: s, MaxToleration: 600 * s}
 	for _, tc := range []struct {
+		def   timing.Config // zero: timing.Default()
 		asked timing.Config
 		want  timing.Config
 		key   string
@@ -46,7 +47,16 @@ func TestOwn(t *testing.T) {
 		{asked: timing.Config{Toleration: 601 * s}, key: "toleration_seconds"},
 		{asked: timing.Config{Toleration: 40 * s}, key: "toleration_seconds"}, // not past the default grace
 		{asked: timing.Config{Renew: 30 * s}, key: "grace_seconds"},           // 2 × renew reaches the default grace
+		// The daemon's renew below the minimum, its toleration past the
+		// maximum: the bounds judge what a job names, not the daemon's.
+		{def: timing.Config{Renew: s / 10, Grace: s, Toleration: 900 * s}, asked: timing.Config{Grace: 2 * s},
+			want: timing.Config{Renew: s / 10, Grace: 2 * s, Toleration: 900 * s}},
+		{def: timing.Config{Renew: s / 10, Grace: s, Toleration: 900 * s}, asked: timing.Config{Renew: s / 2}, key: "renew_seconds"},
 	} {
+		def := def
+		if tc.def != (timing.Config{}) {
+			def = tc.def
+		}
 		got, err := timing.Own(tc.asked, def, b)
 		var ce *timing.ConfigError
 		switch {
