@@ -46,6 +46,8 @@ import (
 //	workdir = "./leaselog-data/work" # where the local worker runs jobs
 //	retention_seconds = 604800       # run directories of ended jobs are removed after this; 0: kept
 //	max_requeues = 0                 # an evaluation lost once more than this many requeues fails; 0: no cap
+//	min_renew_seconds = 1            # the bounds of a job's own timing (submit's renew_seconds…);
+//	max_toleration_seconds = 86400   # 0: no bound
 //
 //	[auth]                           # absent: loopback or a unix socket only, and open unless
 //	                                 # there is a local worker: then an admin token in <dir>/token
@@ -123,6 +125,10 @@ type ExecutorConfig struct {
 	// submitted without a cap of its own (lease.Options.MaxRequeues); 0:
 	// no cap.
 	MaxRequeues int `toml:"max_requeues"`
+	// MinRenewSeconds and MaxTolerationSeconds bound the timing a job may
+	// ask for of its own (lease.Options.Bounds); 0: no bound.
+	MinRenewSeconds      float64 `toml:"min_renew_seconds"`
+	MaxTolerationSeconds float64 `toml:"max_toleration_seconds"`
 }
 
 // AuthConfig is [auth].
@@ -140,7 +146,7 @@ type LogConfig struct {
 
 // DefaultConfig is the configuration of an empty file.
 func DefaultConfig() Config {
-	def := timing.Default()
+	def, bounds := timing.Default(), timing.DefaultBounds()
 	capacity := runtime.NumCPU()
 	return Config{
 		Server: ServerConfig{Listen: "127.0.0.1:7420", CancelQueuedOnStop: true},
@@ -149,6 +155,7 @@ func DefaultConfig() Config {
 		Plugins: PluginsConfig{Executor: ExecutorConfig{
 			RenewSeconds: def.Renew.Seconds(), GraceSeconds: def.Grace.Seconds(), TolerationSeconds: def.Toleration.Seconds(),
 			LocalCapacity: &capacity, RetentionSeconds: local.DefaultRetention.Seconds(),
+			MinRenewSeconds: bounds.MinRenew.Seconds(), MaxTolerationSeconds: bounds.MaxToleration.Seconds(),
 		}},
 		Log: LogConfig{Format: "json", Level: "info"},
 	}
@@ -179,6 +186,13 @@ func (c Config) Lease() timing.Config {
 	e := c.Plugins.Executor
 	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 	return timing.Config{Renew: sec(e.RenewSeconds), Grace: sec(e.GraceSeconds), Toleration: sec(e.TolerationSeconds)}
+}
+
+// Bounds returns the bounds of a job's own timing of [plugins.executor].
+func (c Config) Bounds() timing.Bounds {
+	e := c.Plugins.Executor
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	return timing.Bounds{MinRenew: sec(e.MinRenewSeconds), MaxToleration: sec(e.MaxTolerationSeconds)}
 }
 
 // Capacity is the local worker's capacity.
@@ -235,17 +249,21 @@ func (c Config) Validate() error {
 		{"store.snapshot_seconds", c.Store.SnapshotSeconds},
 		{"store.heartbeat_retention_seconds", c.Store.HeartbeatRetentionSeconds},
 		{"plugins.executor.retention_seconds", e.RetentionSeconds},
+		{"plugins.executor.min_renew_seconds", e.MinRenewSeconds},
+		{"plugins.executor.max_toleration_seconds", e.MaxTolerationSeconds},
 	} {
 		if math.IsNaN(d.v) || math.Abs(d.v) > maxSeconds {
 			return fmt.Errorf("config: %s: must be a number of seconds up to %d (a year), is %v", d.key, maxSeconds, d.v)
 		}
 	}
-	if err := c.Lease().Validate(); err != nil {
-		var ce *timing.ConfigError
-		if errors.As(err, &ce) {
-			return fmt.Errorf("config: plugins.executor.%s: %s", ce.Key, ce.Message)
+	for _, v := range []interface{ Validate() error }{c.Lease(), c.Bounds()} {
+		if err := v.Validate(); err != nil {
+			var ce *timing.ConfigError
+			if errors.As(err, &ce) {
+				return fmt.Errorf("config: plugins.executor.%s: %s", ce.Key, ce.Message)
+			}
+			return err
 		}
-		return err
 	}
 	switch {
 	case c.Capacity() < 0:
