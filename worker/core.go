@@ -63,12 +63,12 @@ type Core struct {
 type Held struct {
 	grant   api.Grant
 	own     *timing.Config // the lease's own timing (its job's); nil: the daemon's
-	base    time.Time // the fence counts from here; zero: never renewed
-	renewed bool      // base is a grant's or a heartbeat's, not a guess (see Reattached)
-	run     Run       // nil until started
-	pending bool      // adopted: its job starts once a heartbeat renews it
-	dropped bool      // the daemon said gone: stop, and do not report
-	fenced  bool      // stopped by self-fencing
+	base    time.Time      // the fence counts from here; zero: never renewed
+	renewed bool           // base is a grant's or a heartbeat's, not a guess (see Reattached)
+	run     Run            // nil until started
+	pending bool           // adopted: its job starts once a heartbeat renews it
+	dropped bool           // the daemon said gone: stop, and do not report
+	fenced  bool           // stopped by self-fencing
 
 	// The job's progress (Progress): the latest read, the one the
 	// heartbeat in flight carries, the last one acknowledged.

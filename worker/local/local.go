@@ -108,10 +108,10 @@ const (
 	// a JSON object the worker sends with its next heartbeat when it
 	// changed (Progress).
 	progressFile = "progress.json"
-	exitFile   = supervise.ExitFile
-	stopFile   = supervise.StopFile
-	fenceFile  = supervise.FenceFile
-	fencedFile = supervise.FencedFile
+	exitFile     = supervise.ExitFile
+	stopFile     = supervise.StopFile
+	fenceFile    = supervise.FenceFile
+	fencedFile   = supervise.FencedFile
 )
 
 // Options configures an Executor.
