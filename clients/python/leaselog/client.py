@@ -40,11 +40,18 @@ def _spec(run: Optional[str], spec: Optional[Mapping[str, Any]], checkout: Optio
 
 def _submission(id: str, kind: str, run: Optional[str], spec: Optional[Mapping[str, Any]],
                 checkout: Optional[Mapping[str, Any]], bring_back: Optional[Sequence[str]],
-                max_requeues: Optional[int]) -> Dict[str, Any]:
+                max_requeues: Optional[int], timing: Mapping[str, Optional[float]]) -> Dict[str, Any]:
     body: Dict[str, Any] = {"id": id, "kind": kind, "spec": _spec(run, spec, checkout, bring_back)}
     if max_requeues is not None:
         body["max_requeues"] = max_requeues
+    for key in _TIMING:
+        if timing.get(key) is not None:
+            body[key] = timing[key]
     return body
+
+
+#: The keys of a job's own timing (see Client.submit).
+_TIMING = ("renew_seconds", "grace_seconds", "toleration_seconds")
 
 
 class Client:
@@ -73,7 +80,9 @@ class Client:
 
     def submit(self, id: str, kind: str = "run", run: Optional[str] = None, *,
                spec: Optional[Mapping[str, Any]] = None, checkout: Optional[Mapping[str, Any]] = None,
-               bring_back: Optional[Sequence[str]] = None, max_requeues: Optional[int] = None) -> Job:
+               bring_back: Optional[Sequence[str]] = None, max_requeues: Optional[int] = None,
+               renew_seconds: Optional[float] = None, grace_seconds: Optional[float] = None,
+               toleration_seconds: Optional[float] = None) -> Job:
         """Submit a job; idempotent on its id.
 
         ``run`` is the command leaselog's own workers run (``spec.run``);
@@ -83,9 +92,15 @@ class Client:
         None is the daemon's default, 0 no cap; a run takes none. The
         answer's ``created`` says whether this call made the job. The same id
         with another kind or spec (or another ``max_requeues``, if given)
-        raises :class:`errors.JobExists`.
+        raises :class:`errors.JobExists`. ``renew_seconds``,
+        ``grace_seconds`` and ``toleration_seconds`` ask for the job's own
+        timing (None: the daemon's): its leases expire, and its worker
+        fences it, by it; out of the daemon's bounds raises
+        :class:`errors.BadRequest` naming the field.
         """
-        body = _submission(id, kind, run, spec, checkout, bring_back, max_requeues)
+        body = _submission(id, kind, run, spec, checkout, bring_back, max_requeues,
+                           {"renew_seconds": renew_seconds, "grace_seconds": grace_seconds,
+                            "toleration_seconds": toleration_seconds})
         status, doc = self._t.request("POST", "/v1/jobs", body=body)
         return Job.from_json(doc, created=status == 201)
 
@@ -94,7 +109,7 @@ class Client:
 
         Each item takes the keyword arguments of :meth:`submit` (``id``,
         ``kind``, ``run``, ``spec``, ``checkout``, ``bring_back``,
-        ``max_requeues``). Each is
+        ``max_requeues``, ``renew_seconds``…). Each is
         decided alone: the answer has one :class:`Submitted` per item, in
         order, with the job or the error that refused it (which wrote
         nothing). Only a batch that is bad as a whole raises.
@@ -102,7 +117,7 @@ class Client:
         items = []
         for j in jobs:
             items.append(_submission(j["id"], j.get("kind", "run"), j.get("run"), j.get("spec"), j.get("checkout"),
-                                     j.get("bring_back"), j.get("max_requeues")))
+                                     j.get("bring_back"), j.get("max_requeues"), j))
         _, doc = self._t.request("POST", "/v1/jobs/batch", body={"jobs": items})
         out = []
         for item in doc.get("jobs") or []:
@@ -280,9 +295,18 @@ class WorkerClient:
                                  timeout=timeout if timeout is not None else wait_seconds + 30, call=call)
         return grants(doc)
 
-    def heartbeat(self, leases: Sequence[int], *, timeout: Optional[float] = None) -> Dict[str, Any]:
-        """Renew ``leases``; the answer has a directive per lease and the timing."""
-        _, doc = self._t.request("POST", self._w + "/heartbeat", body={"leases": list(leases)}, timeout=timeout)
+    def heartbeat(self, leases: Sequence[int], *, details: Optional[Mapping[int, Mapping[str, Any]]] = None,
+                  timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Renew ``leases``; the answer has a directive per lease and the timing.
+
+        ``details`` gives the progress of some of them, by lease: a JSON
+        object each, which the job's view shows (over 4 KiB it is kept as
+        ``{"cut": N}``).
+        """
+        body: Dict[str, Any] = {"leases": list(leases)}
+        if details:
+            body["details"] = {str(int(k)): dict(v) for k, v in details.items()}
+        _, doc = self._t.request("POST", self._w + "/heartbeat", body=body, timeout=timeout)
         return doc
 
     def leases(self, *, timeout: Optional[float] = None) -> List[Grant]:
