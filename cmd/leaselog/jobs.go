@@ -16,8 +16,9 @@ func (m *Main) submitCommand() *cobra.Command {
 	var id, kind, repo, ref string
 	var bringBack []string
 	var maxRequeues int
+	var renew, grace, toleration float64
 	cmd := &cobra.Command{
-		Use:   "submit --id ID --kind run|evaluation [--repo R --ref REF] [--bring-back PATH]... [--max-requeues N] -- COMMAND...",
+		Use:   "submit --id ID --kind run|evaluation [--repo R --ref REF] [--bring-back PATH]... [--max-requeues N] [--renew-seconds S --grace-seconds S --toleration-seconds S] -- COMMAND...",
 		Short: "Submit a job (idempotent on its id)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client()
@@ -41,6 +42,15 @@ func (m *Main) submitCommand() *cobra.Command {
 			if cmd.Flags().Changed("max-requeues") {
 				in.MaxRequeues = &maxRequeues
 			}
+			for _, t := range []struct {
+				flag string
+				v    *float64
+				to   **float64
+			}{{"renew-seconds", &renew, &in.RenewSeconds}, {"grace-seconds", &grace, &in.GraceSeconds}, {"toleration-seconds", &toleration, &in.TolerationSeconds}} {
+				if cmd.Flags().Changed(t.flag) {
+					*t.to = t.v
+				}
+			}
 			j, created, err := c.Submit(cmd.Context(), in)
 			if err != nil {
 				return fmt.Errorf("submit %s: %w", id, err)
@@ -61,6 +71,9 @@ func (m *Main) submitCommand() *cobra.Command {
 	cmd.Flags().StringVar(&ref, "ref", "", "ref to check out (default HEAD)")
 	cmd.Flags().StringArrayVar(&bringBack, "bring-back", nil, "path to commit and bring back as refs/leaselog/JOB/LEASE (repeatable)")
 	cmd.Flags().IntVar(&maxRequeues, "max-requeues", 0, "an evaluation lost once more than this many requeues fails (\"lost N times\"); 0: no cap (default: the daemon's plugins.executor.max_requeues)")
+	cmd.Flags().Float64Var(&renew, "renew-seconds", 0, "the job's own renew: its worker heartbeats at least this often (default: the daemon's)")
+	cmd.Flags().Float64Var(&grace, "grace-seconds", 0, "the job's own grace (default: the daemon's)")
+	cmd.Flags().Float64Var(&toleration, "toleration-seconds", 0, "the job's own toleration: its lease expires after this long unheard (default: the daemon's; at most plugins.executor.max_toleration_seconds)")
 	return cmd
 }
 
