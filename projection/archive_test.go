@@ -5,8 +5,11 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/projection"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // retiredRecords folds the sample table in RetireRecord mode and returns
@@ -79,4 +82,58 @@ func FuzzDecodeArchive(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestArchiveJobVersion3: one job record version 3 holds a job's scheduling
+// and its own timing, either or both: the timing, if any, after the
+// scheduling (a record without one ends there, as the routing branch's
+// version 3 does). A lease granted with a timing is version 2.
+func TestArchiveJobVersion3(t *testing.T) {
+	own := timing.Config{Renew: 2 * time.Second, Grace: 5 * time.Second, Toleration: 9 * time.Second}
+	labels := event.MustLabels(map[string]string{"gpu": "a100"})
+	for _, tc := range []struct {
+		name     string
+		queued   event.Event
+		version  byte // of the job's record
+		leaseVer byte
+	}{
+		{"scheduling", event.Event{Labels: labels, Priority: 3}, 3, 1},
+		{"timing", event.Event{Timing: own}, 3, 2},
+		{"both", event.Event{Labels: labels, Priority: -1, NotBefore: 5, Timing: own}, 3, 2},
+		{"a cap and a timing", event.Event{Kind: event.KindEvaluation, MaxRequeues: 2, Timing: own}, 3, 2},
+		{"neither", event.Event{}, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := projection.New()
+			tab.SetRetire(projection.RetireRecord)
+			f := &folder{t: t, tab: tab}
+			q := tc.queued
+			q.Type, q.Time, q.Job = event.TypeQueued, 10, "j"
+			if q.Kind == 0 {
+				q.Kind = event.KindRun
+			}
+			f.apply(q,
+				event.Event{Type: event.TypeAcquired, Time: 20, Job: "j", Worker: "w", Timing: q.Timing},
+				event.Event{Type: event.TypeReported, Time: 30, Job: "j", Lease: 2, Worker: "w", Outcome: event.OutcomeSucceeded})
+			recs := tab.TakeRetired()
+			if len(recs) != 2 {
+				t.Fatalf("%d records retired, want the job's and the lease's", len(recs))
+			}
+			for _, r := range recs {
+				job, lease, _ := projection.ParseArchiveKey(r.Key)
+				if job != "" {
+					j, err := projection.DecodeJob(job, r.Value)
+					if err != nil || r.Value[0] != tc.version || j.Labels != q.Labels || j.Priority != int(q.Priority) ||
+						j.NotBefore != q.NotBefore || j.Timing != q.Timing || j.MaxRequeues != int(q.MaxRequeues) {
+						t.Fatalf("job record version %d decodes to %+v (%v); want version %d of %+v", r.Value[0], j, err, tc.version, q)
+					}
+					continue
+				}
+				l, err := projection.DecodeLease(lease, r.Value)
+				if err != nil || r.Value[0] != tc.leaseVer || l.Timing != q.Timing {
+					t.Fatalf("lease record version %d decodes to %+v (%v); want version %d with timing %v", r.Value[0], l, err, tc.leaseVer, q.Timing)
+				}
+			}
+		})
+	}
 }
