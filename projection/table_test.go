@@ -63,8 +63,10 @@ func sampleEvents() []event.Event {
 		{Type: event.TypeReported, Time: 403, Job: "r1", Lease: 5, Worker: "w1", Outcome: event.OutcomeCancelled, Result: []byte(`{}`)},
 		{Type: event.TypeQueued, Time: 404, Job: "r2", Kind: event.KindRun},
 		{Type: event.TypeAcquired, Time: 405, Job: "r2", Worker: "w1"}, // lease 17
-		// Two jobs of their own timing, and a heartbeat's details.
-		{Type: event.TypeQueued, Time: 406, Job: "t1", Kind: event.KindRun, Timing: ownTiming(2, 5, 60)},
+		// Two jobs of their own timing (one with scheduling beside it), and a
+		// heartbeat's details.
+		{Type: event.TypeQueued, Time: 406, Job: "t1", Kind: event.KindRun, Timing: ownTiming(2, 5, 60),
+			Labels: event.MustLabels(map[string]string{"gpu": "a100"}), Priority: 2},
 		{Type: event.TypeQueued, Time: 406, Job: "t2", Kind: event.KindEvaluation, Timing: ownTiming(2, 5, 100)},
 		{Type: event.TypeAcquired, Time: 407, Job: "t1", Worker: "w1", Timing: ownTiming(2, 5, 60)},  // lease 20
 		{Type: event.TypeAcquired, Time: 407, Job: "t2", Worker: "w3", Timing: ownTiming(2, 5, 100)}, // lease 21
