@@ -41,6 +41,13 @@ type Job struct {
 	// its kind and offers its labels.
 	WaitingFor string `json:"waiting_for,omitempty"`
 	Unroutable bool   `json:"unroutable,omitempty"`
+	// Timing is the job's own timing, whole (absent: the daemon's, in the
+	// grant's renew_seconds…): its leases expire, and its worker fences
+	// them, by it.
+	Timing *Timing `json:"timing,omitempty"`
+	// Details is the latest progress its live lease's heartbeats gave (a
+	// JSON object; absent without a live lease, or before any).
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 // What a queued job waits for (Job.WaitingFor).
@@ -60,6 +67,11 @@ type Lease struct {
 	Acquired time.Time `json:"acquired"`
 	Heard    time.Time `json:"heard"`
 	Report   uint64    `json:"report_seq,omitempty"` // the accepted report's seq
+	// Timing is the timing it was granted with, its job's own (absent: the
+	// daemon's).
+	Timing *Timing `json:"timing,omitempty"`
+	// Details is the latest details its heartbeats gave, while it is live.
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 // Timing is what a worker must know of the daemon's clock rules.
@@ -100,6 +112,15 @@ type Submit struct {
 	// NotBefore (RFC 3339), if set, is the time before which the job is
 	// granted to no one: at most a year ahead of the daemon's clock.
 	NotBefore string `json:"not_before,omitempty"`
+	// The job's own timing, each field absent for the daemon's: the whole,
+	// these over the daemon's timing at submission, must keep
+	// 0 < 2×renew < grace < toleration, a renew of at least
+	// [plugins.executor] min_renew_seconds and a toleration of at most
+	// max_toleration_seconds. Its leases expire, and its worker fences
+	// them, by it.
+	RenewSeconds      *float64 `json:"renew_seconds,omitempty"`
+	GraceSeconds      *float64 `json:"grace_seconds,omitempty"`
+	TolerationSeconds *float64 `json:"toleration_seconds,omitempty"`
 }
 
 // Spec is the part of a job spec leaselog's own workers understand. Executors
@@ -141,9 +162,14 @@ type Grants struct {
 	Next   string  `json:"next,omitempty"`
 }
 
-// Heartbeat is the body of POST /v1/workers/{worker}/heartbeat.
+// Heartbeat is the body of POST /v1/workers/{worker}/heartbeat. Details,
+// optional, gives the progress of some of the leases it names, by lease: a
+// JSON object each, kept as the lease's latest (more than 4 KiB is kept as
+// {"cut":N}, N its size). A map beside the list, so that {"leases":[…]}
+// stays the whole heartbeat of a worker that has none to give.
 type Heartbeat struct {
-	Leases []uint64 `json:"leases"`
+	Leases  []uint64                   `json:"leases"`
+	Details map[uint64]json.RawMessage `json:"details,omitempty"`
 }
 
 // Directive tells a worker what to do with a lease it heartbeats.
@@ -247,6 +273,10 @@ type Event struct {
 	Spec       json.RawMessage `json:"spec,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Heartbeats *Heartbeats     `json:"heartbeats,omitempty"`
+	// Timing: a job's own timing (lease.queued), a lease's (lease.acquired).
+	Timing *Timing `json:"timing,omitempty"`
+	// Details: a heartbeat's details of its lease.
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 // Heartbeats is what a lease.heartbeats event stands for: heartbeats of its

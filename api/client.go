@@ -210,6 +210,18 @@ func (c *Client) Heartbeat(ctx context.Context, worker string, leases []uint64) 
 	return r, err
 }
 
+// HeartbeatDetails is Heartbeat carrying hb whole: its leases and the
+// details of some (their jobs' progress). A daemon before details refuses
+// a heartbeat that has some (400: an unknown field).
+func (c *Client) HeartbeatDetails(ctx context.Context, worker string, hb Heartbeat) (HeartbeatReply, error) {
+	var r HeartbeatReply
+	if hb.Leases == nil {
+		hb.Leases = []uint64{}
+	}
+	err := c.workerDo(ctx, worker, OpHeartbeat, "", "/v1/workers/"+url.PathEscape(worker)+"/heartbeat", hb, &r)
+	return r, err
+}
+
 // WorkerLeases returns the live leases the daemon holds for worker: every
 // page (WorkerLeasesPage reads one).
 func (c *Client) WorkerLeases(ctx context.Context, worker string) ([]Grant, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"time"
 	"unsafe"
 )
 
@@ -50,6 +51,13 @@ const (
 	tagLabels    = 17
 	tagPriority  = 18
 	tagNotBefore = 19
+	// A job's own timing (lease.queued, lease.acquired), in nanoseconds,
+	// and a heartbeat's details: a reader before them skips them, and so
+	// reads every lease as of the daemon's timing, with no details.
+	tagRenew      = 20
+	tagGrace      = 21
+	tagToleration = 22
+	tagDetails    = 23
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -101,6 +109,10 @@ func AppendRecord(dst []byte, e *Event) []byte {
 	if e.NotBefore != 0 {
 		dst = appendUvarintField(dst, tagNotBefore, zigzag(e.NotBefore))
 	}
+	dst = appendUvarintField(dst, tagRenew, uint64(max(0, e.Timing.Renew)))
+	dst = appendUvarintField(dst, tagGrace, uint64(max(0, e.Timing.Grace)))
+	dst = appendUvarintField(dst, tagToleration, uint64(max(0, e.Timing.Toleration)))
+	dst = appendBytes(dst, tagDetails, e.Details)
 	binary.LittleEndian.PutUint32(dst[start:], recordChecksum(e.Seq, dst[start+4:]))
 	return dst
 }
@@ -255,6 +267,14 @@ func DecodeAliased(seq uint64, b []byte, e *Event) error {
 			var v uint64
 			v, err = uvarintField(data)
 			e.NotBefore = unzigzag(v)
+		case tagRenew:
+			e.Timing.Renew, err = durationField(data)
+		case tagGrace:
+			e.Timing.Grace, err = durationField(data)
+		case tagToleration:
+			e.Timing.Toleration, err = durationField(data)
+		case tagDetails:
+			e.Details = nonEmpty(data)
 		default:
 			// A field from a newer writer: skipping it is what keeps old readers working.
 		}
@@ -283,6 +303,14 @@ func uvarintField(data []byte) (uint64, error) {
 		return 0, errors.New("bad uvarint")
 	}
 	return v, nil
+}
+
+func durationField(data []byte) (time.Duration, error) {
+	v, err := uvarintField(data)
+	if err == nil && v > math.MaxInt64 {
+		err = fmt.Errorf("duration %d out of range", v)
+	}
+	return time.Duration(v), err
 }
 
 func smallField(data []byte) (uint64, error) {

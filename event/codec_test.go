@@ -7,8 +7,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/leaselog/leaselog/timing"
 )
 
 func sampleEvents() []Event {
@@ -25,7 +28,10 @@ func sampleEvents() []Event {
 		{Seq: 41, ID: id, Type: TypeQueued, Time: 12, Job: "j2", Kind: KindRun,
 			Labels: MustLabels(map[string]string{"gpu": "a100", "repo": "piloop"}), Priority: -1 << 31, NotBefore: 1e18 + 60e9},
 		{Seq: 40, ID: id, Type: TypeHeartbeats, Time: 30, Job: "j1", Lease: 3, Worker: "w1",
-			Beats: Beats{Count: 4, FirstSeq: 7, FirstTime: -2, Claim: ClaimOf(7) + ClaimOf(9) + ClaimOf(20)}},
+			Beats: Beats{Count: 4, FirstSeq: 7, FirstTime: -2, Claim: ClaimOf(7) + ClaimOf(9) + ClaimOf(20)}, Details: []byte(`{"step":9}`)},
+		{Seq: 41, ID: id, Type: TypeQueued, Time: 31, Job: "j2", Kind: KindRun,
+			Timing: timing.Config{Renew: 2 * time.Second, Grace: 5 * time.Second, Toleration: 1<<63 - 1}},
+		{Seq: 42, ID: id, Type: TypeHeartbeat, Time: 32, Job: "j2", Lease: 43, Worker: "w1", Details: []byte(`{"step":3}`)},
 	}
 }
 

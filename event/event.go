@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/leaselog/leaselog/timing"
 )
 
 // Type is the type of an event. The numeric values are part of the on-disk
@@ -233,7 +235,20 @@ type Event struct {
 	Labels    Labels
 	Priority  int32
 	NotBefore int64
+	// Timing is a job's own timing (zero: the daemon's): on lease.queued at
+	// submission, complete — the fields the submission named over the
+	// daemon's timing then, so that a later change of the daemon's rewrites
+	// no history —, and on lease.acquired, the timing the lease was granted
+	// with, which its expiry and its worker's fence follow.
+	Timing timing.Config
+	// Details is what a heartbeat said of its lease's progress: a JSON
+	// object of at most MaxDetailsLen bytes (lease.heartbeat; a
+	// lease.heartbeats summary keeps the latest of those it stands for).
+	Details []byte
 }
+
+// MaxDetailsLen bounds a heartbeat's details of one lease.
+const MaxDetailsLen = 4096
 
 // Beats summarises the heartbeats of one lease that a compaction of the log
 // folded into a lease.heartbeats event, written at the seq of the last of
@@ -272,6 +287,9 @@ func (e *Event) Clone() Event {
 	}
 	if e.Result != nil {
 		c.Result = append([]byte(nil), e.Result...)
+	}
+	if e.Details != nil {
+		c.Details = append([]byte(nil), e.Details...)
 	}
 	return c
 }
@@ -328,10 +346,21 @@ func (e *Event) String() string {
 	if e.Beats.Count != 0 {
 		fmt.Fprintf(&b, " heartbeats=%d first=%d", e.Beats.Count, e.Beats.FirstSeq)
 	}
+	if e.Timing != (timing.Config{}) {
+		fmt.Fprintf(&b, " timing=%s", TimingString(e.Timing))
+	}
+	if len(e.Details) != 0 {
+		fmt.Fprintf(&b, " details=%s", e.Details)
+	}
 	return b.String()
 }
 
 func fmtDuration(ns int64) string { return time.Duration(ns).String() }
+
+// TimingString renders a timing as renew/grace/toleration: "2s/5s/8s".
+func TimingString(c timing.Config) string {
+	return fmt.Sprintf("%s/%s/%s", c.Renew, c.Grace, c.Toleration)
+}
 
 // Reasons the daemon itself gives. Clients may give others.
 const (

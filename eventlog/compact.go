@@ -84,6 +84,9 @@ type segment struct {
 	job, worker string
 	lease       uint64
 	beats       []beat
+	// details is the latest details among the beats: the summary keeps
+	// them, so that the history still tells the lease's last progress.
+	details []byte
 }
 
 // CompactJob compacts the heartbeats of job's leases that come before seq
@@ -127,7 +130,7 @@ func (l *Log) CompactJob(job string, end uint64) (CompactStats, error) {
 			}
 			st.Add(s)
 		}
-		seg.beats = seg.beats[:0]
+		seg.beats, seg.details = seg.beats[:0], nil
 		return nil
 	}
 	it := l.Query(Query{Job: job})
@@ -146,6 +149,9 @@ func (l *Log) CompactJob(job string, end uint64) (CompactStats, error) {
 				seg.job, seg.worker, seg.lease = job, strings.Clone(e.Worker), e.Lease // e aliases the iterator
 			}
 			seg.beats = append(seg.beats, beat{seq: e.Seq, time: e.Time, id: e.ID, size: recordSize(e)})
+			if len(e.Details) != 0 {
+				seg.details = append(seg.details[:0], e.Details...) // e aliases the iterator
+			}
 			if len(seg.beats) == max {
 				if err := flush(); err != nil {
 					it.Close()
@@ -187,7 +193,7 @@ func (l *Log) compactSegment(seg *segment, snaps []uint64) (CompactStats, error)
 		return CompactStats{}, fmt.Errorf("eventlog: %s: %w", what, err)
 	}
 	sum := event.Event{Seq: last.seq, ID: last.id, Type: event.TypeHeartbeats, Time: last.time,
-		Job: seg.job, Lease: seg.lease, Worker: seg.worker,
+		Job: seg.job, Lease: seg.lease, Worker: seg.worker, Details: seg.details,
 		Beats: event.Beats{Count: uint64(len(beats)), FirstSeq: beats[0].seq, FirstTime: beats[0].time}}
 	var s []byte
 	del := func(key []byte, size int) error {

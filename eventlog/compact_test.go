@@ -89,7 +89,11 @@ func leaseLog(t *testing.T, r *rand.Rand, l *Log, n int) leaseWork {
 			var who []*job
 			for _, j := range live {
 				if j.worker == worker && j.step == 2 && j.beats < j.want {
-					evs = append(evs, event.Event{Type: event.TypeHeartbeat, Job: j.id, Lease: j.lease, Worker: j.worker})
+					e := event.Event{Type: event.TypeHeartbeat, Job: j.id, Lease: j.lease, Worker: j.worker}
+					if r.IntN(3) == 0 { // progress, now and then
+						e.Details = fmt.Appendf(nil, `{"beat":%d}`, j.beats)
+					}
+					evs = append(evs, e)
 					who = append(who, j)
 				}
 			}
@@ -121,6 +125,7 @@ func compactOracle(all []event.Event, done map[string]bool, max int) []event.Eve
 	}
 	gone := map[uint64]bool{}
 	sums := map[uint64]event.Beats{}
+	details := map[uint64][]byte{}
 	for _, id := range leases {
 		for hs := range slices.Chunk(byLease[id], max) {
 			if len(hs) < 2 {
@@ -132,6 +137,12 @@ func compactOracle(all []event.Event, done map[string]bool, max int) []event.Eve
 				b.Claim += event.ClaimOf(h.Seq)
 			}
 			sums[hs[len(hs)-1].Seq] = b
+			// The summary keeps the latest details of those it stands for.
+			for _, h := range hs {
+				if h.Details != nil {
+					details[hs[len(hs)-1].Seq] = h.Details
+				}
+			}
 		}
 	}
 	var out []event.Event
@@ -140,7 +151,7 @@ func compactOracle(all []event.Event, done map[string]bool, max int) []event.Eve
 			continue
 		}
 		if b, ok := sums[e.Seq]; ok {
-			e.Type, e.Beats = event.TypeHeartbeats, b
+			e.Type, e.Beats, e.Details = event.TypeHeartbeats, b, details[e.Seq]
 		}
 		out = append(out, e)
 	}

@@ -391,7 +391,7 @@ func (h *harness) judge(t *rapid.T, w string, id uint64, r lease.Report, a lease
 			t.Fatalf("lease %d: a retry %+v of the first report %+v answered stale: %v", id, r, first, err)
 		}
 		_, jobs, leases, workers := h.table()
-		if !reflect.DeepEqual(jobs, jobsBefore) || !slices.Equal(leases, leasesBefore) || !slices.Equal(workers, workersBefore) {
+		if !reflect.DeepEqual(jobs, jobsBefore) || !reflect.DeepEqual(leases, leasesBefore) || !slices.Equal(workers, workersBefore) {
 			t.Fatalf("stale report on lease %d changed the table", id)
 		}
 		rec, err := h.log.Get(a.Seq)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/projection"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // The commands that save a worker or an executor round trips: each does in
@@ -102,6 +103,12 @@ type SubmitItem struct {
 	Labels    event.Labels
 	Priority  int
 	NotBefore time.Time
+	// Timing is the timing the job asks for of its own: a zero field is
+	// not asked, and all zero (most jobs) is the daemon's timing, whatever
+	// it is when the sweeper judges. A job that asks any is recorded with
+	// the whole (timing.Own: the fields it names over the daemon's timing
+	// then), which must hold together and lie within Options.Bounds.
+	Timing timing.Config
 }
 
 // Submitted is one job's answer in a SubmitBatch: the job (with its live
@@ -131,6 +138,7 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 	out := make([]Submitted, len(items))
 	specs := make([][]byte, len(items))
 	caps := make([]int, len(items))
+	owns := make([]timing.Config, len(items))
 	for i, it := range items {
 		var err error
 		switch {
@@ -146,6 +154,9 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 		}
 		if err == nil {
 			specs[i], err = canonicalSpec(it.Spec)
+		}
+		if err == nil && it.Timing != (timing.Config{}) {
+			owns[i], err = s.ownTiming(it.Timing)
 		}
 		out[i].Err = err
 	}
@@ -163,7 +174,7 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 			j, ok := s.mu.table.Job(it.ID)
 			if first, queued := batch[it.ID]; queued {
 				j, ok = projection.Job{ID: it.ID, Kind: items[first].Kind, Spec: specs[first], MaxRequeues: caps[first],
-					Labels: items[first].Labels, Priority: items[first].Priority}, true
+					Labels: items[first].Labels, Priority: items[first].Priority, Timing: owns[first]}, true
 			} else if !ok {
 				var err error
 				if j, ok, err = s.jobLocked(it.ID); err != nil {
@@ -177,6 +188,8 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 				out[i].Err = fmt.Errorf("%w: job %q exists with max_requeues %d", ErrJobExists, it.ID, j.MaxRequeues)
 			case ok && !sameSchedule(j, it):
 				out[i].Err = fmt.Errorf("%w: job %q exists with labels {%s}, priority %d", ErrJobExists, it.ID, j.Labels, j.Priority)
+			case ok && !sameTiming(it.Timing, j.Timing):
+				out[i].Err = fmt.Errorf("%w: job %q exists with %s", ErrJobExists, it.ID, timingWords(j.Timing))
 			case ok:
 				// The same job: answered below, as the table has it.
 			case s.mu.stopping:
@@ -184,7 +197,7 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 			default:
 				batch[it.ID] = i
 				out[i].Created = true
-				e := event.Event{Type: event.TypeQueued, Job: it.ID, Kind: it.Kind, Spec: spec, MaxRequeues: uint32(caps[i])}
+				e := event.Event{Type: event.TypeQueued, Job: it.ID, Kind: it.Kind, Spec: spec, MaxRequeues: uint32(caps[i]), Timing: owns[i]}
 				scheduleEvent(&e, it, t.clock())
 				evs = append(evs, e)
 			}

@@ -48,13 +48,13 @@ import (
 // Errors callers branch on. Each is returned wrapped, with a message saying
 // what was wrong.
 var (
-	ErrInvalid     = errors.New("invalid request")                                                      // bad input: HTTP 400
-	ErrNotFound    = errors.New("not found")                                                            // unknown job or lease: 404
-	ErrWrongWorker = errors.New("lease held by another worker")                                         // 403
-	ErrStaleLease  = errors.New("stale lease")                                                          // old or expired token: 409
-	ErrJobExists   = errors.New("job exists with another kind, spec, max_requeues, labels or priority") // 409
-	ErrStopping    = errors.New("daemon is stopping")                                                   // 503
-	ErrFailed      = errors.New("lease service failed; restart the daemon")                             // storage failed: 503
+	ErrInvalid     = errors.New("invalid request")                                                              // bad input: HTTP 400
+	ErrNotFound    = errors.New("not found")                                                                    // unknown job or lease: 404
+	ErrWrongWorker = errors.New("lease held by another worker")                                                 // 403
+	ErrStaleLease  = errors.New("stale lease")                                                                  // old or expired token: 409
+	ErrJobExists   = errors.New("job exists with another kind, spec, max_requeues, labels, priority or timing") // 409
+	ErrStopping    = errors.New("daemon is stopping")                                                           // 503
+	ErrFailed      = errors.New("lease service failed; restart the daemon")                                     // storage failed: 503
 )
 
 // Options configures a Service.
@@ -90,6 +90,10 @@ type Options struct {
 	// for a start, "takeover" for a standby that takes over from the active
 	// daemon (package jetstream). Its gap is counted against nobody either way.
 	StartReason string
+	// Bounds limit the timing a job may ask for of its own
+	// (SubmitItem.Timing); zero fields set no limit. The daemon's are
+	// timing.DefaultBounds unless configured.
+	Bounds timing.Bounds
 	// HeartbeatRetention is how long (on Clock) after its job ended a
 	// lease's heartbeats are kept before the compactor (Compact,
 	// RunCompaction) folds them into summaries; 0 keeps them all, as the
@@ -116,6 +120,8 @@ type Service struct {
 	// maxRequeues is Options.MaxRequeues: the cap of an evaluation
 	// submitted without one.
 	maxRequeues int
+	// bounds is Options.Bounds: the limits of a job's own timing.
+	bounds timing.Bounds
 	// retention is Options.HeartbeatRetention; compaction is what the
 	// compactor did (compact.go).
 	retention  time.Duration
@@ -178,7 +184,7 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 		opts.Clock = newLifeClock(opts.Wall, opts.Boot, opts.Mono, alive)
 	}
 	s := &Service{log: log, cfg: opts.Config, clock: opts.Clock, logger: opts.Logger,
-		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st, maxRequeues: opts.MaxRequeues,
+		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st, maxRequeues: opts.MaxRequeues, bounds: opts.Bounds,
 		retention: opts.HeartbeatRetention}
 	table.SetRetire(projection.RetireRecord) // ended jobs go to the archive with their events
 	s.mu.table = table

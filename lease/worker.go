@@ -171,7 +171,9 @@ func (s *Service) grantEventsLocked(t *tx, evs []event.Event, worker string, o A
 	}
 	evs = slices.Grow(evs, per*len(queued))
 	for _, j := range queued {
-		evs = append(evs, event.Event{Type: event.TypeAcquired, Job: j.ID, Worker: worker})
+		// The lease is granted with its job's own timing, if it has one:
+		// its expiry and its worker's fence follow it from the log alone.
+		evs = append(evs, event.Event{Type: event.TypeAcquired, Job: j.ID, Worker: worker, Timing: j.Timing})
 		if o.Start {
 			evs = append(evs, event.Event{Type: event.TypeRunning, Job: j.ID, Worker: worker})
 		}
@@ -269,11 +271,27 @@ const MaxHeartbeatLeases = 10_000
 // each what to do. A lease that is not a live lease of worker's (expired,
 // reported, unknown, or someone else's) is answered gone and left untouched.
 func (s *Service) Heartbeat(ctx context.Context, worker string, ids []uint64) ([]LeaseDirective, error) {
+	return s.HeartbeatDetails(ctx, worker, ids, nil)
+}
+
+// HeartbeatDetails is Heartbeat that also gives details of some of the
+// leases it names (their progress, as their jobs tell it): each a JSON
+// object, kept in the lease's lease.heartbeat — unless it is what the lease
+// holds already — and from there its job's latest details while it is live.
+// Details of more than event.MaxDetailsLen bytes are kept as {"cut":N}, N
+// their size: JSON cannot be cut like a reason, and a long word is no bad
+// one. Details that are not a JSON object, or of a lease the heartbeat does
+// not name, are refused (ErrInvalid), recording nothing.
+func (s *Service) HeartbeatDetails(ctx context.Context, worker string, ids []uint64, details map[uint64][]byte) ([]LeaseDirective, error) {
 	if err := CheckID("worker", worker); err != nil {
 		return nil, err
 	}
 	if len(ids) > MaxHeartbeatLeases {
 		return nil, fmt.Errorf("%w: %d leases in one heartbeat, at most %d", ErrInvalid, len(ids), MaxHeartbeatLeases)
+	}
+	details, err := checkDetails(ids, details)
+	if err != nil {
+		return nil, err
 	}
 	return command(ctx, s, "heartbeat", func(t *tx) ([]LeaseDirective, error) {
 		out := make([]LeaseDirective, 0, len(ids))
@@ -287,7 +305,11 @@ func (s *Service) Heartbeat(ctx context.Context, worker string, ids []uint64) ([
 			d := LeaseDirective{Lease: id, Directive: Gone}
 			if l, ok := s.mu.table.Lease(id); ok && l.Worker == worker && l.Live() {
 				d.Directive = directiveOf(l.Mode)
-				evs = append(evs, event.Event{Type: event.TypeHeartbeat, Job: l.Job, Lease: id, Worker: worker})
+				e := event.Event{Type: event.TypeHeartbeat, Job: l.Job, Lease: id, Worker: worker}
+				if b := details[id]; b != nil && !bytes.Equal(b, l.Details) {
+					e.Details = b
+				}
+				evs = append(evs, e)
 			}
 			out = append(out, d)
 		}

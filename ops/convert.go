@@ -23,6 +23,7 @@ func JobOf(j projection.Job, live *projection.Lease) api.Job {
 		Outcome: j.Outcome.String(), Reason: j.Reason, Ref: j.Ref, Result: json.RawMessage(j.Result),
 		Spec: json.RawMessage(j.Spec), Submitted: unixTime(j.Submitted), Updated: unixTime(j.Updated),
 		MaxRequeues: j.MaxRequeues, Labels: j.Labels.Map(), Priority: j.Priority,
+		Timing: ownTimingOf(j.Timing), Details: rawJSON(j.Details),
 	}
 	if j.NotBefore != 0 {
 		t := unixTime(j.NotBefore)
@@ -43,6 +44,7 @@ func LeaseOf(l projection.Lease) api.Lease {
 	return api.Lease{
 		Lease: l.ID, Job: l.Job, Kind: l.Kind.String(), Worker: l.Worker, State: l.State.String(),
 		Revoke: l.Mode.String(), Acquired: unixTime(l.Acquired), Heard: unixTime(l.Heard), Report: l.ReportSeq,
+		Timing: ownTimingOf(l.Timing), Details: rawJSON(l.Details),
 	}
 }
 
@@ -56,6 +58,7 @@ func EventOf(e *event.Event) api.Event {
 		Worker: e.Worker, Kind: e.Kind.String(), Outcome: e.Outcome.String(), Revoke: e.Mode.String(),
 		Ref: e.Ref, Reason: e.Reason, GapSeconds: time.Duration(e.Gap).Seconds(),
 		Spec: json.RawMessage(e.Spec), Result: json.RawMessage(e.Result),
+		Timing: ownTimingOf(e.Timing), Details: json.RawMessage(e.Details),
 	}
 	if b := e.Beats; b.Count != 0 {
 		out.Heartbeats = &api.Heartbeats{Count: b.Count, FirstSeq: b.FirstSeq, FirstTime: unixTime(b.FirstTime)}

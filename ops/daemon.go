@@ -47,6 +47,12 @@ func (d *Daemon) Heartbeat(ctx context.Context, worker string, leases []uint64) 
 	return r, apiError(err)
 }
 
+// HeartbeatDetails is Heartbeat with its details (worker.Detailer).
+func (d *Daemon) HeartbeatDetails(ctx context.Context, worker string, hb api.Heartbeat) (api.HeartbeatReply, error) {
+	r, err := Heartbeat(ctx, d.svc, worker, hb)
+	return r, apiError(err)
+}
+
 // WorkerLeases is every page of WorkerLeases.
 func (d *Daemon) WorkerLeases(ctx context.Context, worker string) ([]api.Grant, error) {
 	var out []api.Grant

@@ -12,11 +12,14 @@ import (
 	"github.com/leaselog/leaselog/worker"
 )
 
-// Both of the worker's Daemons save round trips.
+// Both of the worker's Daemons save round trips, and take heartbeats'
+// details (the local worker's jobs' progress goes through ops.Daemon).
 var (
-	_ worker.Rounder = (*api.Client)(nil)
-	_ worker.Rounder = (*ops.Daemon)(nil)
-	_ worker.Daemon  = (*ops.Daemon)(nil)
+	_ worker.Rounder  = (*api.Client)(nil)
+	_ worker.Rounder  = (*ops.Daemon)(nil)
+	_ worker.Daemon   = (*ops.Daemon)(nil)
+	_ worker.Detailer = (*api.Client)(nil)
+	_ worker.Detailer = (*ops.Daemon)(nil)
 )
 
 // TestInProcessRounds: the adapter saves round trips as the server does (the

@@ -120,7 +120,7 @@ func grantsOf(ctx context.Context, svc *lease.Service, worker string, grants []l
 // Heartbeat renews worker's leases: a directive per lease, "gone" for any
 // that is not a live lease of this worker's, and the daemon's timing.
 func Heartbeat(ctx context.Context, svc *lease.Service, worker string, in api.Heartbeat) (api.HeartbeatReply, error) {
-	ds, err := svc.Heartbeat(ctx, worker, in.Leases)
+	ds, err := svc.HeartbeatDetails(ctx, worker, in.Leases, HeartbeatDetails(in))
 	if err != nil {
 		return api.HeartbeatReply{}, err
 	}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // Archive records: what a RetireRecord table hands over for the event log's
@@ -24,8 +26,11 @@ import (
 // the cap after the fields of version 1; every other record stays version 1,
 // byte for byte what a build before caps wrote, so that Verify of a store it
 // wrote still finds the archive its own fold makes. A job with scheduling
-// (labels, a priority, a not_before) is written as version 3: the cap
-// (0: none), then the labels, the priority and the not_before.
+// (labels, a priority, a not_before) or a timing of its own is written as
+// version 3: the cap (0: none), then the labels, the priority and the
+// not_before, then its timing if it has one (none: the record ends there).
+// A lease with a timing of its own is written as version 2: the timing after
+// the fields of version 1.
 
 // Record is an archive record: a key and its value. It is the very type of
 // eventlog.Record (both name the same plain struct), so the table's records
@@ -37,9 +42,13 @@ const archiveVersion = 1
 // archiveVersionCap is the version of a job record that carries a cap.
 const archiveVersionCap = 2
 
-// archiveVersionSchedule is the version of a job record that carries
-// scheduling.
-const archiveVersionSchedule = 3
+// archiveVersionJob3 is the version of a job record that carries
+// scheduling or a timing of its own, archiveVersionLeaseTiming that of a
+// lease record that carries a timing of its own.
+const (
+	archiveVersionJob3        = 3
+	archiveVersionLeaseTiming = 2
+)
 
 // Prefixes of archive keys, for scans.
 var (
@@ -107,8 +116,8 @@ func appendJob(b []byte, j Job) []byte {
 	if j.MaxRequeues != 0 {
 		version = archiveVersionCap
 	}
-	if j.Labels != "" || j.Priority != 0 || j.NotBefore != 0 {
-		version = archiveVersionSchedule
+	if j.Labels != "" || j.Priority != 0 || j.NotBefore != 0 || j.Timing != (timing.Config{}) {
+		version = archiveVersionJob3
 	}
 	w := enc{b: append(b, version)}
 	w.uvarint(uint64(j.Kind))
@@ -126,16 +135,38 @@ func appendJob(b []byte, j Job) []byte {
 	if version >= archiveVersionCap {
 		w.uvarint(uint64(j.MaxRequeues))
 	}
-	if version == archiveVersionSchedule {
+	if version == archiveVersionJob3 {
 		w.str(string(j.Labels))
 		w.varint(int64(j.Priority))
 		w.varint(j.NotBefore)
+		if j.Timing != (timing.Config{}) {
+			w.timing(j.Timing)
+		}
 	}
 	return w.b
 }
 
+func (w *enc) timing(c timing.Config) {
+	w.uvarint(uint64(c.Renew))
+	w.uvarint(uint64(c.Grace))
+	w.uvarint(uint64(c.Toleration))
+}
+
+// timing reads a timing of its own, which holds together.
+func (d *dec) timing() timing.Config {
+	c := timing.Config{Renew: time.Duration(d.uvarint()), Grace: time.Duration(d.uvarint()), Toleration: time.Duration(d.uvarint())}
+	if err := c.Validate(); err != nil && d.err == nil {
+		d.fail("timing %s: %v", event.TimingString(c), err)
+	}
+	return c
+}
+
 func appendLease(b []byte, l Lease) []byte {
-	w := enc{b: append(b, archiveVersion)}
+	version := byte(archiveVersion)
+	if l.Timing != (timing.Config{}) {
+		version = archiveVersionLeaseTiming
+	}
+	w := enc{b: append(b, version)}
 	w.str(l.Job)
 	w.uvarint(uint64(l.Kind))
 	w.str(l.Worker)
@@ -144,6 +175,9 @@ func appendLease(b []byte, l Lease) []byte {
 	w.varint(l.Acquired)
 	w.varint(l.Heard)
 	w.uvarint(l.ReportSeq)
+	if version == archiveVersionLeaseTiming {
+		w.timing(l.Timing)
+	}
 	return w.b
 }
 
@@ -152,8 +186,8 @@ func DecodeJob(id string, b []byte) (Job, error) {
 	r := dec{b: b}
 	version := byte(archiveVersion)
 	if v := r.take(1); len(v) == 1 {
-		if version = v[0]; version < archiveVersion || version > archiveVersionSchedule {
-			return Job{}, fmt.Errorf("%w: job %q: version %d, this build reads %d to %d", ErrArchive, id, version, archiveVersion, archiveVersionSchedule)
+		if version = v[0]; version < archiveVersion || version > archiveVersionJob3 {
+			return Job{}, fmt.Errorf("%w: job %q: version %d, this build reads %d to %d", ErrArchive, id, version, archiveVersion, archiveVersionJob3)
 		}
 	}
 	j := Job{ID: id}
@@ -175,7 +209,7 @@ func DecodeJob(id string, b []byte) (Job, error) {
 			r.fail("max_requeues %d out of range", c)
 		}
 		j.MaxRequeues = int(c)
-	case archiveVersionSchedule:
+	case archiveVersionJob3:
 		if c = r.uvarint(); c > math.MaxUint32 {
 			r.fail("max_requeues %d out of range", c)
 		}
@@ -190,6 +224,9 @@ func DecodeJob(id string, b []byte) (Job, error) {
 			j.Priority = int(p)
 		}
 		j.NotBefore = r.varint()
+		if len(r.b) != 0 {
+			j.Timing = r.timing()
+		}
 	}
 	if err := r.done(); err != nil {
 		return Job{}, fmt.Errorf("%w: job %q: %v", ErrArchive, id, err)
@@ -203,8 +240,11 @@ func DecodeJob(id string, b []byte) (Job, error) {
 // DecodeLease decodes the archive record of lease id.
 func DecodeLease(id uint64, b []byte) (Lease, error) {
 	r := dec{b: b}
-	if v := r.take(1); len(v) == 1 && v[0] != archiveVersion {
-		return Lease{}, fmt.Errorf("%w: lease %d: version %d, this build reads %d", ErrArchive, id, v[0], archiveVersion)
+	version := byte(archiveVersion)
+	if v := r.take(1); len(v) == 1 {
+		if version = v[0]; version != archiveVersion && version != archiveVersionLeaseTiming {
+			return Lease{}, fmt.Errorf("%w: lease %d: version %d, this build reads %d and %d", ErrArchive, id, version, archiveVersion, archiveVersionLeaseTiming)
+		}
 	}
 	l := Lease{ID: id}
 	l.Job = string(r.bytes())
@@ -215,6 +255,9 @@ func DecodeLease(id uint64, b []byte) (Lease, error) {
 	l.Acquired = r.varint()
 	l.Heard = r.varint()
 	l.ReportSeq = r.uvarint()
+	if version == archiveVersionLeaseTiming {
+		l.Timing = r.timing()
+	}
 	if err := r.done(); err != nil {
 		return Lease{}, fmt.Errorf("%w: lease %d: %v", ErrArchive, id, err)
 	}

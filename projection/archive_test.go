@@ -3,9 +3,13 @@ package projection_test
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"testing"
+	"time"
 
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/projection"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // retiredRecords folds the sample table in RetireRecord mode and returns
@@ -34,8 +38,8 @@ func TestArchiveRecordsRoundTrip(t *testing.T) {
 	for _, r := range keep.RetiredRecords() {
 		want[string(r.Key)] = r.Value
 	}
-	if len(recs) != len(want) || len(recs) != 3 { // job r1, lease 5, the stale report
-		t.Fatalf("%d records retired, %d kept; want 3", len(recs), len(want))
+	if len(recs) != len(want) || len(recs) != 5 { // jobs r1 and t2, leases 5 and 21, the stale report
+		t.Fatalf("%d records retired, %d kept; want 5", len(recs), len(want))
 	}
 	for _, r := range recs {
 		if !bytes.Equal(want[string(r.Key)], r.Value) {
@@ -45,12 +49,12 @@ func TestArchiveRecordsRoundTrip(t *testing.T) {
 		switch {
 		case ok && job != "":
 			j, err := projection.DecodeJob(job, r.Value)
-			if kj, _ := keep.Job(job); err != nil || j.Ref != kj.Ref || !bytes.Equal(j.Result, kj.Result) || j.State != kj.State || j.Attempts != kj.Attempts {
+			if kj, _ := keep.Job(job); err != nil || j.Ref != kj.Ref || !bytes.Equal(j.Result, kj.Result) || j.State != kj.State || j.Attempts != kj.Attempts || j.Timing != kj.Timing {
 				t.Fatalf("job %q decodes to %+v (%v), kept %+v", job, j, err, kj)
 			}
 		case ok:
 			l, err := projection.DecodeLease(lease, r.Value)
-			if kl, _ := keep.Lease(lease); err != nil || l != kl {
+			if kl, _ := keep.Lease(lease); err != nil || !reflect.DeepEqual(l, kl) {
 				t.Fatalf("lease %d decodes to %+v (%v), kept %+v", lease, l, err, kl)
 			}
 		default:
@@ -78,4 +82,58 @@ func FuzzDecodeArchive(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestArchiveJobVersion3: one job record version 3 holds a job's scheduling
+// and its own timing, either or both: the timing, if any, after the
+// scheduling (a record without one ends there, as the routing branch's
+// version 3 does). A lease granted with a timing is version 2.
+func TestArchiveJobVersion3(t *testing.T) {
+	own := timing.Config{Renew: 2 * time.Second, Grace: 5 * time.Second, Toleration: 9 * time.Second}
+	labels := event.MustLabels(map[string]string{"gpu": "a100"})
+	for _, tc := range []struct {
+		name     string
+		queued   event.Event
+		version  byte // of the job's record
+		leaseVer byte
+	}{
+		{"scheduling", event.Event{Labels: labels, Priority: 3}, 3, 1},
+		{"timing", event.Event{Timing: own}, 3, 2},
+		{"both", event.Event{Labels: labels, Priority: -1, NotBefore: 5, Timing: own}, 3, 2},
+		{"a cap and a timing", event.Event{Kind: event.KindEvaluation, MaxRequeues: 2, Timing: own}, 3, 2},
+		{"neither", event.Event{}, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := projection.New()
+			tab.SetRetire(projection.RetireRecord)
+			f := &folder{t: t, tab: tab}
+			q := tc.queued
+			q.Type, q.Time, q.Job = event.TypeQueued, 10, "j"
+			if q.Kind == 0 {
+				q.Kind = event.KindRun
+			}
+			f.apply(q,
+				event.Event{Type: event.TypeAcquired, Time: 20, Job: "j", Worker: "w", Timing: q.Timing},
+				event.Event{Type: event.TypeReported, Time: 30, Job: "j", Lease: 2, Worker: "w", Outcome: event.OutcomeSucceeded})
+			recs := tab.TakeRetired()
+			if len(recs) != 2 {
+				t.Fatalf("%d records retired, want the job's and the lease's", len(recs))
+			}
+			for _, r := range recs {
+				job, lease, _ := projection.ParseArchiveKey(r.Key)
+				if job != "" {
+					j, err := projection.DecodeJob(job, r.Value)
+					if err != nil || r.Value[0] != tc.version || j.Labels != q.Labels || j.Priority != int(q.Priority) ||
+						j.NotBefore != q.NotBefore || j.Timing != q.Timing || j.MaxRequeues != int(q.MaxRequeues) {
+						t.Fatalf("job record version %d decodes to %+v (%v); want version %d of %+v", r.Value[0], j, err, tc.version, q)
+					}
+					continue
+				}
+				l, err := projection.DecodeLease(lease, r.Value)
+				if err != nil || r.Value[0] != tc.leaseVer || l.Timing != q.Timing {
+					t.Fatalf("lease record version %d decodes to %+v (%v); want version %d with timing %v", r.Value[0], l, err, tc.leaseVer, q.Timing)
+				}
+			}
+		})
+	}
 }

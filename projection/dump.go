@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/leaselog/leaselog/event"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // Dump writes the whole table as text, one line per worker, job and lease,
@@ -38,6 +41,9 @@ func (t *Table) Dump(w io.Writer) {
 		if j.NotBefore != 0 {
 			fmt.Fprintf(w, " not_before=%s", fmtTime(j.NotBefore))
 		}
+		if j.Timing != (timing.Config{}) {
+			fmt.Fprintf(w, " timing=%s", event.TimingString(j.Timing))
+		}
 		if j.Outcome != 0 {
 			fmt.Fprintf(w, " outcome=%s", j.Outcome)
 		}
@@ -64,6 +70,12 @@ func (t *Table) Dump(w io.Writer) {
 		}
 		if l.ReportSeq != 0 {
 			fmt.Fprintf(w, " report=%d", l.ReportSeq)
+		}
+		if l.Timing != (timing.Config{}) {
+			fmt.Fprintf(w, " timing=%s", event.TimingString(l.Timing))
+		}
+		if len(l.Details) != 0 {
+			fmt.Fprintf(w, " details=%s", l.Details)
 		}
 		fmt.Fprintln(w)
 	}

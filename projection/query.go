@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // Job is a job as the table holds it. Spec and Result share the table's
@@ -36,6 +38,11 @@ type Job struct {
 	Priority  int
 	NotBefore int64
 	Place     uint64
+	// Timing is the job's own timing (zero: the daemon's).
+	Timing timing.Config
+	// Details is the latest details its live lease's heartbeats gave (nil
+	// without a live lease, or before any). Shares the table's memory.
+	Details []byte
 }
 
 // Lease is a lease as the table holds it.
@@ -49,6 +56,11 @@ type Lease struct {
 	Acquired  int64
 	Heard     int64  // when its holder last spoke of it (Unix ns)
 	ReportSeq uint64 // the accepted report's seq (lease.reported, or lease.lost): the stored answer
+	// Timing is the timing it was granted with (zero: the daemon's).
+	Timing timing.Config
+	// Details is the latest details its heartbeats gave while it is live.
+	// Shares the table's memory.
+	Details []byte
 }
 
 // Live reports whether the lease still holds its job.
@@ -69,20 +81,28 @@ func (j *job) view() Job {
 		Submitted: j.submitted, Updated: j.updated, MaxRequeues: int(j.maxRequeues),
 		Labels: j.labels, Priority: int(j.priority), NotBefore: j.notBefore, Place: j.place,
 	}
+	if j.timing != nil {
+		v.Timing = *j.timing
+	}
 	if j.current != nil {
 		v.LastLease = j.current.id
 		if j.current.state.Live() {
 			v.Lease = j.current.id
+			v.Details = j.current.details
 		}
 	}
 	return v
 }
 
 func (l *lease) view() Lease {
-	return Lease{
+	v := Lease{
 		ID: l.id, Job: l.job.id, Kind: l.job.kind, Worker: l.worker.id, State: l.state, Mode: l.mode,
-		Acquired: l.acquired, Heard: l.heard, ReportSeq: l.reportSeq,
+		Acquired: l.acquired, Heard: l.heard, ReportSeq: l.reportSeq, Details: l.details,
 	}
+	if l.timing != nil {
+		v.Timing = *l.timing
+	}
+	return v
 }
 
 func (w *worker) view() Worker {
@@ -236,15 +256,27 @@ func (t *Table) Workers() []Worker {
 	return out
 }
 
-// Silent returns the live leases and the reachable workers holding live leases
-// that have not been heard from for longer than toleration and grace
-// respectively, at wall time now; all in present time, so recorded absence
-// does not count. Both lists are ordered by silence, longest first, then id.
+// Silent returns the live leases that have not been heard from for longer
+// than their toleration (a lease's own, or else toleration, the daemon's),
+// and the reachable workers holding live leases not heard from for longer
+// than grace, at wall time now; all in present time, so recorded absence
+// does not count. The leases are ordered by deadline (heard + toleration),
+// earliest first, the workers by silence, longest first; then by id.
+//
+// A worker's unreachability stays the daemon's grace whatever its leases'
+// timing: it is a verdict on the worker (it takes no new lease until it
+// speaks), not on a job, as the daemon's absence is the daemon's.
 func (t *Table) Silent(now, grace, toleration int64) ([]Lease, []Worker) {
 	p := t.Present(now)
 	var ls []*lease
-	t.live.upTo(p-toleration-1, func(l *lease) { ls = append(ls, l) })
-	slices.SortFunc(ls, func(a, b *lease) int { return cmp.Or(cmp.Compare(a.order.at, b.order.at), cmp.Compare(a.id, b.id)) })
+	t.live.expired(p, time.Duration(toleration), func(l *lease) { ls = append(ls, l) })
+	deadline := func(l *lease) int64 {
+		if l.timing != nil {
+			return l.order.at + int64(l.timing.Toleration)
+		}
+		return l.order.at + toleration
+	}
+	slices.SortFunc(ls, func(a, b *lease) int { return cmp.Or(cmp.Compare(deadline(a), deadline(b)), cmp.Compare(a.id, b.id)) })
 	var ws []*worker
 	t.watched.upTo(p-grace-1, func(w *worker) { ws = append(ws, w) })
 	slices.SortFunc(ws, func(a, b *worker) int { return cmp.Or(cmp.Compare(a.order.at, b.order.at), cmp.Compare(a.id, b.id)) })

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // snapshotVersion is the version of the snapshot encoding. A snapshot of
@@ -29,6 +31,8 @@ const snapshotVersion = SnapshotVersion
 // queue is no longer listed, but built from the jobs queued. A version 4
 // snapshot cannot tell an evaluation queued again its first queueing's seq,
 // and so is not restored: replay folds the log instead.
+// Version 5 also holds a job's and a lease's own timing, a live lease's
+// latest details, and the live leases listed by toleration.
 const SnapshotVersion = 5
 
 // ErrSnapshot is returned by Restore for bytes it cannot restore.
@@ -55,12 +59,16 @@ var ErrSnapshotVersion = errors.New("projection: snapshot of an older version")
 //	nworkers { id seen seenAt unreachable }                              by id
 //	njobs    { id kind state spec leases reason submitted updated
 //	           place current maxRequeues requeues
-//	           labels priority notBefore }                               fold order
-//	nleases  { id job# worker# state mode acquired heard heardAt reportSeq } by id
-//	live     n { lease# }                                                recency order
+//	           labels priority notBefore timing }                        fold order
+//	nleases  { id job# worker# state mode acquired heard heardAt reportSeq
+//	           timing details }                                          by id
+//	live     n { lease# }                                                the daemon's toleration's
+//	                                                                     recency order, then each
+//	                                                                     other's, ascending
 //	watched  n { worker# }                                               recency order
 //
-// (…At: present time; job#, lease#, worker#: positions in the lists above.)
+// (…At: present time; job#, lease#, worker#: positions in the lists above;
+// timing: renew grace toleration in ns, 0 0 0 for the daemon's.)
 func (t *Table) Snapshot() []byte {
 	var w enc
 	w.uvarint(snapshotVersion)
@@ -116,6 +124,7 @@ func (t *Table) Snapshot() []byte {
 		w.str(string(j.labels))
 		w.varint(int64(j.priority))
 		w.varint(j.notBefore)
+		w.ownTiming(j.timing)
 	})
 
 	w.uvarint(uint64(t.leaseList.len()))
@@ -129,6 +138,8 @@ func (t *Table) Snapshot() []byte {
 		w.varint(l.heard)
 		w.varint(l.order.at)
 		w.uvarint(l.reportSeq)
+		w.ownTiming(l.timing)
+		w.bytes(l.details)
 	})
 
 	var live []int
@@ -138,6 +149,26 @@ func (t *Table) Snapshot() []byte {
 	t.watched.each(func(x *worker) { watched = append(watched, workerPos[x]) })
 	w.positions(watched)
 	return w.b
+}
+
+// ownTiming writes a job's or a lease's own timing, or zeros for none.
+func (w *enc) ownTiming(c *timing.Config) {
+	if c == nil {
+		c = &timing.Config{}
+	}
+	w.timing(*c)
+}
+
+// ownTiming reads what enc.ownTiming wrote: nil for zeros.
+func (d *dec) ownTiming() *timing.Config {
+	c := timing.Config{Renew: time.Duration(d.uvarint()), Grace: time.Duration(d.uvarint()), Toleration: time.Duration(d.uvarint())}
+	if c == (timing.Config{}) {
+		return nil
+	}
+	if err := c.Validate(); err != nil && d.err == nil {
+		d.fail("timing %s: %v", event.TimingString(c), err)
+	}
+	return &c
 }
 
 func sortedValues[K comparable, V any](m map[K]V, less func(a, b V) int) []V {
@@ -226,6 +257,7 @@ func Restore(b []byte) (*Table, error) {
 			return nil, fmt.Errorf("%w: job %q (%s) queued again %d times, max_requeues %d", ErrSnapshot, j.id, j.kind, requeues, maxRequeues)
 		}
 		j.maxRequeues, j.requeues = uint32(maxRequeues), uint32(requeues)
+		j.timing = r.ownTiming()
 		if _, ok := fsm.Next(j.kind, fsm.None, event.TypeQueued); !ok || !validState(j.state) || j.state == fsm.None || j.state.Terminal() {
 			return nil, fmt.Errorf("%w: job %q has kind %d, state %d", ErrSnapshot, j.id, j.kind, j.state)
 		}
@@ -258,6 +290,10 @@ func Restore(b []byte) (*Table, error) {
 		l.heard = r.varint()
 		l.order.at = r.varint()
 		l.reportSeq = r.uvarint()
+		l.timing = r.ownTiming()
+		if d := r.bytes(); len(d) != 0 {
+			l.details = append([]byte(nil), d...)
+		}
 		if r.err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
 		}
@@ -268,6 +304,12 @@ func Restore(b []byte) (*Table, error) {
 			return nil, fmt.Errorf("%w: lease %d listed after lease %d", ErrSnapshot, l.id, leases[i-1].id)
 		}
 		l.job, l.worker = jobs[jp], workers[wp]
+		if l.timing != nil && l.job.timing != nil && *l.timing == *l.job.timing {
+			l.timing = l.job.timing // shared, as the fold shares it
+		}
+		if len(l.details) > event.MaxDetailsLen || (l.details != nil && !l.state.Live()) {
+			return nil, fmt.Errorf("%w: lease %d (%s) has %d bytes of details", ErrSnapshot, l.id, l.state, len(l.details))
+		}
 		// Listed by token: a job's leases come in order, and its current
 		// lease, for now, is the last one seen (checked below).
 		l.prev, l.job.current = l.job.current, l

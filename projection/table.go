@@ -21,6 +21,7 @@ import (
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // Table is the lease table. The zero value is not usable; call New.
@@ -43,7 +44,7 @@ type Table struct {
 	outbox     outbox              // RetireRecord: archive records not yet taken
 
 	queue   queue                    // queued jobs, by class, best first (queue.go)
-	live    recency[lease, *lease]   // live leases, least recently heard first
+	live    liveSet                  // live leases, least recently heard first, by toleration
 	watched recency[worker, *worker] // reachable workers holding live leases, least recently heard first
 	nlive   int                      // live leases
 
@@ -86,6 +87,9 @@ type job struct {
 	place     uint64
 	class     *class // while queued
 	waiting   bool   // queued, not yet due: in queue.delayed
+	// timing is the job's own timing, as its submission recorded it; nil
+	// (most jobs, which then cost one word for it): the daemon's.
+	timing *timing.Config
 }
 
 type lease struct {
@@ -100,6 +104,12 @@ type lease struct {
 	prev      *lease      // the job's lease before this one
 	order     node[lease] // place in Table.live; order.at is heard in present time
 	at        int         // place in Table.leaseList
+	// timing is the timing the lease was granted with (lease.acquired);
+	// nil: the daemon's, whatever it is when the sweeper judges.
+	timing *timing.Config
+	// details is the latest details a heartbeat gave of the live lease;
+	// dropped when the lease ends (the log keeps them).
+	details []byte
 }
 
 type worker struct {
@@ -296,6 +306,10 @@ func (t *Table) applyQueued(e *event.Event) error {
 		if e.MaxRequeues != 0 && e.Kind != event.KindEvaluation {
 			return fmt.Errorf("job %q: max_requeues %d on a %s, which is never queued again", e.Job, e.MaxRequeues, e.Kind)
 		}
+		own, err := ownTiming(e)
+		if err != nil {
+			return err
+		}
 		j = t.mem.newJob()
 		j.id, j.spec = t.mem.idAndBytes(e.Job, e.Spec)
 		j.kind = e.Kind
@@ -303,6 +317,7 @@ func (t *Table) applyQueued(e *event.Event) error {
 		j.maxRequeues = e.MaxRequeues
 		j.labels = t.queue.labels(e.Kind, e.Labels)
 		j.priority, j.notBefore, j.place = e.Priority, e.NotBefore, e.Seq
+		j.timing = own
 		t.jobs[j.id] = j
 		t.jobList.add(j)
 	} else if _, err := next(j, e.Type); err != nil {
@@ -311,6 +326,8 @@ func (t *Table) applyQueued(e *event.Event) error {
 		return fmt.Errorf("job %q queued again with max_requeues %d: the cap is its submission's", j.id, e.MaxRequeues)
 	} else if e.Labels != "" || e.Priority != 0 || e.NotBefore != 0 {
 		return fmt.Errorf("job %q queued again with labels, priority or not_before: they are its submission's", j.id)
+	} else if e.Timing != (timing.Config{}) {
+		return fmt.Errorf("job %q queued again with a timing: the timing is its submission's", j.id)
 	} else if j.capped() {
 		return fmt.Errorf("job %q queued again %d times already, its max_requeues: lost once more, it fails", j.id, j.requeues)
 	} else {
@@ -350,12 +367,19 @@ func (t *Table) applyAcquired(e *event.Event) error {
 	if e.Time < j.notBefore {
 		return fmt.Errorf("job %q granted at %s, before its not_before %s", j.id, fmtTime(e.Time), fmtTime(j.notBefore))
 	}
+	own, err := ownTiming(e)
+	if err != nil {
+		return err
+	}
+	if own != nil && j.timing != nil && *own == *j.timing {
+		own = j.timing // one copy for the job and its leases
+	}
 	if w == nil {
 		w = t.newWorker(e.Worker)
 	}
 	t.queue.remove(j)
 	l := t.mem.newLease()
-	*l = lease{id: e.Seq, job: j, worker: w, state: to, acquired: e.Time, heard: e.Time, prev: j.current}
+	*l = lease{id: e.Seq, job: j, worker: w, state: to, acquired: e.Time, heard: e.Time, prev: j.current, timing: own}
 	t.leases[l.id] = l
 	t.leaseList.add(l)
 	t.setState(j, to)
@@ -366,6 +390,20 @@ func (t *Table) applyAcquired(e *event.Event) error {
 	t.live.touch(l, t.Present(e.Time))
 	t.heardFrom(w, e.Time)
 	return nil
+}
+
+// ownTiming is the timing of its own that e, a lease.queued or a
+// lease.acquired, records: nil for none (the daemon's). One that does not
+// hold together is refused: no service wrote it.
+func ownTiming(e *event.Event) (*timing.Config, error) {
+	if e.Timing == (timing.Config{}) {
+		return nil, nil
+	}
+	if err := e.Timing.Validate(); err != nil {
+		return nil, fmt.Errorf("timing %s: %w", event.TimingString(e.Timing), err)
+	}
+	c := e.Timing
+	return &c, nil
 }
 
 // checkBeats refuses a summary of heartbeats that no compaction wrote: fewer
@@ -403,6 +441,9 @@ func (t *Table) applyOnLease(e *event.Event, typ event.Type) error {
 	if from && e.Worker != l.worker.id {
 		return fmt.Errorf("lease %d belongs to worker %q, not %q", l.id, l.worker.id, e.Worker)
 	}
+	if len(e.Details) > event.MaxDetailsLen || (len(e.Details) != 0 && typ != event.TypeHeartbeat) {
+		return fmt.Errorf("details of %d bytes on a %s (at most %d, on a heartbeat)", len(e.Details), e.Type, event.MaxDetailsLen)
+	}
 	to, err := next(j, typ)
 	if err != nil {
 		return err
@@ -438,6 +479,9 @@ func (t *Table) applyOnLease(e *event.Event, typ event.Type) error {
 		t.endLease(l)
 	default:
 		l.state = to
+		if len(e.Details) != 0 {
+			l.details = append(l.details[:0], e.Details...)
+		}
 	}
 	if from {
 		l.heard = e.Time
@@ -522,6 +566,7 @@ func (t *Table) setState(j *job, to fsm.State) {
 
 func (t *Table) endLease(l *lease) {
 	t.live.remove(l)
+	l.details = nil
 	t.nlive--
 	l.worker.live--
 	if l.worker.live == 0 {

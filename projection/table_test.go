@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/fsm"
 	"github.com/leaselog/leaselog/projection"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // folder applies events with consecutive sequence numbers.
@@ -61,7 +63,22 @@ func sampleEvents() []event.Event {
 		{Type: event.TypeReported, Time: 403, Job: "r1", Lease: 5, Worker: "w1", Outcome: event.OutcomeCancelled, Result: []byte(`{}`)},
 		{Type: event.TypeQueued, Time: 404, Job: "r2", Kind: event.KindRun},
 		{Type: event.TypeAcquired, Time: 405, Job: "r2", Worker: "w1"}, // lease 17
+		// Two jobs of their own timing (one with scheduling beside it), and a
+		// heartbeat's details.
+		{Type: event.TypeQueued, Time: 406, Job: "t1", Kind: event.KindRun, Timing: ownTiming(2, 5, 60),
+			Labels: event.MustLabels(map[string]string{"gpu": "a100"}), Priority: 2},
+		{Type: event.TypeQueued, Time: 406, Job: "t2", Kind: event.KindEvaluation, Timing: ownTiming(2, 5, 100)},
+		{Type: event.TypeAcquired, Time: 407, Job: "t1", Worker: "w1", Timing: ownTiming(2, 5, 60)},  // lease 20
+		{Type: event.TypeAcquired, Time: 407, Job: "t2", Worker: "w3", Timing: ownTiming(2, 5, 100)}, // lease 21
+		{Type: event.TypeHeartbeat, Time: 408, Job: "t1", Lease: 20, Worker: "w1", Details: []byte(`{"step":1}`)},
+		{Type: event.TypeHeartbeat, Time: 408, Job: "t2", Lease: 21, Worker: "w3", Details: []byte(`{"step":2}`)},
+		{Type: event.TypeReported, Time: 409, Job: "t2", Lease: 21, Worker: "w3", Outcome: event.OutcomeSucceeded},
 	}
+}
+
+// ownTiming is a job's own timing, in the units of the sample's clock (ns).
+func ownTiming(renew, grace, toleration time.Duration) timing.Config {
+	return timing.Config{Renew: renew, Grace: grace, Toleration: toleration}
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {

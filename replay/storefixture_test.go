@@ -269,7 +269,7 @@ func checkIntact(t *testing.T, dir string) (*eventlog.Log, *lease.Service) {
 	for _, e := range acquired {
 		want, _ := full.Lease(e.Seq)
 		got, err := svc.Lease(ctx, e.Seq)
-		if err != nil || got != want {
+		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("lease %d: %+v, %v\nwant %+v", e.Seq, got, err, want)
 		}
 	}

@@ -18,16 +18,21 @@
 //
 // Commands:
 //
-//	open [renew=D grace=D toleration=D snapshot-every=N snapshot-interval=D max-requeues=N retention=D segment=N]
+//	open [renew=D grace=D toleration=D snapshot-every=N snapshot-interval=D max-requeues=N retention=D segment=N
+//	      min-renew=D max-toleration=D]
 //	                     max-requeues: the default cap of an evaluation;
+//	                     min-renew, max-toleration: the bounds of a job's own timing (none: unbounded);
 //	                     retention: the heartbeat retention (none: kept);
 //	                     segment: the most heartbeats one summary stands for
 //	submit id=J kind=run|evaluation [max-requeues=N] [labels=(k=v, ...)] [priority=N] [not-before=D]
-//	                     (input: the spec, JSON; not-before: D after now)
+//	       [renew=D grace=D toleration=D]
+//	                     (input: the spec, JSON; not-before: D after now;
+//	                     renew, grace, toleration: the job's own timing)
 //	acquire worker=W [max=N] [kinds=K[,K]] [labels=(k=v, ...)]
 //	job id=J             the job as a worker finds it: its place, what it waits for
 //	start worker=W lease=L
-//	beat worker=W leases=L[,L...]        (leases= empty: a bare heartbeat)
+//	beat worker=W leases=L[,L...] [details=L]  (leases= empty: a bare heartbeat;
+//	                     details: the input, JSON, is lease L's details)
 //	report worker=W lease=L outcome=O [ref=R] [reason=R]  (input: the result, JSON)
 //	                                     (a value with spaces: reason=(two words))
 //	cancel job=J | kill job=J
@@ -78,6 +83,7 @@ type Runner struct {
 	snapInterval time.Duration
 	maxRequeues  int           // the daemon's default cap on an evaluation's requeues
 	retention    time.Duration // of heartbeats, after their job ended
+	bounds       timing.Bounds // of a job's own timing
 	segment      int           // the most heartbeats one summary stands for
 	log          *eventlog.Log
 	svc          *lease.Service
@@ -140,6 +146,7 @@ func (r *Runner) do(c Command) (string, error) {
 		r.maxRequeues = a.int("max-requeues", 0)
 		r.retention = a.dur("retention", 0)
 		r.segment = a.int("segment", 0)
+		r.bounds = timing.Bounds{MinRenew: a.dur("min-renew", 0), MaxToleration: a.dur("max-toleration", 0)}
 		if a.err != nil {
 			return "", a.err
 		}
@@ -157,6 +164,7 @@ func (r *Runner) do(c Command) (string, error) {
 			it.MaxRequeues = &n
 		}
 		a.schedule(r, &it)
+		it.Timing = timing.Config{Renew: a.dur("renew", 0), Grace: a.dur("grace", 0), Toleration: a.dur("toleration", 0)}
 		if a.err != nil {
 			return "", a.err
 		}
@@ -164,7 +172,7 @@ func (r *Runner) do(c Command) (string, error) {
 		if err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
 		} else {
-			fmt.Fprintf(&b, "job %s %s %s created=%v%s\n", j.ID, j.Kind, j.State, created, capNote(j.MaxRequeues))
+			fmt.Fprintf(&b, "job %s %s %s created=%v%s%s\n", j.ID, j.Kind, j.State, created, capNote(j.MaxRequeues), timingNote(j.Timing))
 		}
 	case "acquire":
 		max := a.int("max", 1)
@@ -199,7 +207,14 @@ func (r *Runner) do(c Command) (string, error) {
 		if a.err != nil {
 			return "", a.err
 		}
-		ds, err := r.svc.Heartbeat(ctx, a.str("worker", ""), ids)
+		var details map[uint64][]byte
+		if _, ok := a.has("details"); ok {
+			details = map[uint64][]byte{a.uint("details"): []byte(c.Input)}
+		}
+		if a.err != nil {
+			return "", a.err
+		}
+		ds, err := r.svc.HeartbeatDetails(ctx, a.str("worker", ""), ids, details)
 		if err != nil {
 			fmt.Fprintf(&b, "error: %v\n", err)
 		}
@@ -407,6 +422,7 @@ func (r *Runner) open() error {
 	log, svc, err := leasetest.OpenErr(leasetest.FS(r.fs), leasetest.Clock(r.clock), leasetest.Config(r.cfg),
 		leasetest.Service(func(o *lease.Options) {
 			o.SnapshotEvery, o.SnapshotInterval, o.MaxRequeues, o.HeartbeatRetention = r.snapEvery, r.snapInterval, r.maxRequeues, r.retention
+			o.Bounds = r.bounds
 		}),
 		leasetest.Store(func(o *eventlog.Options) { o.SegmentHeartbeats = r.segment }))
 	if err != nil {
@@ -429,6 +445,13 @@ func capNote(n int) string {
 		return ""
 	}
 	return fmt.Sprintf(" max_requeues=%d", n)
+}
+
+func timingNote(c timing.Config) string {
+	if c == (timing.Config{}) {
+		return ""
+	}
+	return " timing=" + event.TimingString(c)
 }
 
 // crash kills the process: the store keeps what was synced and pct% of what
@@ -514,9 +537,9 @@ func (r *Runner) events(b *strings.Builder) error {
 	}
 	for it.Next() {
 		e := it.Event()
-		if e.Type == event.TypeHeartbeat && (len(run) == 0 || run[0].Lease == e.Lease && run[len(run)-1].Seq+1 == e.Seq) {
+		if e.Type == event.TypeHeartbeat && e.Details == nil && (len(run) == 0 || run[0].Lease == e.Lease && run[len(run)-1].Seq+1 == e.Seq) {
 			run = append(run, e.Clone())
-		} else if e.Type == event.TypeHeartbeat {
+		} else if e.Type == event.TypeHeartbeat && e.Details == nil {
 			flush()
 			run = append(run, e.Clone())
 		} else {

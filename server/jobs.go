@@ -44,6 +44,9 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err := ops.ScheduleOf(in, &it); err != nil {
 		return err
 	}
+	if it.Timing, err = ops.TimingAsked(in); err != nil {
+		return err
+	}
 	res, err := s.svc.SubmitBatch(r.Context(), []lease.SubmitItem{it})
 	if err != nil {
 		return err

@@ -320,6 +320,10 @@ func TestOpenAPI(t *testing.T) {
 	c.call(rq("POST", "/v1/jobs", adminTok, api.Submit{ID: "capped", Kind: "evaluation", MaxRequeues: &two}), http.StatusCreated)
 	c.call(rq("POST", "/v1/jobs", adminTok, `{"id":"capped2","kind":"evaluation","max_requeues":-1}`), http.StatusBadRequest)
 	c.call(rq("POST", "/v1/jobs/capped/cancel", adminTok, nil), http.StatusOK)
+	// A job's own timing: answered with the job; a bad one is refused.
+	c.call(rq("POST", "/v1/jobs", adminTok, `{"id":"timed","kind":"run","toleration_seconds":30}`), http.StatusCreated)
+	c.call(rq("POST", "/v1/jobs", adminTok, `{"id":"timed2","kind":"run","toleration_seconds":-1}`), http.StatusBadRequest)
+	c.call(rq("POST", "/v1/jobs/timed/cancel", adminTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs/j1", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/jobs/nope", auditorTok, nil), http.StatusNotFound)
 	c.call(rq("GET", "/v1/jobs/a%20b", auditorTok, nil), http.StatusBadRequest)
@@ -379,6 +383,12 @@ func TestOpenAPI(t *testing.T) {
 		t.Fatalf("grant after a wait: %+v, want one held 2 s", g.Leases)
 	}
 	c.call(rq("POST", "/v1/workers/w1/heartbeat", w1Tok, api.Heartbeat{Leases: []uint64{l, 9999}}), http.StatusOK)
+	// Details of a lease's progress: the job's view shows them.
+	c.call(rq("POST", "/v1/workers/w1/heartbeat", w1Tok, api.Heartbeat{Leases: []uint64{l}, Details: map[uint64]json.RawMessage{l: json.RawMessage(`{"step":1}`)}}), http.StatusOK)
+	c.call(rq("POST", "/v1/workers/w1/heartbeat", w1Tok, fmt.Sprintf(`{"leases":[%d],"details":{"%d":[1]}}`, l, l)), http.StatusBadRequest)
+	if j := decode[api.Job](t, c.call(rq("GET", "/v1/jobs/j1", auditorTok, nil), http.StatusOK), http.StatusOK); string(j.Details) != `{"step":1}` {
+		t.Fatalf("j1 after a heartbeat with details: %+v", j)
+	}
 	c.call(rq("GET", "/v1/workers", auditorTok, nil), http.StatusOK)
 	c.call(rq("GET", "/v1/workers?limit=0", adminTok, nil), http.StatusBadRequest)
 	c.call(rq("POST", "/v1/workers/w1/heartbeat", w1Tok, `{"leases":[-1]}`), http.StatusBadRequest)

@@ -47,7 +47,12 @@ func (s *Server) submitBatch(w http.ResponseWriter, r *http.Request, c *call) er
 		if items[i].Kind, refused[i] = parseKind(j.Kind); refused[i] != nil {
 			continue
 		}
-		refused[i] = ops.ScheduleOf(j, &items[i])
+		if refused[i] = ops.ScheduleOf(j, &items[i]); refused[i] != nil {
+			continue
+		}
+		if items[i].Timing, refused[i] = ops.TimingAsked(j); refused[i] != nil {
+			continue
+		}
 	}
 	res, err := s.svc.SubmitBatch(r.Context(), items)
 	if err != nil {

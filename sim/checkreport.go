@@ -68,7 +68,7 @@ func (k *checker) report(r reqReport, before views, reply any, err error) {
 		}
 	case errors.As(err, &ae) && ae.Code == api.CodeStaleLease:
 		after := k.views()
-		if !reflect.DeepEqual(after.jobs, before.jobs) || !slices.Equal(after.leases, before.leases) || !slices.Equal(after.workers, before.workers) {
+		if !reflect.DeepEqual(after.jobs, before.jobs) || !reflect.DeepEqual(after.leases, before.leases) || !slices.Equal(after.workers, before.workers) {
 			k.s.fail("a stale report on lease %d changed the table", r.lease)
 		}
 		e, gerr := k.s.daemon.log.Get(ae.StaleReportSeq)

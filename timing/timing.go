@@ -54,3 +54,78 @@ func (c Config) SweepEvery() time.Duration { return min(time.Second, c.Renew/2) 
 // SelfFence is how long after sending its last acknowledged heartbeat a worker
 // stops its jobs: two heartbeats before the daemon may expire them.
 func (c Config) SelfFence() time.Duration { return c.Toleration - 2*c.Renew }
+
+// Bounds are the limits of a job's own timing (the keys min_renew_seconds
+// and max_toleration_seconds of [plugins.executor]): a renew shorter than
+// MinRenew would flood the daemon with heartbeats, a toleration longer than
+// MaxToleration would keep a dead worker's job leased for that long. A zero
+// field sets no limit. A job's grace lies between its renew and its
+// toleration, so these two bound all three.
+type Bounds struct {
+	MinRenew      time.Duration
+	MaxToleration time.Duration
+}
+
+// DefaultBounds are the daemon's bounds: a renew of a second at least, a
+// toleration of a day at most.
+func DefaultBounds() Bounds { return Bounds{MinRenew: time.Second, MaxToleration: 24 * time.Hour} }
+
+// Validate checks that some timing lies within b: MaxToleration, if set,
+// leaves room for one (more than 2 × MinRenew). The keys named are b's own.
+func (b Bounds) Validate() error {
+	switch {
+	case b.MinRenew < 0:
+		return &ConfigError{"min_renew_seconds", fmt.Sprintf("must be 0 (no minimum) or more, is %v", b.MinRenew.Seconds())}
+	case b.MaxToleration < 0:
+		return &ConfigError{"max_toleration_seconds", fmt.Sprintf("must be 0 (no maximum) or more, is %v", b.MaxToleration.Seconds())}
+	case b.MaxToleration != 0 && b.MaxToleration <= 2*b.MinRenew:
+		return &ConfigError{"max_toleration_seconds", fmt.Sprintf("must exceed 2 × min_renew_seconds (%v), is %v", (2 * b.MinRenew).Seconds(), b.MaxToleration.Seconds())}
+	}
+	return nil
+}
+
+// Own is the timing a job asks for of its own: the fields it names (a zero
+// field is not named) over def, the daemon's timing when it was submitted.
+// The whole must hold together (Validate) and the fields it names lie
+// within b; the error, a *ConfigError, names the field at fault.
+func Own(asked, def Config, b Bounds) (Config, error) {
+	c := def
+	if asked.Renew != 0 {
+		c.Renew = asked.Renew
+	}
+	if asked.Grace != 0 {
+		c.Grace = asked.Grace
+	}
+	if asked.Toleration != 0 {
+		c.Toleration = asked.Toleration
+	}
+	for _, f := range []struct {
+		key string
+		v   time.Duration
+	}{{"renew_seconds", asked.Renew}, {"grace_seconds", asked.Grace}, {"toleration_seconds", asked.Toleration}} {
+		if f.v < 0 {
+			return Config{}, &ConfigError{f.key, fmt.Sprintf("must be positive, is %v", f.v.Seconds())}
+		}
+	}
+	// The bounds judge what the job named: the rest is the daemon's, which
+	// its configuration chose whatever the bounds.
+	switch {
+	case asked.Renew != 0 && c.Renew < b.MinRenew:
+		return Config{}, &ConfigError{"renew_seconds", fmt.Sprintf("must be at least min_renew_seconds (%v), is %v", b.MinRenew.Seconds(), c.Renew.Seconds())}
+	case asked.Toleration != 0 && b.MaxToleration != 0 && c.Toleration > b.MaxToleration:
+		return Config{}, &ConfigError{"toleration_seconds", fmt.Sprintf("must be at most max_toleration_seconds (%v), is %v", b.MaxToleration.Seconds(), c.Toleration.Seconds())}
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Faster is the shorter renew of a and b, the zero renew being none: a
+// worker heartbeats as often as the most demanding of its leases asks.
+func Faster(a, b time.Duration) time.Duration {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}

@@ -60,12 +60,17 @@ type Core struct {
 // request after it was sent), so the base stays on the safe side.
 type Held struct {
 	grant   api.Grant
-	base    time.Time // the fence counts from here; zero: never renewed
-	renewed bool      // base is a grant's or a heartbeat's, not a guess (see Reattached)
-	run     Run       // nil until started
-	pending bool      // adopted: its job starts once a heartbeat renews it
-	dropped bool      // the daemon said gone: stop, and do not report
-	fenced  bool      // stopped by self-fencing
+	own     *timing.Config // the lease's own timing (its job's); nil: the daemon's
+	base    time.Time      // the fence counts from here; zero: never renewed
+	renewed bool           // base is a grant's or a heartbeat's, not a guess (see Reattached)
+	run     Run            // nil until started
+	pending bool           // adopted: its job starts once a heartbeat renews it
+	dropped bool           // the daemon said gone: stop, and do not report
+	fenced  bool           // stopped by self-fencing
+
+	// The job's progress (Progress): the latest read, the one the
+	// heartbeat in flight carries, the last one acknowledged.
+	progress, sending, acked []byte
 }
 
 // Grant is the lease and job the worker was given.
@@ -93,14 +98,27 @@ func ConfigOf(t api.Timing) timing.Config {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// fence is how long after its base a lease's job stops.
+// fence is how long after its base the job of a lease of the daemon's
+// timing stops, and after the last acknowledged heartbeat the worker takes
+// no work.
 func (c *Core) fence() time.Duration { return c.timing.SelfFence() }
 
 // Timing is the daemon's timing as the worker last heard it.
 func (c *Core) Timing() timing.Config { return c.timing }
 
-// Renew is how often the worker heartbeats.
-func (c *Core) Renew() time.Duration { return c.timing.Renew }
+// Renew is how often the worker heartbeats: the daemon's renew, or the
+// shortest of its leases' own if shorter. Every heartbeat names every
+// lease, so each is renewed at least as often as its timing asks, and each
+// fence keeps its 2×renew of slack.
+func (c *Core) Renew() time.Duration {
+	r := c.timing.Renew
+	for _, h := range c.held {
+		if h.own != nil && h.own.Renew < r {
+			r = h.own.Renew
+		}
+	}
+	return r
+}
 
 // FenceEvery is how often the heartbeat loop checks the fence — whether or
 // not a heartbeat is in flight, but not while it wakes from a pause (Turn):
@@ -190,7 +208,12 @@ func (c *Core) Turn(now time.Time) (ids []uint64, beat, checkFence bool) {
 }
 
 // Unacked records that the heartbeat in flight got no answer.
-func (c *Core) Unacked() { c.beating, c.wakeBeat = false, false }
+func (c *Core) Unacked() {
+	c.beating, c.wakeBeat = false, false
+	for _, h := range c.held {
+		h.sending = nil
+	}
+}
 
 // Stop is a run to stop: gracefully (cancel) or at once (kill, gone,
 // refused, fence).
@@ -274,6 +297,11 @@ func (c *Core) Acked(sent, now time.Time, reply api.HeartbeatReply) Acts {
 	if c.fenced && !late {
 		c.fenced, a.Unfenced = false, true
 	}
+	for _, h := range c.held {
+		if h.sending != nil {
+			h.acked, h.sending = h.sending, nil
+		}
+	}
 	for _, d := range reply.Leases {
 		h := c.held[d.Lease]
 		if d.Directive == api.DirectiveGone {
@@ -292,6 +320,7 @@ func (c *Core) Acked(sent, now time.Time, reply api.HeartbeatReply) Acts {
 		if !sent.Before(h.base) {
 			h.base, h.renewed = sent, true
 		}
+		late := now.Sub(sent) > c.fenceOf(h) // past this lease's fence: old news for it
 		if d, ok := c.Deadline(h); ok && !late {
 			a.Fence = append(a.Fence, d)
 		}
@@ -333,7 +362,7 @@ func (c *Core) Fence(now time.Time) (stops []Stop, fell bool, silent, fence time
 	}
 	for _, id := range c.Leases() {
 		h := c.held[id]
-		if h.run == nil || h.fenced || now.Sub(h.base) <= fence || isDone(h.run) {
+		if h.run == nil || h.fenced || now.Sub(h.base) <= c.fenceOf(h) || isDone(h.run) {
 			continue // a job that ended on its own keeps its own outcome
 		}
 		h.fenced = true
@@ -350,7 +379,7 @@ func (c *Core) NextFence() (at time.Time, ok bool) {
 		if h.run == nil || h.fenced || h.dropped {
 			continue
 		}
-		if t := h.base.Add(c.fence()); !ok || t.Before(at) {
+		if t := h.base.Add(c.fenceOf(h)); !ok || t.Before(at) {
 			at, ok = t, true
 		}
 	}
@@ -389,9 +418,9 @@ func (c *Core) Take(g api.Grant, sent, now time.Time) (h *Held, start bool) {
 	if base.After(now) {
 		base = now
 	}
-	h = &Held{grant: g, base: base, renewed: true}
+	h = &Held{grant: g, own: ownTiming(g), base: base, renewed: true}
 	c.held[g.Lease] = h
-	if now.Sub(base) > c.fence() {
+	if now.Sub(base) > c.fenceOf(h) {
 		h.fenced = true
 		return h, false
 	}
@@ -426,7 +455,7 @@ func Running(g api.Grant) bool {
 // by its supervisor on the wake.
 func (c *Core) Started(h *Held, r Run, now time.Time) (stop bool) {
 	h.run = r
-	if !h.dropped && now.Sub(h.base) > c.fence() {
+	if !h.dropped && now.Sub(h.base) > c.fenceOf(h) {
 		h.fenced = true
 	}
 	return h.dropped || h.fenced
@@ -442,7 +471,7 @@ func (c *Core) Started(h *Held, r Run, now time.Time) (stop bool) {
 // one only from the first heartbeat that renews the lease (Acked) — the
 // first heartbeat goes at once.
 func (c *Core) Reattached(g api.Grant, r Run) *Held {
-	h := &Held{grant: g, base: c.born, run: r}
+	h := &Held{grant: g, own: ownTiming(g), base: c.born, run: r}
 	c.held[g.Lease] = h
 	return h
 }
@@ -455,14 +484,14 @@ func (c *Core) Deadline(h *Held) (d Deadline, ok bool) {
 	if h.run == nil || h.dropped || h.fenced || !h.renewed {
 		return Deadline{}, false
 	}
-	return Deadline{Lease: h.grant.Lease, Run: h.run, At: h.base.Add(c.fence())}, true
+	return Deadline{Lease: h.grant.Lease, Run: h.run, At: h.base.Add(c.fenceOf(h))}, true
 }
 
 // Adopt holds an orphan (see Orphans). Its job does not start yet: nothing
 // says when the daemon last heard of the lease, so it starts once a
 // heartbeat has renewed it (Acked returns it to start).
 func (c *Core) Adopt(g api.Grant) *Held {
-	h := &Held{grant: g, pending: true}
+	h := &Held{grant: g, own: ownTiming(g), pending: true}
 	c.held[g.Lease] = h
 	return h
 }

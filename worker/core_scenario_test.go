@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +22,10 @@ import (
 //	started lease=N now=D                  its run started (Started, then Deadline)
 //	reattach lease=N [gone]                a lease found on restart (Reattached, then Deadline)
 //	adopt lease=N                          an orphan (Adopt)
-//	beat now=D                             a heartbeat due? (BeatDue)
+//	   (take, reattach, adopt: [own=(R,G,T)] the job's own timing)
+//	renew                                  how often the worker heartbeats (Renew)
+//	progress lease=N                       the job's progress now is the input (Progress)
+//	beat now=D                             a heartbeat due? (BeatDue), and its details (BeatDetails)
 //	ack sent=D now=D [continue=(…)] [cancel=(…)] [kill=(…)] [gone=(…)]   its answer (Acked)
 //	unacked                                no answer (Unacked)
 //	fence now=D                            the fence check (Fence)
@@ -60,7 +64,7 @@ func TestCoreScenarios(t *testing.T) {
 				clear(runs)
 				fmt.Fprintf(&b, "fence %v\n", c.fence())
 			case "take":
-				g := api.Grant{Lease: leaseArg(t, d), Timing: wire}
+				g := grantArg(t, d, wire)
 				if d.HasArg("held") {
 					g.HeldSeconds = durArg(t, d, "held").Seconds()
 				}
@@ -80,7 +84,7 @@ func TestCoreScenarios(t *testing.T) {
 				}
 				writeDeadline(&b, c, h)
 			case "reattach":
-				g := api.Grant{Lease: leaseArg(t, d), Timing: wire}
+				g := grantArg(t, d, wire)
 				var r Run
 				if !d.HasArg("gone") {
 					fr := newFakeRun()
@@ -92,7 +96,7 @@ func TestCoreScenarios(t *testing.T) {
 				}
 				writeDeadline(&b, c, h)
 			case "adopt":
-				h := c.Adopt(api.Grant{Lease: leaseArg(t, d), Timing: wire})
+				h := c.Adopt(grantArg(t, d, wire))
 				writeDeadline(&b, c, h)
 			case "beat":
 				ids, due := c.BeatDue(at(durArg(t, d, "now")))
@@ -100,6 +104,14 @@ func TestCoreScenarios(t *testing.T) {
 					return "no heartbeat due\n"
 				}
 				fmt.Fprintf(&b, "heartbeat names %v\n", ids)
+				details := c.BeatDetails()
+				for _, id := range slices.Sorted(maps.Keys(details)) {
+					fmt.Fprintf(&b, "details lease %d: %s\n", id, details[id])
+				}
+			case "renew":
+				fmt.Fprintf(&b, "renew %v\n", c.Renew())
+			case "progress":
+				c.Progress(held(t, d), []byte(strings.TrimSpace(d.Input)))
 			case "ack":
 				reply := api.HeartbeatReply{Timing: wire}
 				for _, dir := range []api.Directive{api.DirectiveContinue, api.DirectiveCancel, api.DirectiveKill, api.DirectiveGone} {
@@ -153,6 +165,30 @@ func TestCoreScenarios(t *testing.T) {
 			return b.String()
 		})
 	})
+}
+
+// grantArg is the grant of lease=N, of the daemon's timing wire, its job
+// of its own timing if own=(R,G,T) is given.
+func grantArg(t *testing.T, d *datadriven.TestData, wire api.Timing) api.Grant {
+	g := api.Grant{Lease: leaseArg(t, d), Timing: wire}
+	for _, a := range d.CmdArgs {
+		if a.Key != "own" {
+			continue
+		}
+		if len(a.Vals) != 3 {
+			t.Fatalf("%s: own=(renew,grace,toleration), is %v", d.Pos, a.Vals)
+		}
+		var v [3]float64
+		for i, s := range a.Vals {
+			dur, err := time.ParseDuration(s)
+			if err != nil {
+				t.Fatalf("%s: own: %v", d.Pos, err)
+			}
+			v[i] = dur.Seconds()
+		}
+		g.Job.Timing = &api.Timing{RenewSeconds: v[0], GraceSeconds: v[1], TolerationSeconds: v[2]}
+	}
+	return g
 }
 
 func writeDeadline(b *strings.Builder, c *Core, h *Held) {

@@ -45,6 +45,14 @@ type Run interface {
 	Fence(at time.Time)
 }
 
+// Progresser is a Run whose job tells its progress (worker/local: the file
+// at $LEASELOG_PROGRESS). The worker reads it before each heartbeat and
+// sends it, as the lease's details, when it changed.
+type Progresser interface {
+	// Progress is the job's progress now, a compact JSON object, or nil.
+	Progress() []byte
+}
+
 // Outcome is what a worker reports about a run.
 type Outcome struct {
 	Outcome string          // succeeded, failed, cancelled, killed, or lost (see Fenced)

@@ -2,8 +2,11 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
+
+	"github.com/leaselog/leaselog/api"
 )
 
 // heartbeatLoop sends one heartbeat for all held leases every renew, acts on
@@ -24,12 +27,17 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 		now := w.now()
 		ids, due, fence := w.mu.core.Turn(now)
 		timeout, every := w.mu.core.BeatTimeout(), w.mu.core.FenceEvery()
+		var runs map[*Held]Progresser
+		if due {
+			runs = w.progressers()
+		}
 		w.mu.Unlock()
 		if due {
+			details := w.details(runs)
 			inflight.Add(1)
 			go func() {
 				defer inflight.Done()
-				w.beat(ctx, ids, now, timeout)
+				w.beat(ctx, api.Heartbeat{Leases: ids, Details: details}, now, timeout)
 				select { // one pending wake-up is enough; never block, or Run could not return
 				case answered <- struct{}{}:
 				default:
@@ -51,10 +59,54 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// beat sends one heartbeat naming ids, sent at sent, and acts on the answer.
-func (w *Worker) beat(ctx context.Context, ids []uint64, sent time.Time, timeout time.Duration) {
+// progressers are the runs of the held leases whose jobs tell their
+// progress. Called with w.mu held.
+func (w *Worker) progressers() map[*Held]Progresser {
+	var out map[*Held]Progresser
+	d, ok := w.opts.Daemon.(Detailer)
+	if !ok || d == nil {
+		return nil
+	}
+	for _, id := range w.mu.core.Leases() {
+		h := w.mu.core.Held(id)
+		if p, ok := h.Run().(Progresser); ok {
+			if out == nil {
+				out = make(map[*Held]Progresser)
+			}
+			out[h] = p
+		}
+	}
+	return out
+}
+
+// details reads the progress of runs (outside w.mu: it is file I/O) and
+// returns what the heartbeat due carries (Core.BeatDetails).
+func (w *Worker) details(runs map[*Held]Progresser) map[uint64]json.RawMessage {
+	if len(runs) == 0 {
+		return nil
+	}
+	read := make(map[*Held][]byte, len(runs))
+	for h, p := range runs {
+		read[h] = p.Progress()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for h, b := range read {
+		w.mu.core.Progress(h, b)
+	}
+	return w.mu.core.BeatDetails()
+}
+
+// beat sends heartbeat hb, sent at sent, and acts on the answer.
+func (w *Worker) beat(ctx context.Context, hb api.Heartbeat, sent time.Time, timeout time.Duration) {
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
-	reply, err := w.opts.Daemon.Heartbeat(callCtx, w.opts.ID, ids)
+	var reply api.HeartbeatReply
+	var err error
+	if d, ok := w.opts.Daemon.(Detailer); ok && len(hb.Details) > 0 {
+		reply, err = d.HeartbeatDetails(callCtx, w.opts.ID, hb)
+	} else {
+		reply, err = w.opts.Daemon.Heartbeat(callCtx, w.opts.ID, hb.Leases)
+	}
 	cancel()
 	if err != nil {
 		w.mu.Lock()

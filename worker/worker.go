@@ -50,6 +50,14 @@ type Router interface {
 	AcquireOffer(ctx context.Context, worker string, max int, wait time.Duration, o api.Offer) ([]api.Grant, error)
 }
 
+// Detailer is a Daemon that takes a heartbeat's details (the progress of
+// its leases' jobs); *api.Client and ops.Daemon are. A heartbeat with
+// details to give goes through it; the others, and every heartbeat to a
+// Daemon that is no Detailer, go through Heartbeat.
+type Detailer interface {
+	HeartbeatDetails(ctx context.Context, worker string, hb api.Heartbeat) (api.HeartbeatReply, error)
+}
+
 // Rounder is a Daemon that saves round trips; *api.Client and ops.Daemon
 // are. A worker whose Daemon is one reports each job with the next
 // acquire for the slot the job frees (Core.NextAfter): a busy worker takes

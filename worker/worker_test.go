@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -463,6 +464,69 @@ func (r *fakeRun) Fence(at time.Time) {
 	r.mu.Unlock()
 	select {
 	case r.fenced <- at:
+	default:
+	}
+}
+
+// detailsDaemon takes heartbeats with details (Detailer), sending each
+// heartbeat's details on details.
+type detailsDaemon struct {
+	*fakeDaemon
+	details chan map[uint64]json.RawMessage
+}
+
+func (d *detailsDaemon) HeartbeatDetails(ctx context.Context, worker string, hb api.Heartbeat) (api.HeartbeatReply, error) {
+	d.details <- hb.Details
+	return d.Heartbeat(ctx, worker, hb.Leases)
+}
+
+// progressRun is a fakeRun whose job tells its progress (Progresser).
+type progressRun struct {
+	*fakeRun
+	progress atomic.Pointer[[]byte]
+}
+
+func (r *progressRun) Progress() []byte {
+	if p := r.progress.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+type progressExecutor struct {
+	*fakeExecutor
+	runs chan *progressRun
+}
+
+func (e *progressExecutor) Start(ctx context.Context, g api.Grant) (Run, error) {
+	r, _ := e.fakeExecutor.Start(ctx, g)
+	p := &progressRun{fakeRun: r.(*fakeRun)}
+	e.runs <- p
+	return p, nil
+}
+
+// TestProgressTravelsInHeartbeats: what a job says of its progress goes to
+// the daemon with the next heartbeat, as its lease's details, once; a
+// change goes again.
+func TestProgressTravelsInHeartbeats(t *testing.T) {
+	d := &detailsDaemon{fakeDaemon: newFakeDaemon(), details: make(chan map[uint64]json.RawMessage, 1024)}
+	e := &progressExecutor{fakeExecutor: newFakeExecutor(), runs: make(chan *progressRun, 1)}
+	d.queue = []api.Grant{grant(3, "j1")}
+	newTestWorker(t, d, e, nil)
+	r := receive(t, e.runs, "the start")
+	for _, p := range []string{`{"step":1}`, `{"step":2}`} {
+		b := []byte(p)
+		r.progress.Store(&b)
+		got := receive(t, d.details, "a heartbeat with details")
+		if len(got) != 1 || string(got[3]) != p {
+			t.Fatalf("details %v, want lease 3's %s", got, p)
+		}
+	}
+	r.finish(Outcome{Outcome: "succeeded"})
+	receive(t, d.reports, "report")
+	select {
+	case got := <-d.details:
+		t.Fatalf("details %v sent again", got)
 	default:
 	}
 }

@@ -50,6 +50,8 @@ import (
 //	max_requeues = 0                 # an evaluation lost once more than this many requeues fails; 0: no cap
 //	local_kinds = ["evaluation"]     # the kinds of job the local worker takes; default: every kind
 //	local_labels = {gpu = "a100"}    # the labels it offers: it takes only jobs whose labels it offers
+//	min_renew_seconds = 1            # the bounds of a job's own timing (submit's renew_seconds…);
+//	max_toleration_seconds = 86400   # 0: no bound
 //
 //	[auth]                           # absent: loopback or a unix socket only, and open unless
 //	                                 # there is a local worker: then an admin token in <dir>/token
@@ -131,6 +133,10 @@ type ExecutorConfig struct {
 	// of job it takes (none: every kind) and the labels it offers.
 	LocalKinds  []string          `toml:"local_kinds"`
 	LocalLabels map[string]string `toml:"local_labels"`
+	// MinRenewSeconds and MaxTolerationSeconds bound the timing a job may
+	// ask for of its own (lease.Options.Bounds); 0: no bound.
+	MinRenewSeconds      float64 `toml:"min_renew_seconds"`
+	MaxTolerationSeconds float64 `toml:"max_toleration_seconds"`
 }
 
 // AuthConfig is [auth].
@@ -148,7 +154,7 @@ type LogConfig struct {
 
 // DefaultConfig is the configuration of an empty file.
 func DefaultConfig() Config {
-	def := timing.Default()
+	def, bounds := timing.Default(), timing.DefaultBounds()
 	capacity := runtime.NumCPU()
 	return Config{
 		Server: ServerConfig{Listen: "127.0.0.1:7420", CancelQueuedOnStop: true},
@@ -157,6 +163,7 @@ func DefaultConfig() Config {
 		Plugins: PluginsConfig{Executor: ExecutorConfig{
 			RenewSeconds: def.Renew.Seconds(), GraceSeconds: def.Grace.Seconds(), TolerationSeconds: def.Toleration.Seconds(),
 			LocalCapacity: &capacity, RetentionSeconds: local.DefaultRetention.Seconds(),
+			MinRenewSeconds: bounds.MinRenew.Seconds(), MaxTolerationSeconds: bounds.MaxToleration.Seconds(),
 		}},
 		Log: LogConfig{Format: "json", Level: "info"},
 	}
@@ -187,6 +194,13 @@ func (c Config) Lease() timing.Config {
 	e := c.Plugins.Executor
 	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 	return timing.Config{Renew: sec(e.RenewSeconds), Grace: sec(e.GraceSeconds), Toleration: sec(e.TolerationSeconds)}
+}
+
+// Bounds returns the bounds of a job's own timing of [plugins.executor].
+func (c Config) Bounds() timing.Bounds {
+	e := c.Plugins.Executor
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	return timing.Bounds{MinRenew: sec(e.MinRenewSeconds), MaxToleration: sec(e.MaxTolerationSeconds)}
 }
 
 // Capacity is the local worker's capacity.
@@ -243,17 +257,21 @@ func (c Config) Validate() error {
 		{"store.snapshot_seconds", c.Store.SnapshotSeconds},
 		{"store.heartbeat_retention_seconds", c.Store.HeartbeatRetentionSeconds},
 		{"plugins.executor.retention_seconds", e.RetentionSeconds},
+		{"plugins.executor.min_renew_seconds", e.MinRenewSeconds},
+		{"plugins.executor.max_toleration_seconds", e.MaxTolerationSeconds},
 	} {
 		if math.IsNaN(d.v) || math.Abs(d.v) > maxSeconds {
 			return fmt.Errorf("config: %s: must be a number of seconds up to %d (a year), is %v", d.key, maxSeconds, d.v)
 		}
 	}
-	if err := c.Lease().Validate(); err != nil {
-		var ce *timing.ConfigError
-		if errors.As(err, &ce) {
-			return fmt.Errorf("config: plugins.executor.%s: %s", ce.Key, ce.Message)
+	for _, v := range []interface{ Validate() error }{c.Lease(), c.Bounds()} {
+		if err := v.Validate(); err != nil {
+			var ce *timing.ConfigError
+			if errors.As(err, &ce) {
+				return fmt.Errorf("config: plugins.executor.%s: %s", ce.Key, ce.Message)
+			}
+			return err
 		}
-		return err
 	}
 	switch {
 	case c.Capacity() < 0:

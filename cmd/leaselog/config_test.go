@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/lease"
+	"github.com/leaselog/leaselog/timing"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -46,6 +47,14 @@ w1 = "worker-token-0123456789"
 	if err != nil || c.Validate() != nil || c.StopQueue() != lease.KeepQueued || c.Plugins.Executor.MaxRequeues != 3 {
 		t.Errorf("config %+v: %v", c, err)
 	}
+	// The bounds of a job's own timing: a day and a second by default.
+	if b := DefaultConfig().Bounds(); b != timing.DefaultBounds() {
+		t.Errorf("default bounds %+v", b)
+	}
+	c, err = ParseConfig("[plugins.executor]\nmin_renew_seconds = 0.5\nmax_toleration_seconds = 3600")
+	if b := c.Bounds(); err != nil || c.Validate() != nil || b.MinRenew != 500*time.Millisecond || b.MaxToleration != time.Hour {
+		t.Errorf("bounds %+v: %v", b, err)
+	}
 }
 
 // TestConfigErrorsNameTheKey: every refused configuration says which key.
@@ -82,6 +91,11 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"[plugins.executor]\nretention_seconds = 1e20", "plugins.executor.retention_seconds: must be a number of seconds up to"},
 		{"[plugins.executor]\nlocal_kinds = [\"gpu\"]", `plugins.executor.local_kinds: "gpu": want run or evaluation`},
 		{"[plugins.executor]\nlocal_labels = {\"a b\" = \"x\"}", `plugins.executor.local_labels: event: bad label: key "a b"`},
+		{"[plugins.executor]\nmin_renew_seconds = -1", "plugins.executor.min_renew_seconds: must be 0 (no minimum) or more"},
+		{"[plugins.executor]\nmax_toleration_seconds = -1", "plugins.executor.max_toleration_seconds: must be 0 (no maximum) or more"},
+		{"[plugins.executor]\nmin_renew_seconds = 5\nmax_toleration_seconds = 10", "plugins.executor.max_toleration_seconds: must exceed 2 × min_renew_seconds"},
+		{"[plugins.executor]\nmax_toleration_seconds = 1e20", "plugins.executor.max_toleration_seconds: must be a number of seconds up to"},
+		{"[plugins.executor]\nmin_renew_seconds = nan", "plugins.executor.min_renew_seconds: must be a number of seconds up to"},
 	} {
 		c, err := ParseConfig(tc.text)
 		if err == nil {

@@ -19,8 +19,9 @@ func (m *Main) submitCommand() *cobra.Command {
 	var maxRequeues, priority int
 	var labels []string
 	var notBefore string
+	var renew, grace, toleration float64
 	cmd := &cobra.Command{
-		Use:   "submit --id ID --kind run|evaluation [--repo R --ref REF] [--bring-back PATH]... [--max-requeues N] [--priority N] [--not-before TIME] [--label K=V]... -- COMMAND...",
+		Use:   "submit --id ID --kind run|evaluation [--repo R --ref REF] [--bring-back PATH]... [--max-requeues N] [--priority N] [--not-before TIME] [--label K=V]... [--renew-seconds S --grace-seconds S --toleration-seconds S] -- COMMAND...",
 		Short: "Submit a job (idempotent on its id)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// What the CLI can tell is missing, it says before any call.
@@ -53,6 +54,15 @@ func (m *Main) submitCommand() *cobra.Command {
 			if cmd.Flags().Changed("max-requeues") {
 				in.MaxRequeues = &maxRequeues
 			}
+			for _, t := range []struct {
+				flag string
+				v    *float64
+				to   **float64
+			}{{"renew-seconds", &renew, &in.RenewSeconds}, {"grace-seconds", &grace, &in.GraceSeconds}, {"toleration-seconds", &toleration, &in.TolerationSeconds}} {
+				if cmd.Flags().Changed(t.flag) {
+					*t.to = t.v
+				}
+			}
 			j, created, err := c.Submit(cmd.Context(), in)
 			if err != nil {
 				return fmt.Errorf("submit %s: %w", id, err)
@@ -76,6 +86,9 @@ func (m *Main) submitCommand() *cobra.Command {
 	cmd.Flags().IntVar(&priority, "priority", 0, "higher goes first among the jobs a worker can take")
 	cmd.Flags().StringVar(&notBefore, "not-before", "", "RFC 3339 time before which the job is granted to no one (at most a year ahead)")
 	cmd.Flags().StringArrayVar(&labels, "label", nil, "KEY=VALUE a worker must offer to take the job (repeatable)")
+	cmd.Flags().Float64Var(&renew, "renew-seconds", 0, "the job's own renew: its worker heartbeats at least this often (default: the daemon's)")
+	cmd.Flags().Float64Var(&grace, "grace-seconds", 0, "the job's own grace (default: the daemon's)")
+	cmd.Flags().Float64Var(&toleration, "toleration-seconds", 0, "the job's own toleration: its lease expires after this long unheard (default: the daemon's; at most plugins.executor.max_toleration_seconds)")
 	return cmd
 }
 

@@ -200,27 +200,40 @@ func TestReattachRenewsFence(t *testing.T) {
 }
 
 // A run whose worker never calls Fence is fenced toleration − 2×renew after
-// its start (the grant's timing), not left unfenced; a grant without timing
-// (these tests') sets no deadline.
+// its start (the grant's timing, or its job's own if it has one), not left
+// unfenced; a grant without timing (these tests') sets no deadline.
 func TestFirstFenceFromGrant(t *testing.T) {
 	t.Parallel()
 	e, _ := newExecutor(t, t.TempDir(), time.Minute)
-	ready := fifo(t, "ready")
-	g := grant(t, "first", 1, api.Spec{Run: "echo up > " + q(ready) + "; exec sleep 60"})
-	g.Timing = api.Timing{RenewSeconds: 0.1, GraceSeconds: 0.1, TolerationSeconds: 0.5}
-	before := fenceClock.Now()
-	r := start(t, e, g)
-	readFIFO(t, ready)
-	c, at, err := supervise.ReadFence(filepath.Join(runDirOf(e, g), stateDir))
-	if err != nil || c != fenceClock {
-		t.Fatalf("fence %v %v, %v", c, at, err)
+	for _, tc := range []struct {
+		name, id    string
+		daemon, own api.Timing
+	}{
+		{"the daemon's timing", "first", api.Timing{RenewSeconds: 0.1, GraceSeconds: 0.1, TolerationSeconds: 0.5}, api.Timing{}},
+		{"the job's own", "first-own", api.Timing{RenewSeconds: 1, GraceSeconds: 5, TolerationSeconds: 60}, api.Timing{RenewSeconds: 0.1, GraceSeconds: 0.3, TolerationSeconds: 0.5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ready := fifo(t, "ready")
+			g := grant(t, tc.id, 1, api.Spec{Run: "echo up > " + q(ready) + "; exec sleep 60"})
+			g.Timing = tc.daemon
+			if tc.own != (api.Timing{}) {
+				g.Job.Timing = &tc.own
+			}
+			before := fenceClock.Now()
+			r := start(t, e, g)
+			readFIFO(t, ready)
+			c, at, err := supervise.ReadFence(filepath.Join(runDirOf(e, g), stateDir))
+			if err != nil || c != fenceClock {
+				t.Fatalf("fence %v %v, %v", c, at, err)
+			}
+			if d := at.Sub(before); d < 300*time.Millisecond || d > time.Second {
+				t.Fatalf("first deadline %v after the start; want 300ms (0.5 − 2×0.1)", d)
+			}
+			wantOutcome(t, await(t, r), "lost", supervise.FencedReason)
+		})
 	}
-	if d := at.Sub(before); d < 300*time.Millisecond || d > time.Second {
-		t.Fatalf("first deadline %v after the start; want 300ms (0.5 − 2×0.1)", d)
-	}
-	wantOutcome(t, await(t, r), "lost", supervise.FencedReason)
 
-	g = grant(t, "unfenced", 1, api.Spec{Run: "exit 0"})
+	g := grant(t, "unfenced", 1, api.Spec{Run: "exit 0"})
 	wantOutcome(t, await(t, start(t, e, g)), "succeeded", "")
 	if _, _, err := supervise.ReadFence(filepath.Join(runDirOf(e, g), stateDir)); err != supervise.ErrNoFence {
 		t.Fatalf("a grant without timing got a fence: %v", err)

@@ -42,6 +42,8 @@
 //	        ├── stderr          the command's standard error
 //	        ├── supervisor.log  the supervisor's own lines (stops, the fence)
 //	        ├── result.json     $LEASELOG_RESULT: JSON the job may leave behind
+//	        ├── progress.json   $LEASELOG_PROGRESS: a JSON object, the job's
+//	        │                   progress, sent with the next heartbeat
 //	        ├── fence           "<clock> <unix-ns>": the fence deadline, a
 //	        │                   reading of hostclock's clock of that name;
 //	        │                   written at the start (the grant's toleration −
@@ -109,10 +111,14 @@ const (
 	stdoutFile = "stdout"
 	stderrFile = "stderr"
 	resultFile = "result.json"
-	exitFile   = supervise.ExitFile
-	stopFile   = supervise.StopFile
-	fenceFile  = supervise.FenceFile
-	fencedFile = supervise.FencedFile
+	// progressFile is where a job writes its progress ($LEASELOG_PROGRESS),
+	// a JSON object the worker sends with its next heartbeat when it
+	// changed (Progress).
+	progressFile = "progress.json"
+	exitFile     = supervise.ExitFile
+	stopFile     = supervise.StopFile
+	fenceFile    = supervise.FenceFile
+	fencedFile   = supervise.FencedFile
 )
 
 // Options configures an Executor.
@@ -297,8 +303,8 @@ func (e *Executor) newRun(g api.Grant) (*run, error) {
 		spec:  spec,
 		done:  make(chan struct{}),
 	}
-	if g.TolerationSeconds > 0 {
-		r.firstFence = worker.ConfigOf(g.Timing).SelfFence()
+	if t := worker.LeaseTiming(g); t.Toleration > 0 {
+		r.firstFence = t.SelfFence() // the lease's own timing, if its job has one
 	}
 	r.log = e.log.With().Str("job", r.job).Uint64("lease", r.lease).Logger()
 	e.hold(r.dir) // released once the run ends (finish), or fails to start

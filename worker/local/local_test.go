@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/worker"
 	"github.com/leaselog/leaselog/worker/local/supervise"
 )
 
@@ -361,5 +362,39 @@ func TestNew(t *testing.T) {
 	}
 	if e.grace != 10*time.Second || e.poll != 500*time.Millisecond {
 		t.Fatalf("defaults: grace %v, poll %v", e.grace, e.poll)
+	}
+}
+
+// A job tells its progress in the file at $LEASELOG_PROGRESS: the run reads
+// it (Progress) as a compact JSON object, or not at all — not an object, not
+// JSON, past a heartbeat's 4 KiB of details, or not a file of its own, as
+// for the result.
+func TestProgress(t *testing.T) {
+	t.Parallel()
+	e, _ := newExecutor(t, t.TempDir(), time.Second)
+	for i, tc := range []struct {
+		name, run string
+		want      string
+	}{
+		{"an object", `printf '{ "step": 3, "of": [10] }' > "$LEASELOG_PROGRESS"`, `{"step":3,"of":[10]}`},
+		{"none", `:`, ""},
+		{"an array", `printf '[1,2]' > "$LEASELOG_PROGRESS"`, ""},
+		{"half written", `printf '{"step": ' > "$LEASELOG_PROGRESS"`, ""},
+		{"4 KiB", `printf '{"a":"%s"}' "$(head -c 4088 /dev/zero | tr '\0' x)" > "$LEASELOG_PROGRESS"`, `{"a":"` + strings.Repeat("x", 4088) + `"}`},
+		{"past 4 KiB", `printf '{"a":"%s"}' "$(head -c 4089 /dev/zero | tr '\0' x)" > "$LEASELOG_PROGRESS"`, ""},
+		{"a symbolic link", `printf '{"a":1}' > ../x.json; ln -s ../x.json "$LEASELOG_PROGRESS"`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := grant(t, "prog", uint64(i+1), api.Spec{Run: tc.run})
+			r := start(t, e, g)
+			wantOutcome(t, await(t, r), "succeeded", "")
+			p, ok := r.(worker.Progresser)
+			if !ok {
+				t.Fatal("a local run tells no progress")
+			}
+			if got := p.Progress(); string(got) != tc.want {
+				t.Fatalf("progress %.80s (%d bytes), want %.80s", got, len(got), tc.want)
+			}
+		})
 	}
 }

@@ -33,6 +33,7 @@ func jobEnv(r *run) []string {
 		"LEASELOG_LEASE="+strconv.FormatUint(r.lease, 10),
 		"LEASELOG_WORKDIR="+r.dir,
 		"LEASELOG_RESULT="+r.path(resultFile),
+		"LEASELOG_PROGRESS="+r.path(progressFile),
 	)
 }
 

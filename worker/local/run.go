@@ -314,6 +314,29 @@ func readResult(dir string) (json.RawMessage, string) {
 	return buf.Bytes(), ""
 }
 
+// Progress is what the job last wrote at $LEASELOG_PROGRESS, compact, or
+// nil: none, or not a JSON object, or larger than a heartbeat carries
+// (event.MaxDetailsLen; a job that wants more says less). It is read
+// through supervise.ReadSmall like the result: no link, no named pipe.
+// A job that rewrites the file in place may be read half-written: that
+// reads as no JSON and is skipped until the next heartbeat; one that
+// renames a new file over it never is.
+func (r *run) Progress() []byte {
+	b, err := readSmall(r.dir, progressFile, maxProgress)
+	if err != nil {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil || buf.Len() == 0 || buf.Bytes()[0] != '{' || buf.Len() > maxProgress {
+		return nil
+	}
+	return buf.Bytes()
+}
+
+// maxProgress is the most of a progress file read: the details of one
+// lease a heartbeat carries.
+const maxProgress = 4096
+
 // Fence moves the fence deadline the run's supervisor holds to at, a
 // reading of Options.Clock: past it, the supervisor kills the job's whole
 // tree on its own. The last call wins, earlier or later. A run that has

@@ -141,9 +141,23 @@ class Core:
         """toleration − 2×renew: how long after its base a lease's job stops."""
         return self.timing.self_fence
 
+    def span_of(self, h: Held) -> float:
+        """How long after its base h's job stops: its job's own timing's
+        toleration − 2×renew, or the daemon's (Core.fenceOf in Go)."""
+        own = own_timing(h.grant)
+        return own.self_fence if own is not None else self.span
+
     @property
     def renew(self) -> float:
-        return self.timing.renew
+        """How often the worker heartbeats: the daemon's renew, or the
+        shortest of its leases' own if shorter (every heartbeat names every
+        lease, so each is renewed as often as its timing asks)."""
+        r = self.timing.renew
+        for h in self.held.values():
+            own = own_timing(h.grant)
+            if own is not None and own.renew < r:
+                r = own.renew
+        return r
 
     @property
     def fence_every(self) -> float:
@@ -226,7 +240,7 @@ class Core:
             if sent >= h.base:
                 h.base, h.renewed = sent, True
             at = self.deadline(h)
-            if at is not None and not late:
+            if at is not None and not late and now - sent <= self.span_of(h):  # else old news for this lease
                 a.fence.append((h.run, at))  # type: ignore[arg-type]
             if h.pending and directive == "continue":
                 if not late:  # else it stays pending: the next heartbeat says whether it is still ours
@@ -252,7 +266,7 @@ class Core:
         stops = []
         for lease in self.leases():
             h = self.held[lease]
-            if h.run is None or h.fenced or now - h.base <= self.span or h.run.done.is_set():
+            if h.run is None or h.fenced or now - h.base <= self.span_of(h) or h.run.done.is_set():
                 continue  # a job that ended on its own keeps its own outcome
             h.fenced = True
             stops.append(Stop(lease, h.run, kill=True, why="fence"))
@@ -271,7 +285,7 @@ class Core:
         base = min(sent + g.held_seconds, now)
         h = Held(grant=g, base=base)
         self.held[g.lease] = h
-        if now - base > self.span:
+        if now - base > self.span_of(h):
             h.fenced = True
             return h, False
         return h, True
@@ -287,7 +301,7 @@ class Core:
         reason: a run stopped at once gets no deadline for its runner (the Go
         worker's Core.Started, sim seed 2934)."""
         h.run = run
-        if not h.dropped and now - h.base > self.span:
+        if not h.dropped and now - h.base > self.span_of(h):
             h.fenced = True
         return h.dropped or h.fenced
 
@@ -306,7 +320,7 @@ class Core:
         """The fence deadline of h's run for its runner, if there is one to give."""
         if h.run is None or h.dropped or h.fenced or not h.renewed:
             return None
-        return h.base + self.span
+        return h.base + self.span_of(h)
 
     def drop(self, lease: int, why: str) -> Tuple[Optional[Stop], Optional[Held]]:
         """Mark a lease as not the worker's: its run is to be stopped at once
@@ -385,3 +399,11 @@ def refused(o: Outcome, err: Any) -> Tuple[Optional[Outcome], str]:
     if o.outcome != LOST:
         return Outcome(LOST, f"{why}; sent again as lost, was {o.outcome}"[:512]), "resend"
     return None, "expire"
+
+
+def own_timing(g: Grant) -> Optional[Timing]:
+    """The timing of its own a grant's lease has: its job's, or None."""
+    t = g.job.timing
+    if not t or not t.get("renew_seconds"):
+        return None
+    return Timing(renew=t["renew_seconds"], grace=t["grace_seconds"], toleration=t["toleration_seconds"])

@@ -76,6 +76,11 @@ class Task:
     #: Why the job is asked to stop: cancel, kill, gone, fence or shutdown.
     stop_reason: Optional[str] = field(default=None, init=False)
     _event: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    # The latest progress told (compact JSON), and the last the daemon
+    # acknowledged; guarded by _plock.
+    _progress: Optional[str] = field(default=None, init=False, repr=False)
+    _acked: Optional[str] = field(default=None, init=False, repr=False)
+    _plock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def spec(self) -> Dict[str, Any]:
@@ -89,6 +94,27 @@ class Task:
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait up to timeout seconds for a stop request; True if one came."""
         return self._event.wait(timeout)
+
+    def progress(self, obj: Dict[str, Any]) -> None:
+        """Tell how far the job got: ``obj``, a JSON object, goes to the
+        daemon with the worker's next heartbeat as the lease's details, which
+        the job's view shows (the latest; its history keeps each). Over
+        4 KiB, the daemon keeps ``{"cut": N}`` instead. The same progress
+        again is not sent again."""
+        if not isinstance(obj, dict):
+            raise TypeError(f"progress must be a dict (a JSON object), not {type(obj).__name__}")
+        doc = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+        with self._plock:
+            self._progress = doc
+
+    def _unsent(self) -> Optional[str]:
+        """The progress the daemon has not acknowledged, if any."""
+        with self._plock:
+            return self._progress if self._progress != self._acked else None
+
+    def _acknowledged(self, doc: str) -> None:
+        with self._plock:
+            self._acked = doc
 
 
 class CallableRun:

@@ -42,7 +42,8 @@ def _spec(run: Optional[str], spec: Optional[Mapping[str, Any]], checkout: Optio
 def _submission(id: str, kind: str, run: Optional[str], spec: Optional[Mapping[str, Any]],
                 checkout: Optional[Mapping[str, Any]], bring_back: Optional[Sequence[str]],
                 max_requeues: Optional[int], labels: Optional[Mapping[str, str]] = None,
-                priority: Optional[int] = None, not_before: Any = None) -> Dict[str, Any]:
+                priority: Optional[int] = None, not_before: Any = None,
+                timing: Optional[Mapping[str, Optional[float]]] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"id": id, "kind": kind, "spec": _spec(run, spec, checkout, bring_back)}
     if max_requeues is not None:
         body["max_requeues"] = max_requeues
@@ -52,7 +53,14 @@ def _submission(id: str, kind: str, run: Optional[str], spec: Optional[Mapping[s
         body["priority"] = priority
     if not_before is not None:
         body["not_before"] = _rfc3339(not_before)
+    for key in _TIMING:
+        if timing and timing.get(key) is not None:
+            body[key] = timing[key]
     return body
+
+
+#: The keys of a job's own timing (see Client.submit).
+_TIMING = ("renew_seconds", "grace_seconds", "toleration_seconds")
 
 
 def _rfc3339(t: Any) -> str:
@@ -103,7 +111,8 @@ class Client:
                spec: Optional[Mapping[str, Any]] = None, checkout: Optional[Mapping[str, Any]] = None,
                bring_back: Optional[Sequence[str]] = None, max_requeues: Optional[int] = None,
                labels: Optional[Mapping[str, str]] = None, priority: Optional[int] = None,
-               not_before: Any = None) -> Job:
+               not_before: Any = None, renew_seconds: Optional[float] = None,
+               grace_seconds: Optional[float] = None, toleration_seconds: Optional[float] = None) -> Job:
         """Submit a job; idempotent on its id.
 
         ``run`` is the command leaselog's own workers run (``spec.run``);
@@ -121,8 +130,14 @@ class Client:
         datetime, or an RFC 3339 string) is the time before which it is
         granted to no one. Another ``labels`` or ``priority`` for the same id
         raises :class:`errors.JobExists`; a job keeps its first ``not_before``.
+        ``renew_seconds``, ``grace_seconds`` and ``toleration_seconds`` ask
+        for the job's own timing (None: the daemon's): its leases expire, and
+        its worker fences it, by it; out of the daemon's bounds raises
+        :class:`errors.BadRequest` naming the field.
         """
-        body = _submission(id, kind, run, spec, checkout, bring_back, max_requeues, labels, priority, not_before)
+        body = _submission(id, kind, run, spec, checkout, bring_back, max_requeues, labels, priority, not_before,
+                           {"renew_seconds": renew_seconds, "grace_seconds": grace_seconds,
+                            "toleration_seconds": toleration_seconds})
         status, doc = self._t.request("POST", "/v1/jobs", body=body)
         return Job.from_json(doc, created=status == 201)
 
@@ -131,7 +146,8 @@ class Client:
 
         Each item takes the keyword arguments of :meth:`submit` (``id``,
         ``kind``, ``run``, ``spec``, ``checkout``, ``bring_back``,
-        ``max_requeues``, ``labels``, ``priority``, ``not_before``). Each is
+        ``max_requeues``, ``labels``, ``priority``, ``not_before``,
+        ``renew_seconds``…). Each is
         decided alone: the answer has one :class:`Submitted` per item, in
         order, with the job or the error that refused it (which wrote
         nothing). Only a batch that is bad as a whole raises.
@@ -140,7 +156,7 @@ class Client:
         for j in jobs:
             items.append(_submission(j["id"], j.get("kind", "run"), j.get("run"), j.get("spec"), j.get("checkout"),
                                      j.get("bring_back"), j.get("max_requeues"), j.get("labels"), j.get("priority"),
-                                     j.get("not_before")))
+                                     j.get("not_before"), j))
         _, doc = self._t.request("POST", "/v1/jobs/batch", body={"jobs": items})
         out = []
         for item in doc.get("jobs") or []:
@@ -355,10 +371,18 @@ class WorkerClient:
                                   timeout=timeout if timeout is not None else wait_seconds + 30, call=call)
         return grants(doc)
 
-    def heartbeat(self, leases: Sequence[int], *, timeout: Optional[float] = None) -> Dict[str, Any]:
-        """Renew ``leases``; the answer has a directive per lease and the timing."""
-        return self._t.worker_call("heartbeat", self.worker_id, "", self._w + "/heartbeat",
-                                   {"leases": list(leases)}, timeout=timeout)
+    def heartbeat(self, leases: Sequence[int], *, details: Optional[Mapping[int, Mapping[str, Any]]] = None,
+                  timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Renew ``leases``; the answer has a directive per lease and the timing.
+
+        ``details`` gives the progress of some of them, by lease: a JSON
+        object each, which the job's view shows (over 4 KiB it is kept as
+        ``{"cut": N}``).
+        """
+        body: Dict[str, Any] = {"leases": list(leases)}
+        if details:
+            body["details"] = {str(int(k)): dict(v) for k, v in details.items()}
+        return self._t.worker_call("heartbeat", self.worker_id, "", self._w + "/heartbeat", body, timeout=timeout)
 
     def leases(self, *, timeout: Optional[float] = None) -> List[Grant]:
         """The live leases the daemon holds for this worker (what it re-attaches to)."""

@@ -62,13 +62,18 @@ class Lease:
     heard: Optional[_dt.datetime]
     revoke: Optional[str] = None
     report_seq: Optional[int] = None
+    #: The timing it was granted with, its job's own; None: the daemon's.
+    timing: Optional[Dict[str, float]] = None
+    #: The latest details its heartbeats gave, while it is live.
+    details: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Lease":
         return cls(lease=d["lease"], job=d["job"], kind=d["kind"], worker=d["worker"], state=d["state"],
                    acquired=parse_time(d.get("acquired")), heard=parse_time(d.get("heard")),
-                   revoke=d.get("revoke"), report_seq=d.get("report_seq"), raw=dict(d))
+                   revoke=d.get("revoke"), report_seq=d.get("report_seq"), timing=d.get("timing"),
+                   details=d.get("details"), raw=dict(d))
 
 
 @dataclass
@@ -99,6 +104,11 @@ class Job:
     #: "not_before" or "worker"; and whether no worker present can take it.
     waiting_for: Optional[str] = None
     unroutable: bool = False
+    #: The job's own timing (renew_seconds, grace_seconds,
+    #: toleration_seconds); None: the daemon's.
+    timing: Optional[Dict[str, float]] = None
+    #: The latest details (progress) its live lease's heartbeats gave.
+    details: Optional[Dict[str, Any]] = None
     #: For the answer of a submit: True if this call created the job, False
     #: if the same job existed. None elsewhere.
     created: Optional[bool] = None
@@ -120,7 +130,8 @@ class Job:
                    result=d.get("result"), max_requeues=d.get("max_requeues", 0),
                    labels=dict(d.get("labels") or {}), priority=d.get("priority", 0),
                    not_before=parse_time(d.get("not_before")), waiting_for=d.get("waiting_for"),
-                   unroutable=bool(d.get("unroutable")), created=created, raw=dict(d))
+                   unroutable=bool(d.get("unroutable")), timing=d.get("timing"),
+                   details=d.get("details"), created=created, raw=dict(d))
 
 
 @dataclass
@@ -145,6 +156,10 @@ class Event:
     # lease.heartbeats: the heartbeats compacted into this one, the last
     # (count, first_seq, first_time).
     heartbeats: Optional[Dict[str, Any]] = None
+    # A job's own timing (lease.queued), a lease's (lease.acquired).
+    timing: Optional[Dict[str, float]] = None
+    # lease.heartbeat: the details it carried (lease.heartbeats: the latest).
+    details: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -153,7 +168,8 @@ class Event:
                    job=d.get("job"), lease=d.get("lease"), worker=d.get("worker"), kind=d.get("kind"),
                    outcome=d.get("outcome"), revoke=d.get("revoke"), ref=d.get("ref"),
                    reason=d.get("reason"), gap_seconds=d.get("gap_seconds"), spec=d.get("spec"),
-                   result=d.get("result"), heartbeats=d.get("heartbeats"), raw=dict(d))
+                   result=d.get("result"), heartbeats=d.get("heartbeats"), timing=d.get("timing"),
+                   details=d.get("details"), raw=dict(d))
 
 
 @dataclass

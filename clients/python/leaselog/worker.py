@@ -10,15 +10,16 @@ daemon the job started and one that waits for the job and reports it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import _clock
 from ._core import Core, Held, Outcome, Stop, lost, not_started, refused, too_late
 from ._http import Call
-from ._runs import Executor, Handler, Task
+from ._runs import CallableRun, Executor, Handler, Task
 from .client import WorkerClient
 from .errors import Forbidden, LeaselogError, Stopping, TokenRefused, Unauthorized
 from .types import Grant, Timing, grants
@@ -262,15 +263,32 @@ class Worker:
                 ids, due, check = self.core.turn(now)
                 timeout, every = self.core.beat_timeout, self.core.fence_every
             if due:
-                self._go(self._beat, ids, now, timeout, answered)
+                details = self._details(ids)
+                self._go(self._beat, ids, now, timeout, answered, details)
             if check:
                 self._check_fence()
             answered.wait(every)
             answered.clear()
 
-    def _beat(self, ids: List[int], sent: float, timeout: float, answered: threading.Event) -> None:
+    def _details(self, ids: List[int]) -> Dict[int, Tuple[Task, str]]:
+        """The progress the tasks of ids told (Task.progress) that the daemon
+        has not acknowledged: what the heartbeat due carries. Called with
+        self._lock held."""
+        out: Dict[int, Tuple[Task, str]] = {}
+        for id in ids:
+            h = self.core.held.get(id)
+            run = h.run if h is not None else None
+            if isinstance(run, CallableRun):
+                doc = run.task._unsent()
+                if doc is not None:
+                    out[id] = (run.task, doc)
+        return out
+
+    def _beat(self, ids: List[int], sent: float, timeout: float, answered: threading.Event,
+              details: Optional[Dict[int, Tuple[Task, str]]] = None) -> None:
         try:
-            reply = self.api.heartbeat(ids, timeout=timeout)
+            reply = self.api.heartbeat(ids, details={id: json.loads(doc) for id, (_, doc) in (details or {}).items()},
+                                       timeout=timeout)
         except (Unauthorized, Forbidden) as e:
             self._refused("heartbeat", e)
             answered.set()
@@ -282,6 +300,8 @@ class Worker:
                 log.warning("worker %s: heartbeat not acknowledged: %s", self.id, e)
             answered.set()
             return
+        for task, doc in (details or {}).values():
+            task._acknowledged(doc)
         with self._fence_lock:
             with self._lock:
                 acts = self.core.acked(sent, self.clock.now(), reply)

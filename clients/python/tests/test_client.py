@@ -308,6 +308,23 @@ class ClientTest(ServerTest):
         self.jobs.append(out[0].id)
         self.assertEqual((out[0].status, out[0].job.max_requeues), (201, 3))
 
+    def test_own_timing(self) -> None:
+        """A job's own timing: the fields named over the daemon's, answered
+        with the job and its grant; one that does not hold together is a
+        BadRequest naming the field."""
+        j = self.submit("timed", run="true", toleration_seconds=2.5)
+        want = {"renew_seconds": 0.2, "grace_seconds": 1.0, "toleration_seconds": 2.5}
+        self.assertEqual(j.timing, want)
+        self.assertEqual(self.client.job(j.id).timing, want)
+        with self.assertRaises(errors.BadRequest) as cm:
+            self.submit("too-short", run="true", toleration_seconds=0.5)
+        self.assertIn("toleration_seconds: must exceed grace_seconds", cm.exception.message)
+        out = self.client.submit_many([{"id": uid("timed-batch"), "renew_seconds": 1, "grace_seconds": 3,
+                                        "toleration_seconds": 7}])
+        self.jobs.append(out[0].id)
+        self.assertEqual((out[0].status, out[0].job.timing),
+                         (201, {"renew_seconds": 1, "grace_seconds": 3, "toleration_seconds": 7}))
+
     def test_cancel_and_kill_queued(self) -> None:
         j = self.submit("c", run="true")
         self.assertEqual(self.client.cancel(j.id).state, "cancelled")

@@ -74,6 +74,24 @@ class CoreTest(unittest.TestCase):
         self.assertFalse(c.acked(9, 38.7, reply()).unfenced)
         self.assertTrue(c.acked(39, 39.1, reply()).unfenced)
 
+    def test_a_lease_of_its_own_timing_is_fenced_by_it(self) -> None:
+        """A job's own timing (renew 0.5, toleration 6: a fence 5 s after the
+        base) fences its lease beside one of the daemon's (28 s), and the
+        worker heartbeats as often as the shortest renew asks."""
+        c = Core(2, T, now=0)
+        self.started(c, 1, 0, 0)
+        g = grant(2)
+        g.job.timing = {"renew_seconds": 0.5, "grace_seconds": 2.0, "toleration_seconds": 6.0}
+        h, ok = c.take(g, 0, 0)
+        self.assertTrue(ok)
+        self.assertFalse(c.started(h, FakeRun(), 0))
+        self.assertEqual(c.renew, 0.5)
+        self.assertEqual(c.deadline(h), 5)
+        stops, fell, _ = c.fence(5.01)
+        self.assertEqual([(s.lease, s.why) for s in stops], [(2, "fence")])
+        self.assertFalse(fell, "the worker's own fence is the daemon's timing's")
+        self.assertEqual(c.fence(28.01)[0][0].lease, 1)
+
     def test_a_grant_counts_from_the_send_plus_the_hold(self) -> None:
         c = Core(2, T, now=0)
         h, ok = c.take(grant(1, held=20), sent=0, now=21)

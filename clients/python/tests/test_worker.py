@@ -101,6 +101,30 @@ class WorkerTest(ServerTest):
         open(os.path.join(gate, "b"), "w").close()
         self.assertEqual(self.client.wait(b.id, timeout=20).outcome, "succeeded")
 
+    def test_progress_shows_in_the_job(self) -> None:
+        """What a callable tells with task.progress goes with the next
+        heartbeat: the job's view shows the latest, its history each."""
+        step, done = threading.Event(), threading.Event()
+
+        def handler(task: leaselog.Task) -> Any:
+            task.progress({"step": 1, "of": 2})
+            step.wait(20)
+            task.progress({"step": 2, "of": 2})
+            done.wait(20)
+            return None
+
+        self.worker("progress", handler)
+        j = self.submit("p")
+        poll(lambda: self.client.job(j.id).details == {"step": 1, "of": 2}, 20, "the first progress")
+        step.set()
+        poll(lambda: self.client.job(j.id).details == {"step": 2, "of": 2}, 20, "the second progress")
+        done.set()
+        self.assertEqual(self.client.wait(j.id, timeout=20).outcome, "succeeded")
+        told = [e.details for e in self.events_of(j.id, "lease.heartbeat") if e.details]
+        self.assertEqual(told, [{"step": 1, "of": 2}, {"step": 2, "of": 2}])
+        with self.assertRaises(TypeError):
+            leaselog.Task(j, 1, "w", "/tmp").progress([1, 2])  # type: ignore[arg-type]
+
     def test_failing_callable(self) -> None:
         def handler(task: leaselog.Task) -> Any:
             raise RuntimeError("the model refused")

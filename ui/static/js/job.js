@@ -44,6 +44,8 @@ export function render(main, id) {
       j.priority ? [h('dt', {}, 'priority'), h('dd', {}, j.priority)] : null,
       j.not_before ? [h('dt', {}, 'not before'), h('dd', {}, time(j.not_before))] : null,
       waiting(j) ? [h('dt', {}, 'waiting'), h('dd', { class: j.unroutable ? 'error' : null }, waiting(j))] : null,
+      j.timing ? [h('dt', {}, 'timing (own)'), h('dd', {}, `renew ${j.timing.renew_seconds}s · grace ${j.timing.grace_seconds}s · toleration ${j.timing.toleration_seconds}s`)] : null,
+      j.details ? [h('dt', {}, 'progress'), h('dd', {}, h('code', {}, JSON.stringify(j.details)))] : null,
       j.ref ? [h('dt', {}, 'ref'), h('dd', {}, h('code', {}, j.ref))] : null,
       h('dt', {}, 'spec'), h('dd', {}, h('code', {}, spec)),
       h('dt', {}, 'submitted'), h('dd', {}, time(j.submitted))));
@@ -95,7 +97,7 @@ function collapse(events) {
   const out = [];
   for (const e of events) {
     const last = out[out.length - 1];
-    if (e.type === 'lease.heartbeat' && last && last.type === 'lease.heartbeat' && last.lease === e.lease) {
+    if (e.type === 'lease.heartbeat' && !e.details && last && last.type === 'lease.heartbeat' && !last.details && last.lease === e.lease) {
       last.count++;
       last.until = e;
     } else {
@@ -109,6 +111,8 @@ function row(e) {
   const detail = [e.outcome, e.revoke && `revoke ${e.revoke}`, e.reason, e.ref && `ref ${e.ref}`,
     e.gap_seconds && `gap ${e.gap_seconds}s`, e.result && `result ${JSON.stringify(e.result)}`,
     e.heartbeats && `${e.heartbeats.count} heartbeats compacted, the first at seq ${e.heartbeats.first_seq}, ${time(e.heartbeats.first_time)}`,
+    e.timing && `timing ${e.timing.renew_seconds}/${e.timing.grace_seconds}/${e.timing.toleration_seconds}s`,
+    e.details && `progress ${JSON.stringify(e.details)}`,
   ].filter(Boolean).join(' · ');
   const type = e.count > 1 ? `${e.type} ×${e.count}` : e.type;
   const when = e.count > 1 ? `${time(e.time)} … ${time(e.until.time).slice(11)}` : time(e.time);
