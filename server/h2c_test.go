@@ -25,6 +25,7 @@ import (
 type h2cFixture struct {
 	*fixture
 	conns  atomic.Int32 // connections accepted
+	closed atomic.Int32 // connections the server closed
 	protos sync.Map     // ProtoMajor → seen
 }
 
@@ -44,6 +45,11 @@ func newH2CFixtureHooked(t *testing.T, opts server.Options, limit int, hook func
 	})
 	ts := httptest.NewUnstartedServer(handler)
 	ts.Config = server.NewHTTPServer(handler)
+	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed || st == http.StateHijacked {
+			h.closed.Add(1)
+		}
+	}
 	ts.Listener = &countListener{Listener: ts.Listener, n: &h.conns}
 	if limit > 0 {
 		ts.Listener = server.LimitListener(ts.Listener, limit)
@@ -293,8 +299,11 @@ func TestH2CSlowBodyIsCut(t *testing.T) {
 	if r := f.do("GET", "/healthz", "", nil); r.status != http.StatusOK {
 		t.Fatalf("after the cut body: %s", r)
 	}
-	if n := f.conns.Load(); n != 1 {
-		t.Fatalf("%d connections: the cut body closed the h2c connection", n)
+	// The server closing the connection is the fault; the client may still
+	// dial a second one of its own accord (Go's HTTP/2 transport counts a
+	// stream it reset against the connection until the peer acknowledges).
+	if n := f.closed.Load(); n != 0 {
+		t.Fatalf("the server closed %d connection(s): the cut body closed the h2c connection", n)
 	}
 }
 
