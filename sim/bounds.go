@@ -31,6 +31,9 @@ import (
 // supervisor too; on wake it checks first (machine.wake), and a job past its
 // deadline never runs again. pauseBound is only where the pauses drawn
 // cluster (the fence's old budget for a paused worker).
+//
+// A lease of its job's own timing (owntiming.go) has the 2×renew of its own
+// renew, and its own fence to drift over: the timings drawn fit it.
 const (
 	renew      = time.Second
 	grace      = 5 * time.Second
@@ -56,14 +59,15 @@ func leaseConfig() timing.Config {
 }
 
 // livenessBound is how long after the faults stop every job must have ended,
-// given n jobs not ended yet and a total capacity of c: messages still in
+// given n jobs not ended yet, a total capacity of c and the longest
+// toleration of a lease, tol (the daemon's, or a job's own): messages still in
 // flight arrive within maxDelay; a lease granted by a lost answer expires
-// within toleration plus a sweep; a fenced worker takes work again within a
+// within tol plus a sweep; a fenced worker takes work again within a
 // heartbeat; and then the jobs run, at most c at a time, each within maxJob
 // plus a few renews for the acquire, the start, the report and its retries.
-func livenessBound(n, c int) time.Duration {
+func livenessBound(n, c int, tol time.Duration) time.Duration {
 	rounds := (n + c - 1) / max(c, 1)
-	return maxDelay + toleration + leaseConfig().SweepEvery() + 4*renew + time.Duration(rounds)*(maxJob+4*renew)
+	return maxDelay + tol + leaseConfig().SweepEvery() + 4*renew + time.Duration(rounds)*(maxJob+4*renew)
 }
 
 // params is what a seed draws before the run: the cast and the weather.

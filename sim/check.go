@@ -43,13 +43,14 @@ import (
 //     to the queue, or is cancelled if it was revoked); a job its supervisor
 //     killed, or whose run directory went, is never reported as an attempt;
 //  6. the daemon's absence expires nothing: every lease.expired (and every
-//     worker.unreachable) comes after more than toleration (grace) of silence
+//     worker.unreachable) comes after more than the lease's toleration, its
+//     own or the daemon's (the daemon's grace) of silence
 //     not counting the daemon's absences, on the global clock (the daemon's
 //     wall clock steps; its stamps are not trusted); a sleep past grace is
 //     recorded as daemon.resumed by the first sweep, before anything else;
 //
-// plus liveness: a live lease whose worker has been silent for toleration
-// of the daemon's up-time, plus a sweep period for each crash or sleep
+// plus liveness: a live lease whose worker has been silent for its
+// toleration of the daemon's up-time, plus a sweep period for each crash or sleep
 // since, has expired (uptime.go: a crash loop keeps no lease for ever); and
 // once the faults stop, every job ends within livenessBound.
 type checker struct {
@@ -67,6 +68,9 @@ type checker struct {
 	open     map[string][]*interval   // job -> its runs executing now
 	running  map[uint64]*interval     // lease -> its run, while it executes
 	runs     map[uint64]*simRun       // lease -> its run, once started
+	// tolerations are the leases' own (owntiming.go): lease -> its
+	// toleration, for a lease whose job asked for one.
+	tolerations map[uint64]time.Duration
 
 	submitted map[string]bool
 	deadline  time.Duration
@@ -97,7 +101,8 @@ func newChecker(s *Sim) *checker {
 	return &checker{s: s, fold: projection.New(),
 		tokens: map[string]uint64{}, leases: map[uint64]string{}, heard: map[uint64]time.Duration{},
 		seen: map[string]time.Duration{}, answers: map[uint64]uint64{}, reported: map[string]int{}, stale: map[string]uint64{},
-		open: map[string][]*interval{}, running: map[uint64]*interval{}, runs: map[uint64]*simRun{}, submitted: map[string]bool{}}
+		open: map[string][]*interval{}, running: map[uint64]*interval{}, runs: map[uint64]*simRun{}, submitted: map[string]bool{},
+		tolerations: map[uint64]time.Duration{}}
 }
 
 // eventsSince reads the events appended after seq before.
@@ -181,6 +186,10 @@ func (k *checker) observe(e *event.Event) {
 		}
 		k.tokens[e.Job] = e.Lease
 		k.leases[e.Lease] = e.Job
+		if e.Timing.Toleration != 0 {
+			k.tolerations[e.Lease] = e.Timing.Toleration
+			k.s.stats.OwnLeases++
+		}
 		k.heard[e.Lease], k.seen[e.Worker] = t, t
 		k.s.stats.Leases++
 	case event.TypeRunning, event.TypeHeartbeat:
@@ -210,8 +219,11 @@ func (k *checker) observe(e *event.Event) {
 		k.s.stats.Poisoned++
 	case event.TypeExpired:
 		k.s.stats.Expired++
-		if silent := k.present(k.heard[e.Lease], t); silent <= toleration {
-			k.s.fail("lease %d (job %s) expired after %v of silence once the daemon's absences are taken out: not more than toleration", e.Lease, e.Job, silent)
+		if _, own := k.tolerations[e.Lease]; own {
+			k.s.stats.OwnExpired++
+		}
+		if silent, tol := k.present(k.heard[e.Lease], t), k.tolerationOf(e.Lease); silent <= tol {
+			k.s.fail("lease %d (job %s) expired after %v of silence once the daemon's absences are taken out: not more than toleration (%v)", e.Lease, e.Job, silent, tol)
 		}
 		// The job stops before the daemon expires (§7.1): by now the
 		// lease's job must have stopped.
@@ -477,7 +489,7 @@ func (k *checker) livenessBound() time.Duration {
 			n++
 		}
 	}
-	return livenessBound(n, c) + maxNotBefore
+	return livenessBound(n, c, k.s.own.longest) + maxNotBefore
 }
 
 func (k *checker) startLiveness() { k.deadline = k.s.now + k.livenessBound() }

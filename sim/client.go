@@ -74,7 +74,9 @@ func (c *client) submitNext(ids []string) {
 			kind = "run"
 		}
 		c.kinds[id] = kind
-		c.sched[id] = s.route.job(kind)
+		sc := s.route.job(kind)
+		sc.timing = s.own.job()
+		c.sched[id] = sc
 		c.jobs = append(c.jobs, id)
 		c.pending++
 		s.check.submitting(id)

@@ -108,7 +108,7 @@ func (d *daemon) open() error {
 		seed[i] = byte(d.s.rng.Uint32())
 	}
 	opts := lease.Options{Config: leaseConfig(), Wall: wallClock{d}, Boot: bootClock{d.s}, Mono: monoClock{d.s}, Entropy: rand.NewChaCha8(seed),
-		Logger: zerolog.Nop(), SnapshotEvery: 40, HeartbeatRetention: d.s.compact.retention}
+		Logger: zerolog.Nop(), SnapshotEvery: 40, HeartbeatRetention: d.s.compact.retention, Bounds: ownBounds()}
 	switch d.s.brk.name {
 	case "wall-deadlines":
 		opts.Clock = wallClock{d} // deadlines on the wall clock, as it steps
@@ -220,6 +220,7 @@ func (d *daemon) handle(c *call) {
 		if r.namesCap {
 			it.MaxRequeues = &r.maxRequeues
 		}
+		it.Timing = r.sched.timing
 		j, created, e := d.svc.SubmitItem(bg, it)
 		reply, err = submitted{job: ops.JobOf(j, nil), created: created}, apiErr(e)
 	case reqRevoke:

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/internal/testkit/linearize"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // request is what a call asks the daemon: the worker API (through
@@ -126,6 +128,9 @@ func (r reqSubmit) String() string {
 	}
 	if r.sched.delay != 0 {
 		s += fmt.Sprintf(" delay=%v", r.sched.delay)
+	}
+	if r.sched.timing != (timing.Config{}) {
+		s += " timing=" + event.TimingString(r.sched.timing)
 	}
 	return s
 }

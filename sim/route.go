@@ -9,6 +9,7 @@ import (
 	"github.com/leaselog/leaselog/api"
 	"github.com/leaselog/leaselog/event"
 	"github.com/leaselog/leaselog/projection"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // Routing. Each worker takes some kinds of job and offers some labels; each
@@ -75,6 +76,7 @@ type schedule struct {
 	labels   map[string]string
 	priority int
 	delay    time.Duration // its not_before: this long after the daemon receives it
+	timing   timing.Config // the timing it asks for of its own (owntiming.go); zero: the daemon's
 }
 
 // job draws the scheduling of a job of kind: some of the labels of a worker

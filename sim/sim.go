@@ -73,6 +73,9 @@ type Options struct {
 	// NoCompaction keeps the daemon from compacting its log (compact.go):
 	// a run without it must take the steps a run with it takes.
 	NoCompaction bool
+	// OwnTiming: half the jobs ask for a timing of their own at submit
+	// (owntiming.go). A break on a job's own timing turns it on.
+	OwnTiming bool
 }
 
 // DefaultSteps is how many events the faulty phase runs by default: about a
@@ -97,6 +100,7 @@ type Stats struct {
 	Appended                     uint64
 	Jobs, Leases, Expired, Stale int
 	Poisoned                     int // evaluations failed at their cap on requeues (lease.failed)
+	OwnLeases, OwnExpired        int // leases granted with their job's own timing (owntiming.go); those expired
 	Pauses, LongPauses, Deaths   int
 	Aimed                        int // pauses aimed at a fence
 	Suspends, WallSteps          int // hosts suspended; the daemon's wall clock stepped
@@ -134,6 +138,7 @@ type Sim struct {
 	trace   *strings.Builder
 	brk     *breaker
 	route   *routing
+	own     *ownTimings
 
 	healed bool
 	err    error
@@ -255,6 +260,7 @@ func (s *Sim) run() error {
 	s.p = drawParams(s.rng, s.opts.Break)
 	s.p.crashLoop = loopDraw(s.opts.Seed)
 	s.route = drawRouting(s.opts.Seed, s.p.workers)
+	s.own = drawOwnTiming(s.opts.Seed, s.opts.OwnTiming || ownTimingBreaks[s.opts.Break])
 	s.compact = newCompaction(s.opts.Seed, s.opts.NoCompaction)
 	s.hist = newHistory()
 	s.check = newChecker(s)

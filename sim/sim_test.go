@@ -18,6 +18,7 @@ var (
 	flagSeed  = flag.Uint64("sim.seed", 0, "run just this seed, with its trace")
 	flagSteps = flag.Int("sim.steps", DefaultSteps, "events in the faulty phase of each run")
 	flagBreak = flag.String("sim.break", "", "break the simulated system on purpose (see breaks.go)")
+	flagOwn   = flag.Bool("sim.own", false, "the jobs draw their own timing (Options.OwnTiming, owntiming.go)")
 )
 
 // porcupineTimeout bounds the linearizability check of one seed.
@@ -91,7 +92,15 @@ func TestSimulation(t *testing.T) {
 // the run's trace.
 func runSeed(t *testing.T, seed uint64, verbose bool) (Stats, Linearizability) {
 	t.Helper()
-	res := Run(Options{Seed: seed, Steps: *flagSteps, Trace: verbose, Break: *flagBreak})
+	return runOptions(t, Options{Seed: seed, Steps: *flagSteps, Break: *flagBreak, OwnTiming: *flagOwn}, verbose)
+}
+
+// runOptions is runSeed with the options of the run given.
+func runOptions(t *testing.T, opts Options, verbose bool) (Stats, Linearizability) {
+	t.Helper()
+	seed := opts.Seed
+	opts.Trace = verbose
+	res := Run(opts)
 	var lin Linearizability
 	err := res.Err
 	if err == nil {
@@ -104,13 +113,17 @@ func runSeed(t *testing.T, seed uint64, verbose bool) (Stats, Linearizability) {
 	if err == nil {
 		return res.Stats, lin
 	}
-	cmd := fmt.Sprintf("go test ./sim -run 'TestSimulation$' -sim.seed=%d -sim.steps=%d -v", seed, *flagSteps)
-	if *flagBreak != "" {
-		cmd += " -sim.break=" + *flagBreak
+	cmd := fmt.Sprintf("go test ./sim -run 'TestSimulation$' -sim.seed=%d -sim.steps=%d -v", seed, opts.Steps)
+	if opts.Break != "" {
+		cmd += " -sim.break=" + opts.Break
+	}
+	if opts.OwnTiming {
+		cmd += " -sim.own"
 	}
 	trace := res.Trace
 	if !verbose {
-		trace = Run(Options{Seed: seed, Steps: *flagSteps, Trace: true, Break: *flagBreak}).Trace
+		opts.Trace = true
+		trace = Run(opts).Trace
 	}
 	path := writeTrace(seed, trace)
 	t.Fatalf("seed %d: %v\nreplay: %s\ntrace: %s\nlast steps:\n%s", seed, err, cmd, path, tail(trace, 60))

@@ -78,7 +78,8 @@ func (u *uptime) up(from, to time.Duration) (time.Duration, int) {
 }
 
 // silentExpired is the rule, checked after every sweep: a live lease whose
-// worker has been silent for more than toleration of the daemon's up-time,
+// worker has been silent for more than its toleration (its own, or the
+// daemon's) of the daemon's up-time,
 // plus a sweep period for each crash or sleep since, has expired by now. So
 // neither a crash loop (a daemon killed and restarted more often than
 // toleration) nor a sleepy daemon keeps a silent worker's lease for ever.
@@ -90,9 +91,9 @@ func (k *checker) silentExpired() {
 			continue
 		}
 		up, cuts := k.uptime.up(heard, k.s.now)
-		if slack := time.Duration(cuts) * every; up > toleration+slack+time.Millisecond {
+		if slack, tol := time.Duration(cuts)*every, k.tolerationOf(l.ID); up > tol+slack+time.Millisecond {
 			k.s.fail("lease %d (job %s) OUTLIVES ITS SILENT WORKER %s: %v of the daemon's up-time since its last word, over %d crashes and sleeps (toleration %v, slack %v)",
-				l.ID, l.Job, l.Worker, up, cuts, toleration, slack)
+				l.ID, l.Job, l.Worker, up, cuts, tol, slack)
 			return
 		}
 	}

@@ -83,7 +83,8 @@ func (w *simWorker) cut() bool { return w.s.now < w.cutUntil }
 // call sends req; timeout is on the worker's clock, 0 for none (as Worker's
 // calls without a deadline).
 func (w *simWorker) call(req request, timeout time.Duration, done func(reply any, err error)) {
-	c := &call{from: w, inc: w.inc, req: req, done: done, client: w.client}
+	brk := w.s.brk
+	c := &call{from: w, inc: w.inc, req: req, client: w.client, done: func(reply any, err error) { done(brk.reply(reply), err) }}
 	var t time.Duration
 	if timeout > 0 {
 		t = w.global(timeout)
