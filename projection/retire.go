@@ -3,6 +3,8 @@ package projection
 import (
 	"bytes"
 	"strings"
+
+	"github.com/google/btree"
 )
 
 // A job that has ended (reported, cancelled, failed) can change no more, but
@@ -58,6 +60,7 @@ func (t *Table) TakeRetired() []Record {
 // retired is what a RetireKeep table has retired: views, which own their memory.
 type retired struct {
 	jobs   map[string]Job
+	ids    *btree.BTreeG[string] // jobs' ids, in order: for a page (JobsAfter)
 	leases map[uint64]Lease
 }
 
@@ -66,12 +69,14 @@ func (t *Table) retire(j *job) {
 	switch t.retireMode {
 	case RetireKeep:
 		if t.retired.jobs == nil {
-			t.retired = retired{jobs: make(map[string]Job), leases: make(map[uint64]Lease)}
+			t.retired = retired{jobs: make(map[string]Job), leases: make(map[uint64]Lease),
+				ids: btree.NewOrderedG[string](degree)}
 		}
 		v := j.view()
 		// ref, result and a report's reason still alias the event's memory.
 		v.Ref, v.Result, v.Reason = strings.Clone(v.Ref), bytes.Clone(v.Result), strings.Clone(v.Reason)
 		t.retired.jobs[v.ID] = v
+		t.retired.ids.ReplaceOrInsert(v.ID)
 		for l := j.current; l != nil; l = l.prev {
 			t.retired.leases[l.id] = l.view()
 		}
@@ -89,6 +94,7 @@ func (t *Table) retire(j *job) {
 		l = prev
 	}
 	delete(t.jobs, j.id)
+	t.byID.remove(j)
 	t.jobList.remove(j)
 	t.mem.freeJob(j)
 }

@@ -267,6 +267,7 @@ func Restore(b []byte) (*Table, error) {
 		jobs[i] = j
 		t.jobList.add(j)
 		t.jobs[j.id] = j
+		t.byID.add(j)
 		listed[j.state]++
 	}
 	for s, n := range listed {

@@ -37,6 +37,7 @@ type Table struct {
 	// them (leases: by token), so that a snapshot lists them without sorting.
 	jobList   roster[job, *job]
 	leaseList roster[lease, *lease]
+	byID      byID // jobs by state, each in id order (index.go)
 
 	retireMode RetireMode
 	retired    retired             // RetireKeep: ended jobs and their leases
@@ -557,11 +558,16 @@ func (t *Table) applyStale(e *event.Event) error {
 
 // setState moves j to state to, keeping the counts by state.
 func (t *Table) setState(j *job, to fsm.State) {
+	if j.state == to {
+		return
+	}
 	if j.state != fsm.None {
 		t.jobsIn[j.state]--
+		t.byID.remove(j)
 	}
 	j.state = to
 	t.jobsIn[to]++
+	t.byID.add(j)
 }
 
 func (t *Table) endLease(l *lease) {
