@@ -237,7 +237,8 @@ func Restore(b []byte) (*Table, error) {
 		j.kind = event.Kind(r.uvarint())
 		j.state = fsm.State(r.uvarint())
 		j.id, j.spec = t.mem.idAndBytes(id, r.bytes())
-		j.leases = int(r.uvarint())
+		leases := r.uvarint()
+		j.leases = uint32(leases)
 		j.reason = t.mem.reason(r.str())
 		j.submitted = r.varint()
 		j.updated = r.varint()
@@ -247,6 +248,9 @@ func Restore(b []byte) (*Table, error) {
 		labels, priority, notBefore := event.Labels(r.str()), r.varint(), r.varint()
 		if r.err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
+		}
+		if leases > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: job %q: %d leases", ErrSnapshot, id, leases)
 		}
 		if err := labels.Check(); err != nil || priority < math.MinInt32 || priority > math.MaxInt32 || j.place == 0 || j.place > t.seq {
 			return nil, fmt.Errorf("%w: job %q: labels %q (%v), priority %d, place %d", ErrSnapshot, id, string(labels), err, priority, j.place)
