@@ -227,9 +227,7 @@ func DecodeAliased(seq uint64, b []byte, e *Event) error {
 		case tagReason:
 			e.Reason = aliasString(data)
 		case tagGap:
-			var v uint64
-			v, err = uvarintField(data)
-			e.Gap = unzigzag(v)
+			e.Gap, err = intField(data)
 		case tagSpec:
 			e.Spec = nonEmpty(data)
 		case tagResult:
@@ -246,9 +244,7 @@ func DecodeAliased(seq uint64, b []byte, e *Event) error {
 		case tagBeatFirstSeq:
 			e.Beats.FirstSeq, err = uvarintField(data)
 		case tagBeatFirstTime:
-			var v uint64
-			v, err = uvarintField(data)
-			e.Beats.FirstTime = unzigzag(v)
+			e.Beats.FirstTime, err = intField(data)
 		case tagBeatClaim:
 			e.Beats.Claim, err = uvarintField(data)
 		case tagLabels:
@@ -256,17 +252,14 @@ func DecodeAliased(seq uint64, b []byte, e *Event) error {
 				e.Labels = Labels(aliasString(data))
 			}
 		case tagPriority:
-			var v uint64
-			v, err = uvarintField(data)
-			p := unzigzag(v)
+			var p int64
+			p, err = intField(data)
 			if err == nil && (p < math.MinInt32 || p > math.MaxInt32) {
 				err = fmt.Errorf("priority %d out of range", p)
 			}
 			e.Priority = int32(p)
 		case tagNotBefore:
-			var v uint64
-			v, err = uvarintField(data)
-			e.NotBefore = unzigzag(v)
+			e.NotBefore, err = intField(data)
 		case tagRenew:
 			e.Timing.Renew, err = durationField(data)
 		case tagGrace:
@@ -303,6 +296,12 @@ func uvarintField(data []byte) (uint64, error) {
 		return 0, errors.New("bad uvarint")
 	}
 	return v, nil
+}
+
+// intField reads a signed integer, zigzag-encoded as a uvarint.
+func intField(data []byte) (int64, error) {
+	v, err := uvarintField(data)
+	return unzigzag(v), err
 }
 
 func durationField(data []byte) (time.Duration, error) {

@@ -32,8 +32,9 @@ type Job struct {
 	MaxRequeues int
 	// The submission's scheduling: the labels a worker must offer to take
 	// it, its priority (higher first), the time (Unix ns) before which it is
-	// granted to no one (0: none), and its place in the queue among jobs of
-	// its priority: the seq of its first lease.queued.
+	// granted to no one (0: none), and, until it ends, its place in the
+	// queue among jobs of its priority: the seq of its first lease.queued
+	// (an ended job has none: its archive record keeps no place).
 	Labels    event.Labels
 	Priority  int
 	NotBefore int64
@@ -79,7 +80,10 @@ func (j *job) view() Job {
 		ID: j.id, Kind: j.kind, State: j.state, Spec: j.spec,
 		Leases: int(j.leases), Outcome: j.outcome, Reason: j.reason,
 		Submitted: j.submitted, Updated: j.updated, MaxRequeues: int(j.maxRequeues),
-		Labels: j.labels, Priority: int(j.priority), NotBefore: j.notBefore, Place: j.place,
+		Labels: j.labels, Priority: int(j.priority), NotBefore: j.notBefore,
+	}
+	if !j.state.Terminal() {
+		v.Place = j.place
 	}
 	if j.outcome != 0 {
 		v.Attempts = 1 // a report, the job's only attempt, ended it
