@@ -16,9 +16,10 @@ import (
 // Paged reads: the lists of the API, a page at a time. Each takes the cursor
 // of the previous page (the last id or token it returned) and a limit, and
 // returns up to limit items after the cursor, in order, and whether more
-// follow. A page reads the table (what is live, held in memory) and seeks
-// the archive (what ended, which grows without bound) to the cursor, so a
-// page costs the live table plus the page, never the history before it.
+// follow. A page reads the table (what is live, held in memory: jobs from
+// its index by id, seeked to the cursor; leases walked in token order) and
+// seeks the archive (what ended, which grows without bound) to the cursor,
+// so a page of jobs costs the page, and no page costs the history before it.
 // Like the whole-list reads, they read the table first and the archive
 // second: an item that ends in between is listed once, as it ended.
 

@@ -137,3 +137,38 @@ func TestArchiveJobVersion3(t *testing.T) {
 		})
 	}
 }
+
+// TestReportRetiresWithTheJob: the table holds no report's ref or result
+// (a report ends the job); the job it retires has them, and its one
+// attempt, kept (RetireKeep) or recorded (RetireRecord).
+func TestReportRetiresWithTheJob(t *testing.T) {
+	for _, mode := range []projection.RetireMode{projection.RetireKeep, projection.RetireRecord} {
+		tab := projection.New()
+		tab.SetRetire(mode)
+		f := &folder{t: t, tab: tab}
+		result := []byte(`{"score":0.9}`)
+		f.apply(
+			event.Event{Type: event.TypeQueued, Time: 1, Job: "e1", Kind: event.KindEvaluation},
+			event.Event{Type: event.TypeAcquired, Time: 2, Job: "e1", Worker: "w1"},
+		)
+		e := event.Event{Seq: tab.Seq() + 1, Type: event.TypeReported, Time: 3, Job: "e1", Lease: tab.Seq(), Worker: "w1",
+			Outcome: event.OutcomeSucceeded, Ref: "refs/r", Result: result, Reason: "done"}
+		if err := tab.Apply(&e); err != nil {
+			t.Fatal(err)
+		}
+		e.Ref, result[0] = "refs/other", 'x' // the event's memory, reused by its caller
+		var j projection.Job
+		if mode == projection.RetireKeep {
+			j, _ = tab.Job("e1")
+		} else {
+			recs := tab.TakeRetired()
+			var err error
+			if j, err = projection.DecodeJob("e1", recs[0].Value); err != nil || len(recs) != 2 {
+				t.Fatalf("%d records: %v", len(recs), err)
+			}
+		}
+		if j.Ref != "refs/r" || string(j.Result) != `{"score":0.9}` || j.Reason != "done" || j.Attempts != 1 || j.Outcome != event.OutcomeSucceeded {
+			t.Errorf("mode %d: retired %+v", mode, j)
+		}
+	}
+}

@@ -3,33 +3,53 @@ package projection
 import (
 	"cmp"
 	"slices"
-	"strings"
+
+	"github.com/leaselog/leaselog/fsm"
 )
 
 // Paged reads: a page of what the table holds, after a cursor, in the order
-// the API lists it (jobs by id, leases by token). They cost what the table
-// holds, never the length of the history (which the archive keeps), and
-// copy only the page: a read of the first page of 40,000 queued jobs walks
-// them once and keeps at most 2n of them.
+// the API lists it (jobs by id, leases by token). They cost the page, never
+// what the table holds nor the length of the history (which the archive
+// keeps): jobs are walked in id order from the cursor (byID, index.go), and
+// only a page's worth of views is built.
 
 // JobsAfter returns, by id, up to n of the jobs f selects whose id sorts
 // after after ("" is before every id): of those the table holds and, in
 // RetireKeep mode, those it retired. n must be positive.
 func (t *Table) JobsAfter(f JobFilter, after string, n int) []Job {
-	var b smallest[Job]
-	b.n, b.cmp = n, func(x, y Job) int { return cmp.Compare(x.ID, y.ID) }
-	// jobList holds what jobs holds, in a slice: a faster walk than the map's.
-	for _, j := range t.jobList.items {
-		// id and filter first: the view is built only for a candidate.
-		if j != nil && j.id > after && (f.State == 0 || j.state == f.State) && (f.Kind == 0 || j.kind == f.Kind) && (f.Outcome == 0 || j.outcome == f.Outcome) && strings.HasPrefix(j.id, f.Prefix) && f.Labels.Within(j.labels) {
-			b.add(j.view())
+	// Each state's jobs are walked to n matches at most; the page is the
+	// n smallest of what the walks found.
+	var found []*job
+	for s := range t.byID {
+		if f.State != fsm.None && fsm.State(s) != f.State {
+			continue
 		}
+		k := 0
+		t.byID.ascend(fsm.State(s), after, f.Prefix, func(j *job) bool {
+			if (f.Kind == 0 || j.kind == f.Kind) && (f.Outcome == 0 || j.outcome == f.Outcome) && f.Labels.Within(j.labels) {
+				found = append(found, j)
+				k++
+			}
+			return k < n
+		})
 	}
-	for id, j := range t.retired.jobs {
-		if id > after && f.Selects(j) {
+	slices.SortFunc(found, func(x, y *job) int { return cmp.Compare(x.id, y.id) })
+	found = found[:min(n, len(found))]
+	b := smallest[Job]{n: n, cmp: func(x, y Job) int { return cmp.Compare(x.ID, y.ID) }, items: make([]Job, 0, len(found))}
+	for _, j := range found {
+		b.items = append(b.items, j.view())
+	}
+	if f.State != fsm.None && !f.State.Terminal() {
+		return b.items // every job retired has ended
+	}
+	k := 0
+	ascendIDs(t.retired.ids, after, f.Prefix, func(id string) bool {
+		if j := t.retired.jobs[id]; f.Selects(j) {
 			b.add(j)
+			k++
 		}
-	}
+		return k < n
+	})
 	return b.result()
 }
 

@@ -77,13 +77,16 @@ type Worker struct {
 
 func (j *job) view() Job {
 	v := Job{
-		ID: j.id, Kind: j.kind, State: j.state, Spec: j.spec, Result: j.result,
-		Attempts: j.attempts, Leases: j.leases, Outcome: j.outcome, Reason: j.reason, Ref: j.ref,
+		ID: j.id, Kind: j.kind, State: j.state, Spec: j.spec,
+		Leases: int(j.leases), Outcome: j.outcome, Reason: j.reason,
 		Submitted: j.submitted, Updated: j.updated, MaxRequeues: int(j.maxRequeues),
 		Labels: j.labels, Priority: int(j.priority), NotBefore: j.notBefore,
 	}
 	if !j.state.Terminal() {
 		v.Place = j.place
+	}
+	if j.outcome != 0 {
+		v.Attempts = 1 // a report, the job's only attempt, ended it
 	}
 	if j.timing != nil {
 		v.Timing = *j.timing

@@ -3,6 +3,10 @@ package projection
 import (
 	"bytes"
 	"strings"
+
+	"github.com/google/btree"
+
+	"github.com/leaselog/leaselog/event"
 )
 
 // A job that has ended (reported, cancelled, failed) can change no more, but
@@ -58,25 +62,33 @@ func (t *Table) TakeRetired() []Record {
 // retired is what a RetireKeep table has retired: views, which own their memory.
 type retired struct {
 	jobs   map[string]Job
+	ids    *btree.BTreeG[string] // jobs' ids, in order: for a page (JobsAfter)
 	leases map[uint64]Lease
 }
 
 // retire takes j, which has just ended, and its leases out of the table.
-func (t *Table) retire(j *job) {
+// If e, the event that ended it, is a report, it gives the job's ref and
+// result, which the table does not hold.
+func (t *Table) retire(j *job, e *event.Event) {
+	v := j.view()
+	if e != nil && e.Type == event.TypeReported {
+		v.Ref, v.Result = e.Ref, e.Result
+	}
 	switch t.retireMode {
 	case RetireKeep:
 		if t.retired.jobs == nil {
-			t.retired = retired{jobs: make(map[string]Job), leases: make(map[uint64]Lease)}
+			t.retired = retired{jobs: make(map[string]Job), leases: make(map[uint64]Lease),
+				ids: btree.NewOrderedG[string](degree)}
 		}
-		v := j.view()
 		// ref, result and a report's reason still alias the event's memory.
 		v.Ref, v.Result, v.Reason = strings.Clone(v.Ref), bytes.Clone(v.Result), strings.Clone(v.Reason)
 		t.retired.jobs[v.ID] = v
+		t.retired.ids.ReplaceOrInsert(v.ID)
 		for l := j.current; l != nil; l = l.prev {
 			t.retired.leases[l.id] = l.view()
 		}
 	case RetireRecord:
-		t.outbox.job(j.view())
+		t.outbox.job(v)
 		for l := j.current; l != nil; l = l.prev {
 			t.outbox.lease(l.view())
 		}
@@ -89,6 +101,7 @@ func (t *Table) retire(j *job) {
 		l = prev
 	}
 	delete(t.jobs, j.id)
+	t.byID.remove(j)
 	t.jobList.remove(j)
 	t.mem.freeJob(j)
 }

@@ -237,7 +237,8 @@ func Restore(b []byte) (*Table, error) {
 		j.kind = event.Kind(r.uvarint())
 		j.state = fsm.State(r.uvarint())
 		j.id, j.spec = t.mem.idAndBytes(id, r.bytes())
-		j.leases = int(r.uvarint())
+		leases := r.uvarint()
+		j.leases = uint32(leases)
 		j.reason = t.mem.reason(r.str())
 		j.submitted = r.varint()
 		j.updated = r.varint()
@@ -247,6 +248,9 @@ func Restore(b []byte) (*Table, error) {
 		labels, priority, notBefore := event.Labels(r.str()), r.varint(), r.varint()
 		if r.err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrSnapshot, r.err)
+		}
+		if leases > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: job %q: %d leases", ErrSnapshot, id, leases)
 		}
 		if err := labels.Check(); err != nil || priority < math.MinInt32 || priority > math.MaxInt32 || j.place == 0 || j.place > t.seq {
 			return nil, fmt.Errorf("%w: job %q: labels %q (%v), priority %d, place %d", ErrSnapshot, id, string(labels), err, priority, j.place)
@@ -261,12 +265,20 @@ func Restore(b []byte) (*Table, error) {
 		if _, ok := fsm.Next(j.kind, fsm.None, event.TypeQueued); !ok || !validState(j.state) || j.state == fsm.None || j.state.Terminal() {
 			return nil, fmt.Errorf("%w: job %q has kind %d, state %d", ErrSnapshot, j.id, j.kind, j.state)
 		}
-		if t.jobs[j.id] != nil {
+		// Jobs are listed in the order the fold made them, each placed at
+		// the seq that made it: places grow down the list, so that no two
+		// jobs share one.
+		if i > 0 && j.place <= jobs[i-1].place {
+			return nil, fmt.Errorf("%w: job %q placed at %d, not after the job listed before it (%d)", ErrSnapshot, j.id, j.place, jobs[i-1].place)
+		}
+		// One write to the map, not a read and a write: a restart does this
+		// a million times.
+		if t.jobs[j.id] = j; len(t.jobs) != i+1 {
 			return nil, fmt.Errorf("%w: job %q listed twice", ErrSnapshot, j.id)
 		}
 		jobs[i] = j
 		t.jobList.add(j)
-		t.jobs[j.id] = j
+		t.byID.add(j)
 		listed[j.state]++
 	}
 	for s, n := range listed {
@@ -327,16 +339,10 @@ func Restore(b []byte) (*Table, error) {
 		}
 	}
 
-	places := make(map[uint64]bool, t.jobsIn[fsm.Queued])
 	for _, j := range jobs {
-		if j.state != fsm.Queued {
-			continue
+		if j.state == fsm.Queued {
+			t.queue.push(j, t.lastTime)
 		}
-		if places[j.place] {
-			return nil, fmt.Errorf("%w: job %q queued at place %d, another's", ErrSnapshot, j.id, j.place)
-		}
-		places[j.place] = true
-		t.queue.push(j, t.lastTime)
 	}
 	for _, p := range r.positions(len(leases)) {
 		l := leases[p]

@@ -37,6 +37,7 @@ type Table struct {
 	// them (leases: by token), so that a snapshot lists them without sorting.
 	jobList   roster[job, *job]
 	leaseList roster[lease, *lease]
+	byID      byID // jobs by state, each in id order (index.go)
 
 	retireMode RetireMode
 	retired    retired             // RetireKeep: ended jobs and their leases
@@ -55,38 +56,37 @@ type Table struct {
 	mem arena
 }
 
+// A job is laid out for its size, a million of them queued: the fields of
+// a byte and of four bytes share words. What only a report gives (its ref
+// and result) is not held: a report ends the job, and its retirement takes
+// them from the event (retire).
 type job struct {
-	id    string
-	kind  event.Kind
-	state fsm.State
-	// maxRequeues caps requeues, the times an evaluation was queued again
-	// after a loss (0: no cap); lost once more, it fails (lease.failed).
-	// Both sit in the padding after a field of one byte: a job is no larger
-	// for them.
-	maxRequeues uint32
-	spec        []byte
-	result      []byte
-	attempts    int
-	leases      int
-	outcome     event.Outcome
-	requeues    uint32
-	reason      string
-	ref         string
-	current     *lease // the job's latest lease; live iff state is Acquired or Running
-	submitted   int64
-	updated     int64
-	at          int // place in Table.jobList
+	id     string
+	spec   []byte
+	reason string
 	// The submission's scheduling (lease.queued): the labels a worker must
 	// offer, the priority, the time (Unix ns) before which it is not
 	// granted; and its place, the seq of its first lease.queued, which a
 	// queueing again after a loss keeps.
-	labels    event.Labels
-	priority  int32
-	qi        int32 // position in its heap, while queued (queue.go)
-	notBefore int64
-	place     uint64
-	class     *class // while queued
-	waiting   bool   // queued, not yet due: in queue.delayed
+	labels  event.Labels
+	kind    event.Kind
+	state   fsm.State
+	outcome event.Outcome // its report's; a job held has none
+	waiting bool          // queued, not yet due: in queue.delayed
+	// maxRequeues caps requeues, the times an evaluation was queued again
+	// after a loss (0: no cap); lost once more, it fails (lease.failed).
+	maxRequeues uint32
+	requeues    uint32
+	priority    int32
+	qi          int32  // position in its heap, while queued (queue.go)
+	leases      uint32 // leases granted
+	current     *lease // the job's latest lease; live iff state is Acquired or Running
+	submitted   int64
+	updated     int64
+	at          int // place in Table.jobList
+	notBefore   int64
+	place       uint64
+	class       *class // while queued
 	// timing is the job's own timing, as its submission recorded it; nil
 	// (most jobs, which then cost one word for it): the daemon's.
 	timing *timing.Config
@@ -250,7 +250,7 @@ func (t *Table) apply(e *event.Event) error {
 		}
 		t.setState(j, to)
 		j.updated, j.reason = e.Time, e.Reason
-		t.retire(j)
+		t.retire(j, nil)
 		return nil
 	case event.TypeFailed:
 		return t.applyFailed(e)
@@ -459,12 +459,12 @@ func (t *Table) applyOnLease(e *event.Event, typ event.Type) error {
 			return fmt.Errorf("bad outcome %d", e.Outcome)
 		}
 		l.state, l.reportSeq = fsm.Reported, e.Seq
-		j.attempts++
 		j.outcome = e.Outcome
 		t.outcomes[e.Outcome]++
-		// The job ends here and is retired below, which copies what it keeps:
-		// no copy of the event's memory is needed before.
-		j.ref, j.result, j.reason = e.Ref, e.Result, e.Reason
+		// The job ends here and is retired below, which copies what it keeps
+		// (and takes the report's ref and result from e): no copy of the
+		// event's memory is needed before.
+		j.reason = e.Reason
 		t.endLease(l)
 	case event.TypeExpired:
 		l.state = fsm.Expired
@@ -493,7 +493,7 @@ func (t *Table) applyOnLease(e *event.Event, typ event.Type) error {
 	t.setState(j, to)
 	j.updated = e.Time
 	if to.Terminal() {
-		t.retire(j)
+		t.retire(j, e)
 	}
 	return nil
 }
@@ -514,7 +514,7 @@ func (t *Table) applyFailed(e *event.Event) error {
 	}
 	t.setState(j, to)
 	j.updated, j.reason = e.Time, e.Reason
-	t.retire(j)
+	t.retire(j, nil)
 	return nil
 }
 
@@ -557,11 +557,16 @@ func (t *Table) applyStale(e *event.Event) error {
 
 // setState moves j to state to, keeping the counts by state.
 func (t *Table) setState(j *job, to fsm.State) {
+	if j.state == to {
+		return
+	}
 	if j.state != fsm.None {
 		t.jobsIn[j.state]--
+		t.byID.remove(j)
 	}
 	j.state = to
 	t.jobsIn[to]++
+	t.byID.add(j)
 }
 
 func (t *Table) endLease(l *lease) {

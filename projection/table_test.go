@@ -134,6 +134,35 @@ func TestRestoreRefusesDamage(t *testing.T) {
 	}
 }
 
+// TestRestoreRefusesJobsOutOfPlace: a snapshot that lists a job twice, or
+// two jobs at one place in the queue, is refused. The two jobs' records
+// differ only in their ids and places, so that one byte makes either case.
+func TestRestoreRefusesJobsOutOfPlace(t *testing.T) {
+	tab := projection.New()
+	for i, id := range []string{"ja", "jb"} {
+		e := event.Event{Seq: uint64(i + 1), Type: event.TypeQueued, Time: 5, Job: id, Kind: event.KindEvaluation}
+		if err := tab.Apply(&e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := tab.Snapshot()
+	if _, err := projection.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, from, to string }{
+		{"listed twice", "\x02jb", "\x02ja"},
+		{"one place", "\x0a\x0a\x02", "\x0a\x0a\x01"}, // jb's submitted, updated (5, zigzag), place 2 -> 1
+	} {
+		if n := bytes.Count(snap, []byte(tc.from)); n != 1 {
+			t.Fatalf("%s: %q found %d times in the snapshot", tc.name, tc.from, n)
+		}
+		bad := bytes.Replace(snap, []byte(tc.from), []byte(tc.to), 1)
+		if _, err := projection.Restore(bad); !errors.Is(err, projection.ErrSnapshot) {
+			t.Errorf("%s: restored (%v)", tc.name, err)
+		}
+	}
+}
+
 // FuzzRestore: no bytes make Restore panic, and what it accepts snapshots
 // back to the same bytes.
 func FuzzRestore(f *testing.F) {
