@@ -489,8 +489,14 @@ func (c *Core) Deadline(h *Held) (d Deadline, ok bool) {
 
 // Adopt holds an orphan (see Orphans). Its job does not start yet: nothing
 // says when the daemon last heard of the lease, so it starts once a
-// heartbeat has renewed it (Acked returns it to start).
+// heartbeat has renewed it (Acked returns it to start). The list's grant
+// carries the daemon's timing, as an acquire's does: a worker whose every
+// call failed so far has heard it nowhere else, and would heartbeat at the
+// timing it assumed at start.
 func (c *Core) Adopt(g api.Grant) *Held {
+	if g.RenewSeconds > 0 {
+		c.timing = ConfigOf(g.Timing)
+	}
 	h := &Held{grant: g, own: ownTiming(g), pending: true}
 	c.held[g.Lease] = h
 	return h

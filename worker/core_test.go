@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leaselog/leaselog/api"
+	"github.com/leaselog/leaselog/timing"
 )
 
 // coreTiming: renew 1s, fence at toleration − 2×renew = 13s.
@@ -179,6 +180,25 @@ func TestCoreLateAnswerStartsNothing(t *testing.T) {
 	ids, _ = c.BeatDue(at(fence + 2*time.Second))
 	if a := c.Acked(at(fence+2*time.Second), at(fence+2*time.Second), continueAll(ids)); len(a.Start) != 1 || a.Start[0] != h || !a.Unfenced {
 		t.Fatalf("a fresh answer: start %v, unfenced %v; want lease 9 started and the fence lifted", a.Start, a.Unfenced)
+	}
+}
+
+// TestCoreAdoptTakesTheDaemonsTiming: a worker whose every call failed so
+// far has heard the daemon's timing only in the lease list; it heartbeats
+// by it, not by what it assumed at start (renew 10 s, where the daemon's
+// toleration is 15 s).
+func TestCoreAdoptTakesTheDaemonsTiming(t *testing.T) {
+	c := NewCore(1, timing.Config{Renew: 10 * time.Second, Grace: 50 * time.Second, Toleration: 300 * time.Second}, t0)
+	c.Adopt(api.Grant{Lease: 7, Timing: coreTiming})
+	if got, want := c.Timing(), ConfigOf(coreTiming); got != want {
+		t.Fatalf("timing after an adoption: %+v, want the grant's %+v", got, want)
+	}
+	if _, due := c.BeatDue(at(0)); !due {
+		t.Fatal("no heartbeat due at the adoption")
+	}
+	c.Unacked()
+	if ids, due := c.BeatDue(at(time.Second)); !due || len(ids) != 1 {
+		t.Fatalf("one renew (1 s) later: due %v, ids %v; want lease 7 named", due, ids)
 	}
 }
 

@@ -368,7 +368,11 @@ class Core:
 
     def adopt(self, g: Grant) -> Held:
         """Hold an orphan. Its job starts once a heartbeat renews it (acked):
-        nothing says when the daemon last heard of it."""
+        nothing says when the daemon last heard of it. The list's grant
+        carries the daemon's timing, as an acquire's does: a worker whose
+        every call failed so far has heard it nowhere else."""
+        if g.timing is not None:
+            self.timing = g.timing
         h = Held(grant=g, base=float("-inf"), renewed=False, pending=True)
         self.held[g.lease] = h
         return h

@@ -144,6 +144,17 @@ class CoreTest(unittest.TestCase):
         self.assertEqual([(h.lease, o.outcome) for h, o in acts.report], [(3, "killed")])
         self.assertIs(acts.report[0][0], b)
 
+    def test_an_adopted_lease_brings_the_daemons_timing(self) -> None:
+        """A worker whose every call failed has heard the daemon's timing
+        only in the lease list: it heartbeats by it, not by the timing it
+        assumed at start (renew 10 s against a toleration of 3 s)."""
+        c = Core(1, Timing(renew=10.0, grace=50.0, toleration=300.0), now=0)
+        c.adopt(grant(7))
+        self.assertEqual((c.timing, c.renew), (T, T.renew))
+        self.assertEqual(c.beat_due(0), ([7], True))
+        c.unacked()
+        self.assertEqual(c.beat_due(T.renew), ([7], True), "the next heartbeat one renew later")
+
 
 class RefusedTest(unittest.TestCase):
 
