@@ -49,11 +49,11 @@ type sleeper interface{ Slept() time.Duration }
 // expiries and never causes one, and the up-time of the life before still
 // counts against a silent worker.
 type lifeClock struct {
-	start time.Time // the wall clock at Open (or the last moment alive before)
-	boot  Clock     // CLOCK_BOOTTIME, or a test's stand-in
-	boot0 time.Time // boot's reading at Open
-	mono  Clock     // CLOCK_MONOTONIC, or a test's stand-in; nil: sleeps unseen
-	mono0 time.Time // mono's reading at Open
+	start   time.Time     // the wall clock at Open (or the last moment alive before)
+	boot    Clock         // CLOCK_BOOTTIME, or a test's stand-in
+	boot0   time.Time     // boot's reading at Open
+	mono    Clock         // CLOCK_MONOTONIC, or a test's stand-in; nil: sleeps unseen
+	offset0 time.Duration // boot less mono at Open (offset)
 }
 
 func newLifeClock(wall, boot, mono Clock, floor int64) *lifeClock {
@@ -63,7 +63,7 @@ func newLifeClock(wall, boot, mono Clock, floor int64) *lifeClock {
 	}
 	c := &lifeClock{start: start.Round(0), boot: boot, boot0: boot.Now(), mono: mono}
 	if mono != nil {
-		c.mono0 = mono.Now()
+		c.offset0 = c.offset()
 	}
 	return c
 }
@@ -74,8 +74,39 @@ func (c *lifeClock) Slept() time.Duration {
 	if c.mono == nil {
 		return 0
 	}
-	return max(0, c.boot.Now().Sub(c.boot0)-c.mono.Now().Sub(c.mono0))
+	return max(0, c.offset()-c.offset0)
 }
+
+// offset is CLOCK_BOOTTIME's reading less CLOCK_MONOTONIC's at one instant.
+// The clocks are read one after the other, and the thread may be
+// descheduled between the reads — on a loaded host for milliseconds, which
+// read as a sleep of the host (a daemon.resumed of nothing) or hide one. So
+// boot is read between two reads of mono, and of a few tries the one whose
+// mono reads lie closest is kept, boot taken against their middle: its
+// error is half that window, microseconds unless every try was
+// descheduled.
+func (c *lifeClock) offset() time.Duration {
+	best, window := time.Duration(0), time.Duration(-1)
+	for range offsetTries {
+		m1 := c.mono.Now()
+		b := c.boot.Now()
+		w := c.mono.Now().Sub(m1)
+		if window < 0 || w < window {
+			best, window = b.Sub(m1.Add(w/2)), w
+		}
+		if window <= offsetWindow {
+			break
+		}
+	}
+	return best
+}
+
+// An offset read within offsetWindow is taken at once; else the best of
+// offsetTries.
+const (
+	offsetTries  = 8
+	offsetWindow = 20 * time.Microsecond
+)
 
 func (c *lifeClock) Now() time.Time {
 	return c.start.Add(max(0, c.boot.Now().Sub(c.boot0)))

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -181,6 +182,60 @@ func TestShortSleepIsAbsence(t *testing.T) {
 		}
 		awake(testConfig.SweepEvery())
 	}
+}
+
+// TestDescheduledReadsAreNoSleep: the daemon reads CLOCK_BOOTTIME and
+// CLOCK_MONOTONIC one after the other, and on a loaded host its thread may
+// be descheduled between them. That pause is no sleep of the host: no
+// daemon.resumed may come of it, at Open's reading or any later. (Seen as a
+// daemon.resumed in the middle of a test's log under the race detector.)
+func TestDescheduledReadsAreNoSleep(t *testing.T) {
+	wall, boot, mono := clocktest.New(clocktest.Epoch), clocktest.New(time.Unix(5000, 0)), clocktest.New(time.Unix(4000, 0))
+	// Descheduled for 5 ms right after every third read of boot, the first
+	// (Open's) included: every clock of the host moves on meanwhile.
+	paused := &descheduled{Clock: boot, every: 3, pause: 5 * time.Millisecond, host: []*clocktest.Clock{wall, boot, mono}}
+	log, svc := leasetest.Open(t, leasetest.Service(func(o *lease.Options) { o.Wall, o.Boot, o.Mono = wall, paused, mono }))
+	for i := range 20 {
+		_, _, err := svc.Submit(ctx, fmt.Sprintf("r%d", i), event.KindRun, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.Sweep(); err != nil {
+			t.Fatal(err)
+		}
+		wall.Advance(time.Millisecond)
+		boot.Advance(time.Millisecond)
+		mono.Advance(time.Millisecond)
+	}
+	if paused.pauses < 10 {
+		t.Fatalf("only %d pauses: the test did not deschedule the reads", paused.pauses)
+	}
+	for _, e := range eventsAfter(t, log, 0) {
+		if e.Type == event.TypeDaemonResumed {
+			t.Fatalf("%s: a pause between two clock reads taken for a sleep of the host", e.String())
+		}
+	}
+}
+
+// descheduled is a host clock after whose every nth reading the reading
+// thread is descheduled for pause: every clock of the host moves on.
+type descheduled struct {
+	*clocktest.Clock
+	every, reads, pauses int
+	pause                time.Duration
+	host                 []*clocktest.Clock
+}
+
+func (d *descheduled) Now() time.Time {
+	now := d.Clock.Now()
+	if d.reads%d.every == 0 {
+		for _, c := range d.host {
+			c.Advance(d.pause)
+		}
+		d.pauses++
+	}
+	d.reads++
+	return now
 }
 
 // TestWallClockBridgesRestarts: across a restart the wall clock dates the
