@@ -114,8 +114,7 @@ func TestFenceWithoutWorker(t *testing.T) {
 	dir := t.TempDir()
 	ready := fifo(t, "ready")
 	g := grant(t, "orphan", 1, api.Spec{Run: treeJob(ready, "")})
-	deadline := fenceClock.Now().Add(time.Second)
-	daemon := startFakeDaemon(t, dir, g, deadline)
+	daemon, deadline := startFakeDaemon(t, dir, g, time.Second)
 	readFIFO(t, ready)
 	killFakeDaemon(t, daemon)
 
@@ -181,8 +180,9 @@ func TestReattachRenewsFence(t *testing.T) {
 	dir := t.TempDir()
 	ready, release := fifo(t, "ready"), fifo(t, "release")
 	g := grant(t, "renew", 2, api.Spec{Run: "echo up > " + q(ready) + "; read x < " + q(release)})
-	old := fenceClock.Now().Add(500 * time.Millisecond)
-	daemon := startFakeDaemon(t, dir, g, old)
+	// The old deadline leaves the restarted worker time to re-attach, even
+	// on a loaded machine; the job must outlive it.
+	daemon, old := startFakeDaemon(t, dir, g, 2*time.Second)
 	readFIFO(t, ready)
 	killFakeDaemon(t, daemon)
 

@@ -33,8 +33,10 @@ const waitBound = 10 * time.Second
 const (
 	daemonDirEnv   = "LOCALTEST_DAEMON_DIR"
 	daemonGrantEnv = "LOCALTEST_DAEMON_GRANT"
-	// daemonFenceEnv, if set, is the fence deadline the fake daemon sets
-	// after the start: Unix ns of hostclock.Boottime.
+	// daemonFenceEnv, if set, is how long after the job's start (a Go
+	// duration) the fake daemon sets its fence deadline, on fenceClock;
+	// counted from the start, not from the test's, so that a slow start of
+	// the fake daemon on a loaded machine does not eat the job's time.
 	daemonFenceEnv = "LOCALTEST_DAEMON_FENCE"
 )
 
@@ -47,7 +49,8 @@ func TestMain(m *testing.M) {
 }
 
 // fakeDaemon starts the job of the grant in its environment, says
-// "started" on stdout, and waits for the job (it is killed long before).
+// "started" and the fence deadline it set (Unix ns, 0 for none) on stdout,
+// and waits for the job (it is killed long before).
 func fakeDaemon() int {
 	var g api.Grant
 	if err := json.Unmarshal([]byte(os.Getenv(daemonGrantEnv)), &g); err != nil {
@@ -64,15 +67,18 @@ func fakeDaemon() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	var deadline int64
 	if v := os.Getenv(daemonFenceEnv); v != "" {
-		ns, err := strconv.ParseInt(v, 10, 64)
+		d, err := time.ParseDuration(v)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		r.Fence(time.Unix(0, ns))
+		at := fenceClock.Now().Add(d)
+		r.Fence(at)
+		deadline = at.UnixNano()
 	}
-	fmt.Println("started")
+	fmt.Println("started", deadline)
 	<-r.Done()
 	return 0
 }
@@ -311,7 +317,7 @@ func readLine(t *testing.T, r *bufio.Reader) string {
 // startFakeDaemon starts g's job under dir from another process (this test
 // binary run again, see fakeDaemon), with the fence deadline fence (a
 // Boottime reading) unless it is zero, and returns once the job is started.
-func startFakeDaemon(t *testing.T, dir string, g api.Grant, fence time.Time) *exec.Cmd {
+func startFakeDaemon(t *testing.T, dir string, g api.Grant, fence time.Duration) (*exec.Cmd, time.Time) {
 	t.Helper()
 	gj, err := json.Marshal(g)
 	if err != nil {
@@ -319,8 +325,8 @@ func startFakeDaemon(t *testing.T, dir string, g api.Grant, fence time.Time) *ex
 	}
 	daemon := exec.Command(os.Args[0], "-test.run=^$")
 	daemon.Env = append(os.Environ(), daemonDirEnv+"="+dir, daemonGrantEnv+"="+string(gj))
-	if !fence.IsZero() {
-		daemon.Env = append(daemon.Env, daemonFenceEnv+"="+strconv.FormatInt(fence.UnixNano(), 10))
+	if fence > 0 {
+		daemon.Env = append(daemon.Env, daemonFenceEnv+"="+fence.String())
 	}
 	daemon.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	daemon.Stderr = os.Stderr
@@ -337,10 +343,16 @@ func startFakeDaemon(t *testing.T, dir string, g api.Grant, fence time.Time) *ex
 			_ = daemon.Wait()
 		}
 	})
-	if line := readLine(t, bufio.NewReader(stdout)); line != "started" {
+	line := readLine(t, bufio.NewReader(stdout))
+	ns, ok := strings.CutPrefix(line, "started ")
+	deadline, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
 		t.Fatalf("fake daemon said %q", line)
 	}
-	return daemon
+	if deadline == 0 {
+		return daemon, time.Time{}
+	}
+	return daemon, time.Unix(0, deadline)
 }
 
 // killFakeDaemon kills the fake daemon with its whole process group —

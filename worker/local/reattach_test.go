@@ -182,7 +182,7 @@ func TestJobSurvivesItsDaemon(t *testing.T) {
 	dir := t.TempDir()
 	ready, release := fifo(t, "ready"), fifo(t, "release")
 	g := grant(t, "survivor", 6, api.Spec{Run: "echo up > " + q(ready) + "; read x < " + q(release)})
-	daemon := startFakeDaemon(t, dir, g, time.Time{})
+	daemon, _ := startFakeDaemon(t, dir, g, 0)
 	readFIFO(t, ready)
 	killFakeDaemon(t, daemon)
 
