@@ -2,12 +2,15 @@ package eventlog
 
 import (
 	"errors"
-	"github.com/leaselog/leaselog/event"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/leaselog/leaselog/event"
 )
 
 // TestCorruptStorageIsNamed writes damaged bytes where the log keeps its
@@ -82,5 +85,21 @@ func TestCorruptStorageIsNamed(t *testing.T) {
 	set(snapshotKey(nil, 3), []byte{1})
 	if _, err := l.Snapshot(3); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("short snapshot: %v", err)
+	}
+	// The walk of the snapshots names the damaged one and goes on to the
+	// one before it.
+	if err := l.PutSnapshot(2, []byte("older")); err != nil {
+		t.Fatal(err)
+	}
+	var read []string
+	err = l.EachSnapshot(func(seq uint64, data []byte, err error) bool {
+		if seq == 3 && (!errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("snapshot key %x", snapshotKey(nil, 3)))) {
+			t.Errorf("damaged snapshot read as %q, %v; want ErrCorrupt naming its key", data, err)
+		}
+		read = append(read, fmt.Sprint(seq, "=", string(data)))
+		return err != nil
+	})
+	if err != nil || !slices.Equal(read, []string{"3=", "2=older"}) {
+		t.Fatalf("EachSnapshot read %q, %v; want the damaged 3, then 2", read, err)
 	}
 }

@@ -323,6 +323,11 @@ func TestReadErrorsAreErrors(t *testing.T) {
 	if _, err := l.Snapshots(); err == nil {
 		t.Error("Snapshots: no error")
 	}
+	var walked error
+	err = l.EachSnapshot(func(_ uint64, _ []byte, err error) bool { walked = err; return true })
+	if err == nil && walked == nil {
+		t.Error("EachSnapshot: no error")
+	}
 	if f.hits.Load() == 0 {
 		t.Fatal("no read reached an sstable: the test tests nothing")
 	}

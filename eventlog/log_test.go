@@ -321,6 +321,17 @@ func TestSnapshots(t *testing.T) {
 	if _, err := l.Snapshot(1); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("Snapshot(1) after pruning: %v", err)
 	}
+	// The walk reads them newest first, and stops where it is told to.
+	for _, stop := range []int{1, 2} {
+		var read []string
+		err := l.EachSnapshot(func(seq uint64, data []byte, err error) bool {
+			read = append(read, fmt.Sprint(seq, "=", string(data), err))
+			return len(read) < stop
+		})
+		if want := []string{"4=table@4<nil>", "3=table@3<nil>"}[:stop]; err != nil || !slices.Equal(read, want) {
+			t.Fatalf("EachSnapshot stopping after %d read %q, %v; want %q", stop, read, err, want)
+		}
+	}
 }
 
 func TestNewestWalksATypeBackwards(t *testing.T) {

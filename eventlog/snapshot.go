@@ -122,11 +122,63 @@ func (l *Log) Snapshot(seq uint64) ([]byte, error) {
 		return nil, fmt.Errorf("eventlog: read snapshot key %x: %w", key, err)
 	}
 	defer closer.Close()
+	data, err := checkSnapshot(key, v)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), data...), nil
+}
+
+// EachSnapshot calls fn with the stored snapshots, newest first, until fn
+// returns false: with each one's data, valid until fn returns, or with the
+// error reading it (wrapping ErrCorrupt and naming its key if it is
+// damaged), after which the walk goes on to an older one if fn returns
+// true. It is what a restart reads to find the newest snapshot that
+// restores, reading each value once, from the iterator that finds its key:
+// positioning an iterator on a snapshot's key decompresses the block its
+// value fills (tens of MB for a table of a million jobs, more than Pebble's
+// block cache keeps), so that Snapshots then Snapshot read the newest twice,
+// and read every other one. The error it returns is the walk's own: a key
+// that names no seq, or a read that stops the iterator.
+func (l *Log) EachSnapshot(fn func(seq uint64, data []byte, err error) bool) error {
+	it, err := l.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixSnapshot},
+		UpperBound: []byte{prefixSnapshot + 1},
+	})
+	if err != nil {
+		return fmt.Errorf("eventlog: read snapshots: %w", err)
+	}
+	defer it.Close()
+	for ok := it.Last(); ok; ok = it.Prev() {
+		seq, err := seqSuffix(it.Key())
+		if err != nil {
+			return err
+		}
+		v, err := it.ValueAndErr()
+		var data []byte
+		if err != nil {
+			err = fmt.Errorf("eventlog: read snapshot key %x: %w", it.Key(), err)
+		} else {
+			data, err = checkSnapshot(it.Key(), v)
+		}
+		if !fn(seq, data, err) {
+			return nil
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("eventlog: read snapshots: %w", err)
+	}
+	return nil
+}
+
+// checkSnapshot returns the data of v, the value stored under the snapshot
+// key key, once its checksum holds.
+func checkSnapshot(key, v []byte) ([]byte, error) {
 	if len(v) < 4 {
 		return nil, fmt.Errorf("%w: snapshot key %x: %d bytes is shorter than its checksum", ErrCorrupt, key, len(v))
 	}
 	if got, want := crc32.Checksum(v[4:], castagnoli), binary.LittleEndian.Uint32(v); got != want {
 		return nil, fmt.Errorf("%w: snapshot key %x: checksum mismatch (stored %08x, computed %08x)", ErrCorrupt, key, want, got)
 	}
-	return append([]byte(nil), v[4:]...), nil
+	return v[4:], nil
 }

@@ -180,7 +180,9 @@ func sortedValues[K comparable, V any](m map[K]V, less func(a, b V) int) []V {
 	return out
 }
 
-// Restore returns the table serialised in b.
+// Restore returns the table serialised in b. It keeps nothing of b, which
+// may be reused once it returns: a restart restores from the store's own
+// buffer (eventlog.Log.EachSnapshot), without a copy.
 func Restore(b []byte) (*Table, error) {
 	r := dec{b: b}
 	if v := r.uvarint(); v != snapshotVersion {

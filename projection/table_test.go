@@ -122,6 +122,24 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
+// TestRestoreKeepsNothingOfItsInput: a table restored from bytes that are
+// then overwritten is the table they held (a restart restores from a
+// buffer of the store's, valid only until it returns).
+func TestRestoreKeepsNothingOfItsInput(t *testing.T) {
+	snap := sampleTable(t).Snapshot()
+	buf := bytes.Clone(snap)
+	restored, err := projection.Restore(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range buf {
+		buf[i] = 0xff
+	}
+	if !bytes.Equal(restored.Snapshot(), snap) {
+		t.Fatalf("the restored table changed with the bytes it was restored from:\n%s", restored)
+	}
+}
+
 func TestRestoreRefusesDamage(t *testing.T) {
 	snap := sampleTable(t).Snapshot()
 	for i := 0; i < len(snap); i += 7 {

@@ -30,11 +30,13 @@ type Source interface {
 	Format() int
 }
 
-// Log is what Rebuild uses: a Source, how far it is durable (a snapshot past
-// that is skipped), and, to upgrade a store of an older format, whether it
-// may write and the archive it writes.
+// Log is what Rebuild uses: a Source, its snapshots read newest first,
+// each once (a snapshot's value is read only to find it), how far it is
+// durable (a snapshot past that is skipped), and, to upgrade a store of an
+// older format, whether it may write and the archive it writes.
 type Log interface {
 	Source
+	EachSnapshot(fn func(seq uint64, data []byte, err error) bool) error
 	DurableSeq() uint64
 	ReadOnly() bool
 	PutArchive(recs []eventlog.Record, upgrade bool) error
@@ -72,25 +74,27 @@ func Rebuild(log Log, logger zerolog.Logger) (*projection.Table, Stats, error) {
 	if log.Format() < eventlog.ArchiveFormat {
 		return rebuildOlder(log, logger)
 	}
-	seqs, err := log.Snapshots()
-	if err != nil {
-		return nil, st, fmt.Errorf("replay: list snapshots: %w", err)
-	}
 	t := projection.New()
-	for _, seq := range seqs {
+	err := log.EachSnapshot(func(seq uint64, data []byte, err error) bool {
 		if seq > log.DurableSeq() {
 			st.Skipped = append(st.Skipped, seq)
 			logger.Warn().Uint64("snapshot", seq).Uint64("durable", log.DurableSeq()).Msg("replay: snapshot is past the end of the log; skipped")
-			continue
+			return true
 		}
-		restored, err := restore(log, seq)
+		var restored *projection.Table
+		if err == nil {
+			restored, err = restoreData(seq, data)
+		}
 		if err != nil {
 			st.Skipped = append(st.Skipped, seq)
 			logger.Warn().Err(err).Uint64("snapshot", seq).Msg("replay: snapshot skipped; falling back to an older one or the full log")
-			continue
+			return true
 		}
 		t, st.SnapshotSeq = restored, seq
-		break
+		return false
+	})
+	if err != nil {
+		return nil, st, fmt.Errorf("replay: read snapshots: %w", err)
 	}
 	t.SetRetire(projection.RetireDrop) // the archive has what the tail ends
 	n, err := fold(t, log.Query(eventlog.Query{After: t.Seq(), ReadAhead: true}), nil)
@@ -145,6 +149,11 @@ func restore(log Source, seq uint64) (*projection.Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	return restoreData(seq, b)
+}
+
+// restoreData restores b, the snapshot stored at seq.
+func restoreData(seq uint64, b []byte) (*projection.Table, error) {
 	t, err := projection.Restore(b)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot at seq %d: %w", seq, err)

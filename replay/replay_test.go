@@ -1,10 +1,15 @@
 package replay_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/event"
@@ -29,6 +34,15 @@ func (d damaged) Snapshot(seq uint64) ([]byte, error) {
 		return []byte("not a snapshot"), nil
 	}
 	return d.Log.Snapshot(seq)
+}
+
+func (d damaged) EachSnapshot(fn func(seq uint64, data []byte, err error) bool) error {
+	return d.Log.EachSnapshot(func(seq uint64, data []byte, err error) bool {
+		if seq == d.bad {
+			data = []byte("not a snapshot")
+		}
+		return fn(seq, data, err)
+	})
 }
 
 // TestRebuildFallsBackPastABadSnapshot: a snapshot that does not restore is
@@ -82,3 +96,99 @@ func TestRebuildFallsBackPastABadSnapshot(t *testing.T) {
 type allBad struct{ *eventlog.Log }
 
 func (allBad) Snapshot(uint64) ([]byte, error) { return nil, errors.New("checksum mismatch") }
+
+func (b allBad) EachSnapshot(fn func(seq uint64, data []byte, err error) bool) error {
+	return b.Log.EachSnapshot(func(seq uint64, _ []byte, _ error) bool {
+		return fn(seq, nil, errors.New("checksum mismatch"))
+	})
+}
+
+// listless is a log that refuses to list its snapshots or read one by its
+// seq, and counts the snapshots its walk reads.
+type listless struct {
+	*eventlog.Log
+	read *int
+}
+
+func (listless) Snapshots() ([]uint64, error) { return nil, errors.New("listed the snapshots") }
+func (listless) Snapshot(uint64) ([]byte, error) {
+	return nil, errors.New("read a snapshot by its seq")
+}
+
+func (l listless) EachSnapshot(fn func(seq uint64, data []byte, err error) bool) error {
+	return l.Log.EachSnapshot(func(seq uint64, data []byte, err error) bool {
+		*l.read++
+		return fn(seq, data, err)
+	})
+}
+
+// TestRebuildReadsOneSnapshot: a restart reads the newest snapshot once,
+// from the walk that finds it, and no other: it neither lists the
+// snapshots nor reads one again by its key (at a million jobs each read
+// decompresses tens of MB).
+func TestRebuildReadsOneSnapshot(t *testing.T) {
+	fs, _ := compactedStore(t)
+	log := openStore(t, fs)
+	seqs, err := log.Snapshots()
+	if err != nil || len(seqs) < 2 {
+		t.Fatalf("snapshots %v, %v: the store is not what the test assumes", seqs, err)
+	}
+	read := 0
+	tab, st, err := replay.Rebuild(listless{log, &read}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SnapshotSeq != seqs[0] || read != 1 || tab.Seq() != log.LastSeq() {
+		t.Fatalf("rebuilt to %d from snapshot %d, reading %d snapshots; want %d from %d, reading 1", tab.Seq(), st.SnapshotSeq, read, log.LastSeq(), seqs[0])
+	}
+}
+
+// TestRebuildPastACorruptSnapshot: the newest snapshot damaged on disk (its
+// checksum fails) is skipped with a warning naming its key, for the one
+// before it; the table comes out as the rebuild from the newest did.
+func TestRebuildPastACorruptSnapshot(t *testing.T) {
+	fs, _ := compactedStore(t)
+	log := openStore(t, fs)
+	seqs, err := log.Snapshots()
+	if err != nil || len(seqs) < 2 {
+		t.Fatalf("snapshots %v, %v: the store is not what the test assumes", seqs, err)
+	}
+	want, _, err := replay.Rebuild(log, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	key := binary.BigEndian.AppendUint64([]byte{'s'}, seqs[0]) // eventlog's snapshot key, written under directly as a bad disk would
+	db, err := pebble.Open(leasetest.Dir, &pebble.Options{FS: fs, Logger: quiet{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, closer, err := db.Get(key)
+	if err != nil {
+		t.Fatal(errors.Join(err, db.Close()))
+	}
+	bad := append([]byte(nil), v...)
+	closer.Close()
+	bad[len(bad)-1] ^= 1
+	if err := errors.Join(db.Set(key, bad, pebble.Sync), db.Close()); err != nil {
+		t.Fatal(err)
+	}
+
+	log = openStore(t, fs)
+	var warned bytes.Buffer
+	tab, st, err := replay.Rebuild(log, zerolog.New(&warned))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SnapshotSeq != seqs[1] || len(st.Skipped) != 1 || st.Skipped[0] != seqs[0] {
+		t.Fatalf("rebuilt from %d skipping %v; want %d skipping [%d]", st.SnapshotSeq, st.Skipped, seqs[1], seqs[0])
+	}
+	if tab.String() != want.String() {
+		t.Fatalf("rebuilt table:\n%s\nfrom the newest snapshot:\n%s", tab, want)
+	}
+	if w := warned.String(); !strings.Contains(w, fmt.Sprintf("snapshot key %x: checksum mismatch", key)) || !strings.Contains(w, fmt.Sprintf(`"snapshot":%d`, seqs[0])) {
+		t.Fatalf("warning %q does not name the snapshot's key and seq", w)
+	}
+}
