@@ -233,11 +233,13 @@ func (l *Log) compactSegment(seg *segment, snaps []uint64) (CompactStats, error)
 	if err != nil {
 		return fail(err)
 	}
+	var dropped []uint64
 	for _, snap := range snaps {
 		if snap >= beats[0].seq && snap < last.seq {
 			if err := b.Delete(snapshotKey(nil, snap), nil); err != nil {
 				return fail(err)
 			}
+			dropped = append(dropped, snap)
 			st.Snapshots++
 		}
 	}
@@ -249,8 +251,10 @@ func (l *Log) compactSegment(seg *segment, snaps []uint64) (CompactStats, error)
 		}
 	}
 	if err := l.writeSynced(b, what); err != nil {
+		l.snaps.forget()
 		return CompactStats{}, err
 	}
+	l.snaps.update(0, dropped)
 	if l.compacted != nil {
 		l.compacted()
 	}

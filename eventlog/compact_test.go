@@ -354,6 +354,10 @@ func TestCompactDeletesSnapshotsInASummary(t *testing.T) {
 	if want := []uint64{after, atLast, before}; !slices.Equal(got, want) {
 		t.Fatalf("snapshots %v, want %v (%d and %d inside the summary's heartbeats %d..%d)", got, want, inside, between, inside, last)
 	}
+	// The list the log keeps is the store's.
+	if stored, err := l.listSnapshots(); err != nil || !slices.Equal(stored, got) {
+		t.Fatalf("the store holds snapshots %v (%v), the log lists %v", stored, err, got)
+	}
 }
 
 // TestCompactedCorruptionIsNamed: a seq missing that no compaction removed,

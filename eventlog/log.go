@@ -190,6 +190,8 @@ type Log struct {
 
 	// compactMu keeps compactions one at a time (compact.go).
 	compactMu sync.Mutex
+	// snaps lists the seqs of the snapshots the store holds (snapshot.go).
+	snaps snapList
 	// compacted, if set (by tests), is called after each batch a
 	// compaction wrote: a crash point.
 	compacted func()

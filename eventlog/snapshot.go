@@ -1,10 +1,13 @@
 package eventlog
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -38,6 +41,7 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 		return err
 	}
 	keep := l.opts.KeepSnapshots - 1
+	var gone []uint64
 	for _, s := range have {
 		if s == seq {
 			continue
@@ -50,8 +54,14 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 			b.Close()
 			return err
 		}
+		gone = append(gone, s)
 	}
-	return l.writeSynced(b, fmt.Sprintf("snapshot at seq %d", seq))
+	if err := l.writeSynced(b, fmt.Sprintf("snapshot at seq %d", seq)); err != nil {
+		l.snaps.forget()
+		return err
+	}
+	l.snaps.update(seq, gone)
+	return nil
 }
 
 // writeSynced writes b, which is not a batch of events, and waits for its
@@ -87,7 +97,57 @@ func (l *Log) writeSynced(b *pebble.Batch, what string) error {
 }
 
 // Snapshots lists the sequence numbers of the stored snapshots, newest first.
+//
+// The list is read from the store once and then kept as the log writes and
+// deletes snapshots: a snapshot's key shares its block with its value, tens
+// of MB at a million jobs, so that every listing from the store would
+// decompress each snapshot whole (CompactJob lists them for every job).
 func (l *Log) Snapshots() ([]uint64, error) {
+	l.snaps.Lock()
+	defer l.snaps.Unlock()
+	if !l.snaps.known {
+		seqs, err := l.listSnapshots()
+		if err != nil {
+			return nil, err
+		}
+		l.snaps.seqs, l.snaps.known = seqs, true
+	}
+	return slices.Clone(l.snaps.seqs), nil
+}
+
+// snapList is the log's list of its snapshots' seqs, newest first, once
+// known. Writes that add or delete snapshots update it once durable; a
+// write that failed makes it unknown again, to be read from the store.
+type snapList struct {
+	sync.Mutex
+	known bool
+	seqs  []uint64
+}
+
+// update records that a snapshot at put (0: none) was written and those at
+// gone deleted.
+func (s *snapList) update(put uint64, gone []uint64) {
+	s.Lock()
+	defer s.Unlock()
+	if !s.known {
+		return
+	}
+	s.seqs = slices.DeleteFunc(s.seqs, func(q uint64) bool { return q == put || slices.Contains(gone, q) })
+	if put != 0 {
+		s.seqs = append(s.seqs, put)
+		slices.SortFunc(s.seqs, func(a, b uint64) int { return cmp.Compare(b, a) })
+	}
+}
+
+// forget makes the list unknown: the store's is read again when next asked.
+func (s *snapList) forget() {
+	s.Lock()
+	s.known = false
+	s.Unlock()
+}
+
+// listSnapshots reads the seqs of the snapshots from the store.
+func (l *Log) listSnapshots() ([]uint64, error) {
 	it, err := l.db.NewIter(&pebble.IterOptions{
 		LowerBound: []byte{prefixSnapshot},
 		UpperBound: []byte{prefixSnapshot + 1},
