@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -29,11 +30,18 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 	if err != nil {
 		return err
 	}
-	b := l.db.NewBatch()
-	val := make([]byte, 4, 4+len(data))
-	val = append(val, data...)
-	binary.LittleEndian.PutUint32(val, crc32.Checksum(data, castagnoli))
-	if err := b.Set(snapshotKey(nil, seq), val, nil); err != nil {
+	// data is copied once, into a batch made to its size: a snapshot of a
+	// large table is tens of megabytes, and a value built beside the batch
+	// and a batch grown by doubling would hold three times that while it is
+	// written.
+	key := snapshotKey(nil, seq)
+	size := snapshotBatchSize(len(key), len(data), len(have))
+	b := l.db.NewBatchWithSize(size, pebble.WithInitialSizeBytes(size))
+	op := b.SetDeferred(len(key), 4+len(data))
+	copy(op.Key, key)
+	binary.LittleEndian.PutUint32(op.Value, crc32.Checksum(data, castagnoli))
+	copy(op.Value[4:], data)
+	if err := op.Finish(); err != nil {
 		b.Close()
 		return err
 	}
@@ -52,6 +60,18 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 		}
 	}
 	return l.writeSynced(b, fmt.Sprintf("snapshot at seq %d", seq))
+}
+
+// snapshotBatchSize is the size of a batch that sets a snapshot of n bytes
+// under a key of k bytes and deletes up to old snapshots: Pebble's header of
+// 12 bytes, and a record each of a kind byte, the lengths as uvarints (at
+// most 5 bytes each), the key and, for the set, the checksum and data. It is
+// the batch's buffer and its initial size, so that Pebble neither grows a
+// pooled batch's buffer by doubling nor rounds the first record's up to a
+// power of two.
+func snapshotBatchSize(k, n, old int) int {
+	const header, record = 12, 1 + 5 + 5
+	return header + record + k + 4 + n + old*(record+k) + 2*binary.MaxVarintLen64
 }
 
 // writeSynced writes b, which is not a batch of events, and waits for its
@@ -96,8 +116,11 @@ func (l *Log) Snapshots() ([]uint64, error) {
 		return nil, fmt.Errorf("eventlog: list snapshots: %w", err)
 	}
 	defer it.Close()
+	// Forward, then reversed: a step backwards copies the value the
+	// iterator leaves (Pebble's findPrevEntry), a whole snapshot; a step
+	// forward reads the key alone.
 	var seqs []uint64
-	for ok := it.Last(); ok; ok = it.Prev() {
+	for ok := it.First(); ok; ok = it.Next() {
 		seq, err := seqSuffix(it.Key())
 		if err != nil {
 			return nil, err
@@ -107,6 +130,7 @@ func (l *Log) Snapshots() ([]uint64, error) {
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("eventlog: list snapshots: %w", err)
 	}
+	slices.Reverse(seqs)
 	return seqs, nil
 }
 
