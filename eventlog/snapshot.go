@@ -33,10 +33,17 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 	// data is copied once, into a batch made to its size: a snapshot of a
 	// large table is tens of megabytes, and a value built beside the batch
 	// and a batch grown by doubling would hold three times that while it is
-	// written.
+	// written. Pebble makes a new buffer for a batch's first record unless
+	// the one it has is a power of two above it (Batch.init), so the first
+	// is an empty record for the WAL alone. (Not WithInitialSizeBytes: the
+	// batch goes back to Pebble's pool with it, and every batch taken after
+	// would be made that large.)
 	key := snapshotKey(nil, seq)
-	size := snapshotBatchSize(len(key), len(data), len(have))
-	b := l.db.NewBatchWithSize(size, pebble.WithInitialSizeBytes(size))
+	b := l.db.NewBatchWithSize(snapshotBatchSize(len(key), len(data), len(have)))
+	if err := b.LogData(nil, nil); err != nil {
+		b.Close()
+		return err
+	}
 	op := b.SetDeferred(len(key), 4+len(data))
 	copy(op.Key, key)
 	binary.LittleEndian.PutUint32(op.Value, crc32.Checksum(data, castagnoli))
@@ -62,16 +69,14 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 	return l.writeSynced(b, fmt.Sprintf("snapshot at seq %d", seq))
 }
 
-// snapshotBatchSize is the size of a batch that sets a snapshot of n bytes
-// under a key of k bytes and deletes up to old snapshots: Pebble's header of
-// 12 bytes, and a record each of a kind byte, the lengths as uvarints (at
-// most 5 bytes each), the key and, for the set, the checksum and data. It is
-// the batch's buffer and its initial size, so that Pebble neither grows a
-// pooled batch's buffer by doubling nor rounds the first record's up to a
-// power of two.
+// snapshotBatchSize is the size of a batch that holds an empty log record,
+// sets a snapshot of n bytes under a key of k bytes and deletes up to old
+// snapshots: Pebble's header of 12 bytes, and a record each of a kind byte,
+// the lengths as uvarints (at most 5 bytes each), the key and, for the set,
+// the checksum and data.
 func snapshotBatchSize(k, n, old int) int {
 	const header, record = 12, 1 + 5 + 5
-	return header + record + k + 4 + n + old*(record+k) + 2*binary.MaxVarintLen64
+	return header + (2+old)*record + (1+old)*k + 4 + n
 }
 
 // writeSynced writes b, which is not a batch of events, and waits for its
