@@ -123,7 +123,7 @@ func (l *Log) Snapshots() ([]uint64, error) {
 	defer it.Close()
 	// Forward, then reversed: a step backwards copies the value the
 	// iterator leaves (Pebble's findPrevEntry), a whole snapshot; a step
-	// forward reads the key alone.
+	// forward copies none.
 	var seqs []uint64
 	for ok := it.First(); ok; ok = it.Next() {
 		seq, err := seqSuffix(it.Key())
