@@ -32,11 +32,25 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 	if err != nil {
 		return err
 	}
-	b := l.db.NewBatch()
-	val := make([]byte, 4, 4+len(data))
-	val = append(val, data...)
-	binary.LittleEndian.PutUint32(val, crc32.Checksum(data, castagnoli))
-	if err := b.Set(snapshotKey(nil, seq), val, nil); err != nil {
+	// data is copied once, into a batch made to its size: a snapshot of a
+	// large table is tens of megabytes, and a value built beside the batch
+	// and a batch grown by doubling would hold three times that while it is
+	// written. Pebble makes a new buffer for a batch's first record unless
+	// the one it has is a power of two above it (Batch.init), so the first
+	// is an empty record for the WAL alone. (Not WithInitialSizeBytes: the
+	// batch goes back to Pebble's pool with it, and every batch taken after
+	// would be made that large.)
+	key := snapshotKey(nil, seq)
+	b := l.db.NewBatchWithSize(snapshotBatchSize(len(key), len(data), len(have)))
+	if err := b.LogData(nil, nil); err != nil {
+		b.Close()
+		return err
+	}
+	op := b.SetDeferred(len(key), 4+len(data))
+	copy(op.Key, key)
+	binary.LittleEndian.PutUint32(op.Value, crc32.Checksum(data, castagnoli))
+	copy(op.Value[4:], data)
+	if err := op.Finish(); err != nil {
 		b.Close()
 		return err
 	}
@@ -62,6 +76,16 @@ func (l *Log) PutSnapshot(seq uint64, data []byte) error {
 	}
 	l.snaps.update(seq, gone)
 	return nil
+}
+
+// snapshotBatchSize is the size of a batch that holds an empty log record,
+// sets a snapshot of n bytes under a key of k bytes and deletes up to old
+// snapshots: Pebble's header of 12 bytes, and a record each of a kind byte,
+// the lengths as uvarints (at most 5 bytes each), the key and, for the set,
+// the checksum and data.
+func snapshotBatchSize(k, n, old int) int {
+	const header, record = 12, 1 + 5 + 5
+	return header + (2+old)*record + (1+old)*k + 4 + n
 }
 
 // writeSynced writes b, which is not a batch of events, and waits for its
@@ -156,8 +180,11 @@ func (l *Log) listSnapshots() ([]uint64, error) {
 		return nil, fmt.Errorf("eventlog: list snapshots: %w", err)
 	}
 	defer it.Close()
+	// Forward, then reversed: a step backwards copies the value the
+	// iterator leaves (Pebble's findPrevEntry), a whole snapshot; a step
+	// forward copies none.
 	var seqs []uint64
-	for ok := it.Last(); ok; ok = it.Prev() {
+	for ok := it.First(); ok; ok = it.Next() {
 		seq, err := seqSuffix(it.Key())
 		if err != nil {
 			return nil, err
@@ -167,6 +194,7 @@ func (l *Log) listSnapshots() ([]uint64, error) {
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("eventlog: list snapshots: %w", err)
 	}
+	slices.Reverse(seqs)
 	return seqs, nil
 }
 

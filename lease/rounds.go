@@ -152,7 +152,11 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 		case it.Kind == event.KindEvaluation:
 			caps[i] = s.maxRequeues
 		}
-		if err == nil {
+		switch {
+		case err != nil:
+		case i > 0 && specs[i-1] != nil && bytes.Equal(it.Spec, items[i-1].Spec):
+			specs[i] = specs[i-1] // a batch's jobs often share a spec: made canonical once
+		default:
 			specs[i], err = canonicalSpec(it.Spec)
 		}
 		if err == nil && it.Timing != (timing.Config{}) {
@@ -161,8 +165,8 @@ func (s *Service) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submit
 		out[i].Err = err
 	}
 	_, err := command(ctx, s, "submit", func(t *tx) (struct{}, error) {
-		batch := map[string]int{} // id -> the item that queues it
-		var evs []event.Event
+		batch := make(map[string]int, len(items)) // id -> the item that queues it
+		evs := make([]event.Event, 0, len(items))
 		for i, it := range items {
 			if out[i].Err == nil {
 				out[i].Err = checkSchedule(it, t.clock())

@@ -140,6 +140,7 @@ type Service struct {
 		slept    time.Duration // the host's sleep (sleeper) already recorded as absence, or seen while present
 		sleptNow time.Duration // the reading awakeLocked took; recorded once its commit is staged
 		lastSnap uint64        // seq of the last snapshot written
+		snapLen  int           // its length in bytes (0: none written since the service opened)
 		snapAt   int64         // when (Clock, ns) it was written, or the service opened
 		err      error         // sticky: the service failed
 		stopping bool
@@ -334,8 +335,11 @@ func (s *Service) snapshot(force bool) error {
 		(s.period > 0 && now-s.mu.snapAt >= int64(s.period)))
 	var data []byte
 	if due {
-		data = s.mu.table.Snapshot()
-		s.mu.lastSnap, s.mu.snapAt = seq, now
+		// Made with room for the last one and a quarter more: a table
+		// grows between snapshots, and a snapshot grown by append from
+		// nothing allocates several times its size.
+		data = s.mu.table.AppendSnapshot(make([]byte, 0, s.mu.snapLen+s.mu.snapLen/4))
+		s.mu.lastSnap, s.mu.snapAt, s.mu.snapLen = seq, now, len(data)
 	}
 	s.mu.Unlock()
 	if !due {
@@ -344,9 +348,11 @@ func (s *Service) snapshot(force bool) error {
 	if err := s.waitDurable(context.Background(), seq); err != nil {
 		return err
 	}
+	// Not used past the put, which copies it: free while the copy is synced.
+	n := len(data)
 	if err := s.log.PutSnapshot(seq, data); err != nil {
 		return s.logErr(fmt.Errorf("lease: snapshot at seq %d: %w", seq, err), "snapshot")
 	}
-	s.logger.Info().Uint64("seq", seq).Int("bytes", len(data)).Msg("snapshot written")
+	s.logger.Info().Uint64("seq", seq).Int("bytes", n).Msg("snapshot written")
 	return nil
 }

@@ -69,8 +69,14 @@ var ErrSnapshotVersion = errors.New("projection: snapshot of an older version")
 //
 // (…At: present time; job#, lease#, worker#: positions in the lists above;
 // timing: renew grace toleration in ns, 0 0 0 for the daemon's.)
-func (t *Table) Snapshot() []byte {
-	var w enc
+func (t *Table) Snapshot() []byte { return t.AppendSnapshot(nil) }
+
+// AppendSnapshot appends the table's Snapshot to dst and returns the result.
+// A caller that gives dst room for it (the last snapshot's length and some)
+// saves the snapshot's growth: appended to from nothing, a buffer of tens of
+// megabytes is copied into a larger one again and again on its way.
+func (t *Table) AppendSnapshot(dst []byte) []byte {
+	w := enc{b: dst}
 	w.uvarint(snapshotVersion)
 	w.uvarint(t.seq)
 	w.varint(t.lastTime)

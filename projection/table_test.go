@@ -140,6 +140,22 @@ func TestRestoreKeepsNothingOfItsInput(t *testing.T) {
 	}
 }
 
+// TestAppendSnapshotAppends: AppendSnapshot leaves what dst holds and
+// writes Snapshot's bytes after it, into dst's room when it has enough.
+func TestAppendSnapshotAppends(t *testing.T) {
+	tab := sampleTable(t)
+	snap := tab.Snapshot()
+	dst := make([]byte, 3, 3+len(snap))
+	copy(dst, "pre")
+	got := tab.AppendSnapshot(dst)
+	if !bytes.Equal(got, append([]byte("pre"), snap...)) {
+		t.Fatalf("AppendSnapshot(%q) = %q, want %q then Snapshot's %q", dst, got, "pre", snap)
+	}
+	if &got[0] != &dst[0] {
+		t.Error("AppendSnapshot made a new buffer though dst had room")
+	}
+}
+
 func TestRestoreRefusesDamage(t *testing.T) {
 	snap := sampleTable(t).Snapshot()
 	for i := 0; i < len(snap); i += 7 {

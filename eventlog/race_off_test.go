@@ -1,0 +1,5 @@
+//go:build !race
+
+package eventlog_test
+
+const raceEnabled = false

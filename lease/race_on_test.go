@@ -1,0 +1,8 @@
+//go:build race
+
+package lease_test
+
+// raceEnabled: the race detector drops some of what sync.Pool is given back
+// (Pebble's batches, the WAL's blocks), so what a call allocates is not what
+// it copies.
+const raceEnabled = true
