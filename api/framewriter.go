@@ -77,8 +77,14 @@ func (w *FrameWriter) Write(add func([]byte) []byte, busy func() bool) error {
 		err := w.write(out)
 		w.mu.Lock()
 		w.taking = 0
+		// The buffer written becomes the spare, unless too large to keep;
+		// then the spare goes too, for w.out was taken from it: a spare
+		// left as it was would be both the buffer the next write sends
+		// and the one frames are added to meanwhile.
 		if cap(out) <= 64<<10 {
 			w.spare = out[:0]
+		} else {
+			w.spare = nil
 		}
 		if err != nil {
 			w.err = err

@@ -51,6 +51,52 @@ func TestFrameWriter(t *testing.T) {
 	}
 }
 
+// TestFrameWriterLargeWriteKeepsFrames: after a write too large to keep as
+// the spare buffer (over 64 KiB, the answers of thousands of workers at
+// once), frames added while later writes are in progress do not land in the
+// buffer being written. (The buffer the writer appended to became the one
+// it wrote from, and a session's answers were cut into one another:
+// `leaselog bench --mode density` at 5,000 workers read a frame header
+// from the middle of a body.)
+func TestFrameWriterLargeWriteKeepsFrames(t *testing.T) {
+	var wire []byte
+	entered, release := make(chan struct{}, 4), make(chan struct{}, 4)
+	w := NewFrameWriter(func(b []byte) error {
+		entered <- struct{}{}
+		<-release // frames are added meanwhile
+		wire = append(wire, b...)
+		return nil
+	}, 0)
+	frame := func(s string) func([]byte) []byte { return func(dst []byte) []byte { return append(dst, s...) } }
+	alone := func() bool { return false }
+	release <- struct{}{}
+	if err := w.Write(frame("small;"), alone); err != nil { // its buffer becomes the spare
+		t.Fatal(err)
+	}
+	<-entered
+	big := strings.Repeat("x", 70<<10) + ";"
+	done := make(chan error)
+	go func() { done <- w.Write(frame(big), alone) }()
+	<-entered // writing the large frame
+	if err := w.Write(frame("second;"), alone); err != nil {
+		t.Fatal(err)
+	}
+	release <- struct{}{}
+	<-entered // writing "second;"
+	if err := w.Write(frame("THIRD!;"), alone); err != nil {
+		t.Fatal(err)
+	}
+	release <- struct{}{}
+	<-entered // writing "THIRD!;"
+	release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(wire), "small;"+big+"second;THIRD!;"; got != want {
+		t.Fatalf("on the wire after the large frame: %q, want %q", got[len("small;")+len(big):], want[len("small;")+len(big):])
+	}
+}
+
 // TestFrameWriterBacklog: Wait lets its caller pass while the frames not yet
 // written — the write in progress included — are within the bound, holds it
 // while they are over it until a write takes them back within, and returns
