@@ -172,10 +172,7 @@ func (s *snapList) forget() {
 
 // listSnapshots reads the seqs of the snapshots from the store.
 func (l *Log) listSnapshots() ([]uint64, error) {
-	it, err := l.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte{prefixSnapshot},
-		UpperBound: []byte{prefixSnapshot + 1},
-	})
+	it, err := l.db.NewIter(snapshotRange())
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: list snapshots: %w", err)
 	}
@@ -229,10 +226,7 @@ func (l *Log) Snapshot(seq uint64) ([]byte, error) {
 // and read every other one. The error it returns is the walk's own: a key
 // that names no seq, or a read that stops the iterator.
 func (l *Log) EachSnapshot(fn func(seq uint64, data []byte, err error) bool) error {
-	it, err := l.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte{prefixSnapshot},
-		UpperBound: []byte{prefixSnapshot + 1},
-	})
+	it, err := l.db.NewIter(snapshotRange())
 	if err != nil {
 		return fmt.Errorf("eventlog: read snapshots: %w", err)
 	}
@@ -257,6 +251,11 @@ func (l *Log) EachSnapshot(fn func(seq uint64, data []byte, err error) bool) err
 		return fmt.Errorf("eventlog: read snapshots: %w", err)
 	}
 	return nil
+}
+
+// snapshotRange bounds an iterator to the snapshots' keys.
+func snapshotRange() *pebble.IterOptions {
+	return &pebble.IterOptions{LowerBound: []byte{prefixSnapshot}, UpperBound: []byte{prefixSnapshot + 1}}
 }
 
 // checkSnapshot returns the data of v, the value stored under the snapshot

@@ -12,13 +12,13 @@ import (
 	"github.com/leaselog/leaselog/eventlog"
 )
 
-// putBigSnapshots opens a store on disk (an in-memory one keeps the WAL's
-// bytes on the heap) and stores the same 8 MB snapshot at seqs 1 and 2,
-// measuring the bytes the second PutSnapshot allocates.
-func putBigSnapshots(t *testing.T) (l *eventlog.Log, data []byte, allocated uint64) {
+// putBigSnapshots opens a store on disk in dir (an in-memory one keeps the
+// WAL's bytes on the heap) and stores the same 8 MB snapshot at seqs 1 and
+// 2, measuring the bytes the second PutSnapshot allocates. The test closes
+// the store.
+func putBigSnapshots(t *testing.T, dir string) (l *eventlog.Log, data []byte, allocated uint64) {
 	t.Helper()
-	l = openDisk(t, filepath.Join(t.TempDir(), "data"), false)
-	t.Cleanup(func() { l.Close() })
+	l = openDisk(t, dir, false)
 	if err := l.Append([]event.Event{{Type: event.TypeDaemonStarted}, {Type: event.TypeDaemonStarted}}); err != nil {
 		t.Fatal(err)
 	}
@@ -47,20 +47,26 @@ func TestPutSnapshotCopiesItOnce(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector empties Pebble's pools at random: the bytes allocated are not the copies made")
 	}
-	_, data, got := putBigSnapshots(t)
+	l, data, got := putBigSnapshots(t, filepath.Join(t.TempDir(), "data"))
+	defer l.Close()
 	if limit := uint64(len(data)) * 5 / 2; got > limit {
 		t.Errorf("PutSnapshot of %d bytes allocated %d, want at most %d", len(data), got, limit)
 	}
 }
 
-// TestSnapshotsReadsNoSnapshot: listing the snapshots reads their keys, not
-// a copy of one (a step backwards in Pebble copies the value it leaves).
-// The least of three listings is taken: Pebble's own goroutines allocate
-// beside them (a flush).
+// TestSnapshotsReadsNoSnapshot: the first listing of a store's snapshots
+// (the log keeps the list after it) reads their keys, not a copy of one (a
+// step backwards in Pebble copies the value it leaves). The least of three
+// opens is taken: Pebble's own goroutines allocate beside the listing.
 func TestSnapshotsReadsNoSnapshot(t *testing.T) {
-	l, data, _ := putBigSnapshots(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	l, data, _ := putBigSnapshots(t, dir)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	least := uint64(math.MaxUint64)
 	for range 3 {
+		l := openDisk(t, dir, true)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		have, err := l.Snapshots()
@@ -69,6 +75,9 @@ func TestSnapshotsReadsNoSnapshot(t *testing.T) {
 			t.Fatalf("Snapshots() = %v, %v; want [2 1]", have, err)
 		}
 		least = min(least, after.TotalAlloc-before.TotalAlloc)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if limit := uint64(len(data)) / 8; least > limit {
 		t.Errorf("listing two snapshots of %d bytes allocated %d, want at most %d", len(data), least, limit)
@@ -79,7 +88,8 @@ func TestSnapshotsReadsNoSnapshot(t *testing.T) {
 // one event allocates a batch of its own size, not the snapshot's (a batch
 // Pebble pools keeps the initial size it was given).
 func TestPutSnapshotLeavesBatchesSmall(t *testing.T) {
-	l, _, _ := putBigSnapshots(t)
+	l, _, _ := putBigSnapshots(t, filepath.Join(t.TempDir(), "data"))
+	defer l.Close()
 	for range 3 { // each from Pebble's pool, if it holds them
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)

@@ -23,7 +23,9 @@ import (
 // writes them (the newest three kept, the older deleted) and n/20 events
 // after the last. impl=rebuild is replay.Rebuild; impl=list is how it
 // found its snapshot before (replay.RebuildListing): the snapshots listed,
-// then the newest read by its key. With LEASELOG_BENCH_STORE naming a
+// then the newest read by its key (since the log keeps its list of
+// snapshots, only its first listing reads the store: impl=list now pays the
+// second read alone). With LEASELOG_BENCH_STORE naming a
 // daemon's store (`leaselog bench --mode million --store`, copied: it is
 // opened read-only, but Pebble still claims it), that store is rebuilt
 // instead. Beside the time, it reports the CPU the process spent a

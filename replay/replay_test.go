@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
 	"github.com/leaselog/leaselog/event"
@@ -122,17 +123,25 @@ func (l listless) EachSnapshot(fn func(seq uint64, data []byte, err error) bool)
 	})
 }
 
-// TestRebuildReadsOneSnapshot: a restart reads the newest snapshot once,
-// from the walk that finds it, and no other: it neither lists the
-// snapshots nor reads one again by its key (at a million jobs each read
-// decompresses tens of MB).
-func TestRebuildReadsOneSnapshot(t *testing.T) {
+// snapshottedStore is compactedStore opened, with the seqs of its
+// snapshots, newest first: two or more.
+func snapshottedStore(t *testing.T) (vfs.FS, *eventlog.Log, []uint64) {
+	t.Helper()
 	fs, _ := compactedStore(t)
 	log := openStore(t, fs)
 	seqs, err := log.Snapshots()
 	if err != nil || len(seqs) < 2 {
 		t.Fatalf("snapshots %v, %v: the store is not what the test assumes", seqs, err)
 	}
+	return fs, log, seqs
+}
+
+// TestRebuildReadsOneSnapshot: a restart reads the newest snapshot once,
+// from the walk that finds it, and no other: it neither lists the
+// snapshots nor reads one again by its key (at a million jobs each read
+// decompresses tens of MB).
+func TestRebuildReadsOneSnapshot(t *testing.T) {
+	_, log, seqs := snapshottedStore(t)
 	read := 0
 	tab, st, err := replay.Rebuild(listless{log, &read}, zerolog.Nop())
 	if err != nil {
@@ -147,12 +156,7 @@ func TestRebuildReadsOneSnapshot(t *testing.T) {
 // checksum fails) is skipped with a warning naming its key, for the one
 // before it; the table comes out as the rebuild from the newest did.
 func TestRebuildPastACorruptSnapshot(t *testing.T) {
-	fs, _ := compactedStore(t)
-	log := openStore(t, fs)
-	seqs, err := log.Snapshots()
-	if err != nil || len(seqs) < 2 {
-		t.Fatalf("snapshots %v, %v: the store is not what the test assumes", seqs, err)
-	}
+	fs, log, seqs := snapshottedStore(t)
 	want, _, err := replay.Rebuild(log, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

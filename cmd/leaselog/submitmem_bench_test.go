@@ -27,8 +27,10 @@ var heapDir = flag.String("heapdir", "", "BenchmarkDaemonSubmit: write heap prof
 // BenchmarkDaemonSubmit starts a daemon in this process as serve does
 // (startDaemon, the default configuration but for no local worker) and
 // submits jobs to it over HTTP in batches of 1,000 from 4 goroutines, each
-// batch the body the Go client sends (`leaselog bench --mode million`'s
-// jobs), each answer read and dropped. It reports the bytes the process
+// answer read and dropped. The batches are those of `leaselog bench --mode
+// million` (workload.SubmitBatches), but written by hand into a buffer each
+// goroutine reuses: the client shares the process, and the Go client's
+// encoding would add its own garbage to the daemon's figures. It reports the bytes the process
 // allocated per job submitted, the Go heap in use at most while they come
 // in (sampled every 50 ms), and after they are in and a GC: the daemon's
 // memory, as the client's side is a buffer per goroutine.
