@@ -17,6 +17,9 @@ type refusingDaemon struct {
 	*fakeDaemon
 	call string // acquire, heartbeat or leases
 	err  error
+	// after, if set, holds the refusals until it is closed: the calls
+	// before are answered (the job must be running when the refusal comes).
+	after chan struct{}
 
 	mu    sync.Mutex
 	calls int
@@ -25,6 +28,13 @@ type refusingDaemon struct {
 func (d *refusingDaemon) refuse(call string) error {
 	if call != d.call {
 		return nil
+	}
+	if d.after != nil {
+		select {
+		case <-d.after:
+		default:
+			return nil
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -76,11 +86,13 @@ func TestRefusedTokenStopsTheWorker(t *testing.T) {
 			e := newFakeExecutor()
 			if tc.holding {
 				d.queue = []api.Grant{grant(3, "j1")}
+				d.after = make(chan struct{})
 			}
 			_, _, done := newTestWorker(t, d, e, nil)
 			var run *fakeRun
 			if tc.holding {
 				run = receive(t, e.started, "the job's start")
+				close(d.after) // a heartbeat before the start would stop the worker before it
 			}
 			err := receive(t, done, "Run's return")
 			done <- err // for newTestWorker's cleanup
