@@ -118,11 +118,16 @@ func (s *Store) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 		return st, nil
 	}
 	r, w := io.Pipe()
-	go func() { w.CloseWithError(writeCheckpoint(w, c, st.Marker, &st)) }()
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		w.CloseWithError(writeCheckpoint(w, c, st.Marker, &st))
+	}()
 	info, err := obs.Put(ctx, natsjs.ObjectMeta{Name: checkpointObject,
 		Description: fmt.Sprintf("the log up to seq %d, stream seq %d", st.Last, st.Marker),
 		Metadata:    map[string]string{"marker": strconv.FormatUint(st.Marker, 10), "last": strconv.FormatUint(st.Last, 10)}}, r)
-	r.Close()
+	r.Close() // a write still in progress fails: the writer returns
+	<-wrote   // before c is closed, and st read
 	if err != nil {
 		return st, fmt.Errorf("jetstream: write the checkpoint at stream seq %d: %w", st.Marker, err)
 	}
