@@ -23,21 +23,12 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 	defer inflight.Wait()
 	answered := make(chan struct{}, 1)
 	for {
-		w.mu.Lock()
-		now := w.now()
-		ids, due, fence := w.mu.core.Turn(now)
-		timeout, every := w.mu.core.BeatTimeout(), w.mu.core.FenceEvery()
-		var runs map[*Held]Progresser
-		if due {
-			runs = w.progressers()
-		}
-		w.mu.Unlock()
-		if due {
-			details := w.details(runs)
+		beat, fence, every := w.turn(ctx)
+		if beat != nil {
 			inflight.Add(1)
 			go func() {
 				defer inflight.Done()
-				w.beat(ctx, api.Heartbeat{Leases: ids, Details: details}, now, timeout)
+				beat()
 				select { // one pending wake-up is enough; never block, or Run could not return
 				case answered <- struct{}{}:
 				default:
@@ -57,6 +48,28 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 			t.Stop()
 		}
 	}
+}
+
+// turn is one turn of the heartbeat loop now (Core.Turn): the heartbeat due
+// as a call to make (nil when none is), whether the fence is to be checked,
+// and how long until the next turn.
+func (w *Worker) turn(ctx context.Context) (beat func(), fence bool, every time.Duration) {
+	w.mu.Lock()
+	now := w.now()
+	ids, due, fence := w.mu.core.Turn(now)
+	timeout, every := w.mu.core.BeatTimeout(), w.mu.core.FenceEvery()
+	var runs map[*Held]Progresser
+	if due {
+		runs = w.progressers()
+	}
+	w.mu.Unlock()
+	if !due {
+		return nil, fence, every
+	}
+	return func() {
+		details := w.details(runs)
+		w.beat(ctx, api.Heartbeat{Leases: ids, Details: details}, now, timeout)
+	}, fence, every
 }
 
 // progressers are the runs of the held leases whose jobs tell their

@@ -217,6 +217,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.reattach(ctx); err != nil {
 		return err
 	}
+	// The first heartbeat is sent, and answered or given up, before the
+	// first acquire: it renews what was re-attached at once, the worker
+	// learns the daemon's timing before it takes work, and a lease granted
+	// at start is next named a renew later, not at whatever moment the
+	// heartbeat loop happened to be scheduled first.
+	if beat, _, _ := w.turn(ctx); beat != nil {
+		beat()
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); w.heartbeatLoop(ctx) }()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -528,5 +529,49 @@ func TestProgressTravelsInHeartbeats(t *testing.T) {
 	case got := <-d.details:
 		t.Fatalf("details %v sent again", got)
 	default:
+	}
+}
+
+// callOrder is a daemon that records the order its heartbeat and acquire
+// calls come in.
+type callOrder struct {
+	*fakeDaemon
+	mu    sync.Mutex
+	calls []string
+}
+
+func (d *callOrder) record(call string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls = append(d.calls, call)
+}
+
+func (d *callOrder) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
+	d.record("acquire")
+	return d.fakeDaemon.Acquire(ctx, worker, max, wait)
+}
+
+func (d *callOrder) Heartbeat(ctx context.Context, worker string, leases []uint64) (api.HeartbeatReply, error) {
+	d.record(fmt.Sprintf("heartbeat %v", leases))
+	return d.fakeDaemon.Heartbeat(ctx, worker, leases)
+}
+
+// The first heartbeat goes before the first acquire, so a lease granted at
+// start is not named by a heartbeat that the scheduler happened to run late
+// (between its grant and its start), and the worker knows the daemon's
+// timing before it takes work.
+func TestFirstHeartbeatBeforeFirstAcquire(t *testing.T) {
+	for range 20 {
+		d := &callOrder{fakeDaemon: newFakeDaemon()}
+		d.queue = []api.Grant{grant(3, "j1")}
+		e := newFakeExecutor()
+		newTestWorker(t, d, e, nil)
+		receive(t, e.started, "the job's start")
+		d.mu.Lock()
+		calls := d.calls
+		d.mu.Unlock()
+		if len(calls) < 2 || calls[0] != "heartbeat []" || calls[1] != "acquire" {
+			t.Fatalf("calls %q: want the first heartbeat, naming no lease, before the first acquire", calls)
+		}
 	}
 }
