@@ -23,8 +23,8 @@ import (
 // exactly as Report decides it, and so is its answer and its error. The
 // acquire is made only by the call that accepts the report — that ends the
 // live lease — and then its grants are returned, none (an empty, non-nil
-// slice) when no job is queued or the daemon is stopping; it never waits for
-// a job. A refused report (stale — a late claim that differs from an
+// slice) when no job is queued, the daemon is stopping or the caller went
+// (ctx done, as Acquire); it never waits for a job. A refused report (stale — a late claim that differs from an
 // accepted report included —, another worker's, unknown) acquires nothing,
 // and so does a retry of a report after it was accepted: it gets the first
 // answer, and grants is nil. A worker that sends the same report again
@@ -56,7 +56,7 @@ func (s *Service) ReportNext(ctx context.Context, worker string, id uint64, r Re
 		// a job the report puts back (an evaluation reported lost) goes to
 		// the next worker that asks.
 		evs := d.evs
-		if d.accepted && !s.mu.stopping {
+		if d.accepted && !s.mu.stopping && ctx.Err() == nil { // a caller gone is granted nothing (Acquire)
 			evs = s.grantEventsLocked(t, evs, worker, next, offer)
 		}
 		evs, err = t.stage(evs...) // a repeated report records nothing: a read

@@ -28,6 +28,11 @@ const MaxAcquire = 100
 // and unlabelled (see AcquireWith), the highest priority first, then the
 // oldest.
 // A call from an unreachable worker first records that it is reachable again.
+//
+// A caller gone (ctx done: its connection closed, its stream reset, its
+// session ended) is granted nothing, and nothing is recorded: the check is
+// made under the lock that stages the grants, so that a job is either
+// granted to a caller still there or stays queued for the next.
 func (s *Service) Acquire(ctx context.Context, worker string, max int) ([]Grant, error) {
 	return s.AcquireWith(ctx, worker, AcquireOptions{Max: max})
 }
@@ -132,6 +137,10 @@ func (s *Service) acquire(ctx context.Context, worker string, o AcquireOptions) 
 	return command(ctx, s, "acquire", func(t *tx) (acquired, error) {
 		if s.mu.stopping {
 			return acquired{}, ErrStopping
+		}
+		if ctx.Err() != nil { // the caller went: a grant would go to no one
+			t.noReadWait = true
+			return acquired{wake: s.mu.queued}, nil
 		}
 		evs := s.grantEventsLocked(t, s.reachableLocked(worker, nil), worker, o, offer)
 		if len(evs) == 0 {

@@ -681,35 +681,3 @@ func TestSessionHoldsAConnection(t *testing.T) {
 		t.Fatalf("the connection once the session ended: %s", r)
 	}
 }
-
-// TestSessionCancelledAcquireEndsTheWait: an acquire whose caller goes
-// ends its session, as a cancelled HTTP call closes its connection, so that
-// the daemon ends the long poll: a job submitted after it goes to the next
-// worker that asks, not to a wait nobody reads.
-func TestSessionCancelledAcquireEndsTheWait(t *testing.T) {
-	waiting := make(chan struct{}, 1)
-	f := newFixtureHooked(t, server.Options{}, func(s *server.Server) {
-		server.SetWaitHook(s, func(ctx context.Context) context.Context { waiting <- struct{}{}; return ctx })
-	})
-	c, err := api.NewClient(f.ts.URL, "")
-	f.must(err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Acquire(ctx, "w1", 1, time.Minute)
-		done <- err
-	}()
-	<-waiting
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("acquire whose caller went: %v, want context.Canceled", err)
-	}
-	eventually(t, "the daemon ends the session", func() bool { return sessionsOpen(t, f) == 0 })
-	f.submit("j1", event.KindRun)
-	other, err := api.NewClient(f.ts.URL, "", api.PlainCalls())
-	f.must(err)
-	gs, err := other.Acquire(context.Background(), "w2", 1, 0)
-	if err != nil || len(gs) != 1 || gs[0].Job.ID != "j1" {
-		t.Fatalf("w2's acquire after w1's went: %v %v, want j1", gs, err)
-	}
-}
