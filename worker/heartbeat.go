@@ -68,7 +68,14 @@ func (w *Worker) turn(ctx context.Context) (beat func(), fence bool, every time.
 	}
 	return func() {
 		details := w.details(runs)
-		w.beat(ctx, api.Heartbeat{Leases: ids, Details: details}, now, timeout)
+		a := w.beat(ctx, api.Heartbeat{Leases: ids, Details: details}, now, timeout)
+		for _, h := range a.Start {
+			w.log().Info().Uint64("lease", h.Lease()).Str("job", h.Grant().Job.ID).Msg("adopted lease renewed: starting its job")
+			w.leases.Go(func() { w.run(ctx, h) })
+		}
+		for _, e := range a.Report {
+			w.leases.Go(func() { w.report(ctx, e.Held, e.Outcome) })
+		}
 	}, fence, every
 }
 
@@ -110,8 +117,11 @@ func (w *Worker) details(runs map[*Held]Progresser) map[uint64]json.RawMessage {
 	return w.mu.core.BeatDetails()
 }
 
-// beat sends heartbeat hb, sent at sent, and acts on the answer.
-func (w *Worker) beat(ctx context.Context, hb api.Heartbeat, sent time.Time, timeout time.Duration) {
+// beat sends heartbeat hb, sent at sent, and acts on the answer: it pushes
+// the deadlines, stops and forgets. The adopted leases the answer renewed
+// (Acts.Start) and those revoked before they started (Acts.Report) are the
+// caller's to start and report; none when it got no answer.
+func (w *Worker) beat(ctx context.Context, hb api.Heartbeat, sent time.Time, timeout time.Duration) Acts {
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	var reply api.HeartbeatReply
 	var err error
@@ -127,12 +137,12 @@ func (w *Worker) beat(ctx context.Context, hb api.Heartbeat, sent time.Time, tim
 		w.mu.Unlock()
 		if denied(err) && ctx.Err() == nil {
 			w.refused("heartbeat", err)
-			return
+			return Acts{}
 		}
 		if ctx.Err() == nil {
 			w.log().Warn().Err(err).Msg("heartbeat not acknowledged")
 		}
-		return
+		return Acts{}
 	}
 	w.fenceMu.Lock()
 	w.mu.Lock()
@@ -153,13 +163,7 @@ func (w *Worker) beat(ctx context.Context, hb api.Heartbeat, sent time.Time, tim
 		}
 	}
 	w.apply(a.Stop, a.Forget)
-	for _, h := range a.Start {
-		w.log().Info().Uint64("lease", h.Lease()).Str("job", h.Grant().Job.ID).Msg("adopted lease renewed: starting its job")
-		w.leases.Go(func() { w.run(ctx, h) })
-	}
-	for _, e := range a.Report {
-		w.leases.Go(func() { w.report(ctx, e.Held, e.Outcome) })
-	}
+	return a
 }
 
 // checkFence stops every job once the last acknowledged heartbeat was sent

@@ -132,6 +132,10 @@ type Worker struct {
 	freed   chan struct{} // a slot freed up: acquire again
 	rounds  Rounder       // the Daemon, if it saves round trips; else nil
 	noNext  atomic.Bool   // the daemon refused a report's next: it predates it
+	// cut: the stop cut a call that may have been granted leases (an
+	// acquire, a report's next): stopped takes them, and a report sent
+	// from then on asks for no next.
+	cut atomic.Bool
 	// adoptMu makes lease lists for orphans one at a time (Core.ListMark):
 	// the acquire loop's and a report's.
 	adoptMu sync.Mutex
@@ -206,7 +210,8 @@ func (w *Worker) backoff() *Backoff { return NewBackoff(w.renew(), w.opts.Rand) 
 // takes, runs and reports jobs until ctx is done. It returns once every
 // goroutine it started has ended, those of single leases included. Jobs in
 // flight are left running: their leases stay, and a restarted worker
-// re-attaches to them.
+// re-attaches to them. A lease granted to a call the stop cut is started
+// first, and left running the same way (stopped).
 //
 // A refusal of the worker's token (ErrRefused) stops it the same way, and
 // Run returns it; a stop through ctx returns nil.
@@ -233,6 +238,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := context.Cause(ctx); errors.Is(err, ErrRefused) {
 		return err
 	}
+	w.leases.Wait() // a report cut by the stop says so first
+	w.stopped(ctx)
 	return nil
 }
 
@@ -324,6 +331,12 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 		sent := w.now()
 		grants, err := w.acquire(callCtx, room)
 		cancel()
+		if ctx.Err() != nil {
+			// The stop cut the call, or came as it was answered: what it
+			// may have been granted is stopped's to take.
+			w.cut.Store(true)
+			return
+		}
 		if err != nil {
 			if denied(err) && ctx.Err() == nil {
 				w.refused("acquire", err)
@@ -406,11 +419,24 @@ func (w *Worker) begin(ctx context.Context, h *Held, ok bool) {
 // run starts the job of a lease and tells the daemon it started.
 func (w *Worker) run(ctx context.Context, h *Held) {
 	g := h.Grant()
+	if err := w.launch(ctx, h); err != nil {
+		w.leases.Go(func() { w.report(ctx, h, NotStarted(err)) })
+		return
+	}
+	if !Running(g) { // else started with its grant: the daemon knows
+		w.leases.Go(func() { w.tellStarted(ctx, g.Lease) })
+	}
+	w.await(ctx, h)
+}
+
+// launch starts the job of a lease and gives its supervisor its deadline;
+// an error is the executor's: the job did not start.
+func (w *Worker) launch(ctx context.Context, h *Held) error {
+	g := h.Grant()
 	run, err := w.opts.Executor.Start(ctx, g)
 	if err != nil {
 		w.log().Warn().Err(err).Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("job could not start")
-		w.leases.Go(func() { w.report(ctx, h, NotStarted(err)) })
-		return
+		return err
 	}
 	w.fenceMu.Lock()
 	w.mu.Lock()
@@ -425,22 +451,21 @@ func (w *Worker) run(ctx context.Context, h *Held) {
 		run.Stop(true)
 	}
 	w.log().Info().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("job started")
-	if Running(g) { // started with its grant: the daemon knows
-		w.await(ctx, h)
-		return
-	}
-	w.leases.Go(func() {
-		err := w.retry(ctx, "start", func(ctx context.Context) error {
-			_, err := w.opts.Daemon.Start(ctx, w.opts.ID, g.Lease)
-			return err
-		})
-		if err != nil && ctx.Err() == nil {
-			// Fenced off (stale, or not ours): the job must not run on.
-			w.log().Warn().Err(err).Uint64("lease", g.Lease).Msg("start refused; stopping the job")
-			w.drop(g.Lease)
-		}
+	return nil
+}
+
+// tellStarted tells the daemon the job of lease started, until it answers;
+// a refusal stops the job.
+func (w *Worker) tellStarted(ctx context.Context, lease uint64) {
+	err := w.retry(ctx, "start", func(ctx context.Context) error {
+		_, err := w.opts.Daemon.Start(ctx, w.opts.ID, lease)
+		return err
 	})
-	w.await(ctx, h)
+	if err != nil && ctx.Err() == nil {
+		// Fenced off (stale, or not ours): the job must not run on.
+		w.log().Warn().Err(err).Uint64("lease", lease).Msg("start refused; stopping the job")
+		w.drop(lease)
+	}
 }
 
 // await waits for a run to end, then reports it.
@@ -477,7 +502,7 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 	for {
 		r := api.Report{Worker: w.opts.ID, Outcome: o.Outcome, Ref: o.Ref, Reason: o.Reason, Result: o.Result}
 		ask := 0 // leases the report asks for in the same call
-		if w.rounds != nil && !w.noNext.Load() && !probe {
+		if w.rounds != nil && !w.noNext.Load() && !w.cut.Load() && !probe {
 			w.mu.Lock()
 			ask = w.mu.core.NextAfter(h)
 			w.mu.Unlock()
@@ -495,6 +520,9 @@ func (w *Worker) report(ctx context.Context, h *Held, o Outcome) {
 			return err
 		})
 		if ctx.Err() != nil {
+			if ask > 0 {
+				w.cut.Store(true) // its next may have been granted
+			}
 			return // not reported: the lease stays, and a restarted worker reports it
 		}
 		if probe && err == nil {

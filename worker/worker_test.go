@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -573,5 +574,83 @@ func TestFirstHeartbeatBeforeFirstAcquire(t *testing.T) {
 		if len(calls) < 2 || calls[0] != "heartbeat []" || calls[1] != "acquire" {
 			t.Fatalf("calls %q: want the first heartbeat, naming no lease, before the first acquire", calls)
 		}
+	}
+}
+
+// grantedAsCut is a daemon whose long poll is granted g just as its caller
+// goes: the grant is staged before the daemon hears the stop cut the call,
+// so the lease is the worker's and the answer reaches no one.
+type grantedAsCut struct {
+	*fakeDaemon
+	g       api.Grant
+	polling chan struct{} // an acquire waits
+}
+
+func (d *grantedAsCut) Acquire(ctx context.Context, worker string, max int, wait time.Duration) ([]api.Grant, error) {
+	select {
+	case d.polling <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	d.mu.Lock()
+	d.live = append(d.live, d.g)
+	d.mu.Unlock()
+	return nil, ctx.Err()
+}
+
+// TestStopStartsALeaseGrantedAsItCutTheAcquire: a lease granted to the long
+// poll the stop cut is one the worker never heard of. Left alone it would
+// expire toleration later, its job never run; the stop finds it in the
+// worker's lease list, renews it and starts its job like any grant, and
+// leaves it running as it leaves every job, for a restarted worker to
+// re-attach: not reported, not stopped.
+func TestStopStartsALeaseGrantedAsItCutTheAcquire(t *testing.T) {
+	d := &grantedAsCut{fakeDaemon: newFakeDaemon(), g: grant(7, "j7"), polling: make(chan struct{}, 1)}
+	e := newFakeExecutor()
+	w, err := New(Options{ID: "w1", Capacity: 1, Daemon: d, Executor: e, Timing: ConfigOf(daemonTiming), Wait: time.Minute, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	receive(t, d.polling, "the long poll")
+	cancel()
+	if err := receive(t, done, "Run's return"); err != nil {
+		t.Fatal(err)
+	}
+	var run *fakeRun
+	select {
+	case run = <-e.started:
+	default:
+		t.Fatal("the lease granted as the stop cut the acquire: its job never started")
+	}
+	select {
+	case id := <-d.started:
+		if id != 7 {
+			t.Fatalf("the daemon was told lease %d started, want 7", id)
+		}
+	default:
+		t.Fatal("the daemon was never told the job of lease 7 started")
+	}
+	named := false
+	for len(d.beats) > 0 {
+		named = named || slices.Contains(<-d.beats, 7)
+	}
+	if !named {
+		t.Fatal("no heartbeat renewed lease 7 before its job started")
+	}
+	d.mu.Lock()
+	reported := d.reported
+	d.mu.Unlock()
+	run.mu.Lock()
+	stops := run.stops
+	run.mu.Unlock()
+	if len(reported) != 0 || len(stops) != 0 || isDone(run) {
+		t.Fatalf("the job left at the stop: reported %v, stopped %v, ended %v; want it running", reported, stops, isDone(run))
+	}
+	if got := w.Leases(); !slices.Equal(got, []uint64{7}) {
+		t.Fatalf("the worker holds %v at its stop, want [7]", got)
 	}
 }
