@@ -17,7 +17,7 @@ import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import _clock
-from ._core import Core, Held, Outcome, Stop, lost, not_started, refused, too_late
+from ._core import Acts, Core, Held, Outcome, Stop, lost, not_started, refused, too_late
 from ._http import Call
 from ._runs import CallableRun, Executor, Handler, Task
 from .client import WorkerClient
@@ -124,6 +124,10 @@ class Worker:
         self._fence_lock = threading.Lock()  # orders the deadlines pushed to runners
         self._freed = threading.Event()
         self._acquiring: Optional[Call] = None
+        # The stop cut a call that may have been granted leases (an acquire,
+        # a report's next): _take_cut_grants takes them, and a report sent
+        # from then on asks for no next.
+        self._cut = False
         self._thread: Optional[threading.Thread] = None
         self._threads: List[threading.Thread] = []
         self._threads_lock = threading.Lock()
@@ -142,7 +146,9 @@ class Worker:
 
         Waits for the daemon to answer first. Jobs in flight when it returns
         are left running: a command's lease stays, and a worker started again
-        with the same id and state directory re-attaches to it.
+        with the same id and state directory re-attaches to it. A lease
+        granted to a call the stop cut is started first, and left the same
+        way (``_take_cut_grants``).
 
         A daemon that refuses the worker's token (401, 403) stops it at
         once: it raises :class:`leaselog.TokenRefused`, naming the token
@@ -178,6 +184,7 @@ class Worker:
                 raise
             if isinstance(self._error, TokenRefused):
                 raise self._error
+            self._take_cut_grants()
         finally:
             self._ready.set()
             self._shutdown_callables()
@@ -286,20 +293,32 @@ class Worker:
 
     def _beat(self, ids: List[int], sent: float, timeout: float, answered: threading.Event,
               details: Optional[Dict[int, Tuple[Task, str]]] = None) -> None:
+        acts = self._heartbeat(ids, sent, timeout, details)
+        for h in acts.start if acts else []:
+            log.info("worker %s: adopted lease %d renewed: starting job %s", self.id, h.lease, h.grant.job.id)
+            self._go(self._run, h)
+        for h, o in acts.report if acts else []:
+            self._go(self._report, h, o)
+        answered.set()
+
+    def _heartbeat(self, ids: List[int], sent: float, timeout: float,
+                   details: Optional[Dict[int, Tuple[Task, str]]] = None) -> Optional[Acts]:
+        """Send the heartbeat naming ids, sent at sent, and act on its answer:
+        push the deadlines, stop, forget. The adopted leases it renewed
+        (acts.start) and those revoked before they started (acts.report) are
+        the caller's to start and report; None when it got no answer."""
         try:
             reply = self.api.heartbeat(ids, details={id: json.loads(doc) for id, (_, doc) in (details or {}).items()},
                                        timeout=timeout)
         except (Unauthorized, Forbidden) as e:
             self._refused("heartbeat", e)
-            answered.set()
-            return
+            return None
         except LeaselogError as e:
             with self._lock:
                 self.core.unacked()
             if not self._stopped.is_set():
                 log.warning("worker %s: heartbeat not acknowledged: %s", self.id, e)
-            answered.set()
-            return
+            return None
         for task, doc in (details or {}).values():
             task._acknowledged(doc)
         with self._fence_lock:
@@ -312,12 +331,7 @@ class Worker:
         for s in acts.stop:
             log.info("worker %s: lease %d: %s", self.id, s.lease, s.why)
         self._apply(acts.stop, acts.forget)
-        for h in acts.start:
-            log.info("worker %s: adopted lease %d renewed: starting job %s", self.id, h.lease, h.grant.job.id)
-            self._go(self._run, h)
-        for h, o in acts.report:
-            self._go(self._report, h, o)
-        answered.set()
+        return acts
 
     def _check_fence(self) -> None:
         with self._lock:
@@ -351,6 +365,7 @@ class Worker:
                 break
             except LeaselogError as e:
                 if self._stopped.is_set():
+                    self._cut = True  # what it may have been granted is _take_cut_grants's
                     break
                 if not isinstance(e, Stopping):
                     log.warning("worker %s: acquire failed; retrying: %s", self.id, e)
@@ -383,6 +398,48 @@ class Worker:
             log.warning("worker %s: adopting lease %d of job %s, whose grant was lost on the way",
                         self.id, g.lease, g.job.id)
 
+    def _take_cut_grants(self) -> None:
+        """Take, once the loops ended on a stop, the leases a call the stop
+        cut may have been granted: a long poll (or a report's next) granted
+        just before the daemon heard its caller go, an answer nobody reads.
+        Left alone such a lease would expire toleration later, its job never
+        run (an evaluation queued again only then, a run failed, "worker
+        lost"). So the worker asks for its lease list; each lease it never
+        learned of is adopted, renewed by one heartbeat as any adopted lease
+        is, and started like any grant, then left as the stop leaves every
+        job: a command runs on under its runner, for a worker started again
+        to re-attach; a callable is told to stop with the others. One
+        revoked before it started is reported. One try of each call, with
+        the call timeout: a daemon out of reach holds the stop that long."""
+        if not self._cut:
+            return
+        with self._lock:
+            mark, timeout = self.core.list_mark(), self.core.call_timeout
+        try:
+            grants = self.api.leases(timeout=timeout)
+        except LeaselogError as e:
+            log.warning("worker %s: stopping: the lease list failed; a lease granted to a call the stop cut "
+                        "expires: %s", self.id, e)
+            return
+        with self._lock:
+            orphans = self.core.orphans(grants, mark)
+            for g in orphans:
+                self.core.adopt(g)
+            ids = self.core.leases()
+        for g in orphans:
+            log.warning("worker %s: stopping: starting lease %d of job %s, granted to a call the stop cut",
+                        self.id, g.lease, g.job.id)
+        acts = self._heartbeat(ids, self.clock.now(), timeout) if orphans else None
+        for h in acts.start if acts else []:
+            if self._launch(h) and not h.grant.running:
+                try:
+                    self.api.start(h.lease, timeout=timeout)
+                except LeaselogError as e:
+                    if not e.retryable:
+                        self._start_refused(h.grant, e)
+        for h, o in acts.report if acts else []:
+            self._report(h, o)
+
     # One lease.
 
     def _begin(self, g: Grant, sent: float) -> None:
@@ -403,6 +460,15 @@ class Worker:
         self._run(h)
 
     def _run(self, h: Held) -> None:
+        if not self._launch(h):
+            return
+        if not h.grant.running:
+            self._go(self._say_started, h.grant)
+        self._go(self._await, h)
+
+    def _launch(self, h: Held) -> bool:
+        """Start h's job and give its runner its deadline; whether it started
+        (if not, it is reported failed)."""
         g = h.grant
         try:
             with self._lock:
@@ -411,7 +477,7 @@ class Worker:
         except Exception as e:
             log.warning("worker %s: job %s could not start: %s", self.id, g.job.id, e)
             self._go(self._report, h, not_started(e))
-            return
+            return False
         with self._fence_lock:
             with self._lock:
                 stop = self.core.started(h, run, self.clock.now())
@@ -421,18 +487,20 @@ class Worker:
         if stop:
             run.stop(True, "fence")
         log.info("worker %s: job %s started, lease %d", self.id, g.job.id, g.lease)
-        if not g.running:
-            self._go(self._say_started, g)
-        self._go(self._await, h)
+        return True
 
     def _say_started(self, g: Grant) -> None:
         try:
             self._retry("start", lambda t: self.api.start(g.lease, timeout=t))
         except LeaselogError as e:
-            log.warning("worker %s: lease %d: start refused; stopping the job: %s", self.id, g.lease, e)
-            with self._lock:
-                stop, forget = self.core.drop(g.lease, "refused")
-            self._apply([stop] if stop else [], [forget] if forget else [])
+            self._start_refused(g, e)
+
+    def _start_refused(self, g: Grant, e: LeaselogError) -> None:
+        """The daemon refused g's start (stale, or not ours): the job must not run on."""
+        log.warning("worker %s: lease %d: start refused; stopping the job: %s", self.id, g.lease, e)
+        with self._lock:
+            stop, forget = self.core.drop(g.lease, "refused")
+        self._apply([stop] if stop else [], [forget] if forget else [])
 
     def _await(self, h: Held) -> None:
         while not h.run.done.wait(0.05):
@@ -453,7 +521,7 @@ class Worker:
         probe = False  # the one call sent without next after one with it was refused as bad input
         while True:
             ask = 0
-            if self.next_in_report and not probe:
+            if self.next_in_report and not self._cut and not probe:
                 with self._lock:
                     ask = self.core.next_after(h)
             sent = self.clock.now()
@@ -472,6 +540,7 @@ class Worker:
                 break
             except LeaselogError as e:
                 if self._stopped.is_set():
+                    self._cut = self._cut or bool(ask)  # its next may have been granted
                     return  # not reported: the lease stays, and a restarted worker reports it
                 probe = False
                 if ask and e.code == "bad_request":

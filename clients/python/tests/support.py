@@ -90,7 +90,8 @@ class ServerTest(unittest.TestCase):
 class Proxy:
     """A TCP proxy to the daemon that can be cut (every connection refused
     at once and those open closed) and restored, or lose the answer to the
-    next call whose request line has a given text (:meth:`lose_answer`).
+    next call whose request line has a given text (:meth:`lose_answer`):
+    its connection reset, or kept open with its caller waiting.
 
     It reads a worker session's frames (GET /v1/session upgraded): each is
     a call, recorded as ``FRAME op path`` with the path of its HTTP call,
@@ -109,6 +110,7 @@ class Proxy:
         self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
         self._cut = threading.Event()
         self._lose: Optional[str] = None
+        self._reset = True  # lose_answer's: reset the connection, or keep it
         self.lost = threading.Event()  # set once an answer was lost
         self.connections = 0  # connections passed to the daemon
         self.refuse_upgrades = refuse_upgrades
@@ -132,10 +134,13 @@ class Proxy:
     def restore(self) -> None:
         self._cut.clear()
 
-    def lose_answer(self, text: str) -> None:
+    def lose_answer(self, text: str, reset: bool = True) -> None:
         """The next call whose first line has text reaches the daemon, but its
-        answer does not reach the caller: its connection is reset."""
+        answer does not reach the caller: its connection is reset, or, not
+        reset, kept open with the caller waiting for an answer that never
+        comes (until it gives up, or is aborted)."""
         self.lost.clear()
+        self._reset = reset
         self._lose = text
 
     def close(self) -> None:
@@ -191,6 +196,15 @@ class Proxy:
                 u.recv(65536)  # the daemon answered: the answer goes nowhere
             except OSError:
                 pass
+            if not self._reset:
+                self.lost.set()  # the caller waits on: the rest of the answer goes nowhere too
+                try:
+                    while u.recv(65536):  # until the caller's close ends the pump, which shuts u
+                        pass
+                except OSError:
+                    pass
+                u.close()
+                return
             c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
             for s in (c, u):
                 try:
@@ -256,6 +270,10 @@ class Proxy:
                     frame, buf = _split_frame(buf)
                     if frame is None:
                         break
+                    if frame[0].split()[0] == state.lose and not self._reset:
+                        state.lose = None
+                        self.lost.set()  # dropped: the call waits on, the session goes on
+                        continue
                     if frame[0].split()[0] == state.lose:
                         c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                         self._close(c, u)

@@ -35,8 +35,9 @@ class WorkerTest(ServerTest):
     def worker(self, name: str, handler: Any = None, server: Optional[str] = None, **kw: Any) -> leaselog.Worker:
         """A started worker with its own id and state directory, stopped at the end."""
         state = kw.pop("state_dir", None) or tempfile.mkdtemp(prefix="leaselog-py-")
+        kw.setdefault("wait_seconds", 0.5)
         w = leaselog.Worker(server or SERVER, uid(f"{self._testMethodName}-{name}"), handler=handler,
-                            state_dir=state, wait_seconds=0.5, **kw)
+                            state_dir=state, **kw)
         w.start()
         self.addCleanup(w.stop)
         return w
@@ -67,12 +68,16 @@ class WorkerTest(ServerTest):
         self.assertEqual((done.state, done.outcome, done.attempts), ("reported", "succeeded", 1))
         self.assertEqual(done.result["echo"], "m7")
         self.assertEqual(seen, [j.id])
-        cw.stop()  # the next jobs are the command worker's
+        # The next jobs are the command worker's, by a label cw does not
+        # offer: the long poll cw's stop cut may still wait at the daemon
+        # until it hears the cut, and would take a job it may take.
+        cw.stop()
 
+        only = {"pool": "command"}
         cmd = self.submit("cmd", run='echo "{\\"job\\": \\"$LEASELOG_JOB\\"}" > "$LEASELOG_RESULT"; '
-                                     'test -z "$LEASELOG_TOKEN"')
-        bad = self.submit("bad", run="exit 3")
-        w = self.worker("command")
+                                     'test -z "$LEASELOG_TOKEN"', labels=only)
+        bad = self.submit("bad", run="exit 3", labels=only)
+        w = self.worker("command", labels=only)
         done = self.client.wait(cmd.id, timeout=20)
         self.assertEqual((done.outcome, done.result), ("succeeded", {"job": cmd.id}))
         failed = self.client.wait(bad.id, timeout=20)
@@ -80,6 +85,30 @@ class WorkerTest(ServerTest):
         lease = self.events_of(cmd.id, "lease.reported")[0].lease
         with open(os.path.join(w.state_dir, f"{cmd.id}-{lease}", "reported")) as f:
             self.assertEqual(f.read(), "succeeded\n")
+
+    def test_stop_starts_a_lease_granted_as_it_cut_the_acquire(self) -> None:
+        """A long poll granted just before the daemon heard the stop cut it
+        leaves a lease the worker never heard of (here its answer is lost on
+        the way, the call still waiting when the stop cuts it). Left alone it
+        would expire toleration later, its job never run; the stop finds it
+        in the worker's lease list, renews it and starts its job like any
+        grant, and leaves the command running as it leaves every job."""
+        gate = tempfile.mkdtemp()
+        self.addCleanup(lambda: open(os.path.join(gate, "go"), "w").close())
+        for session in (True, False):
+            with self.subTest(session=session):
+                proxy = Proxy(SERVER)
+                self.addCleanup(proxy.close)
+                proxy.lose_answer("/acquire", reset=False)  # the worker's first acquire
+                w = self.worker(f"cut-{session}", server=proxy.address, session=session, wait_seconds=30)
+                poll(lambda: any("/acquire" in r for r in proxy.requests), 10, "the long poll")
+                j = self.submit(f"j-{session}", run=f"while [ ! -e {gate}/go ]; do sleep 0.05; done")
+                poll(proxy.lost.is_set, 10, "the grant's answer, lost")
+                w.stop()
+                job = self.client.job(j.id)
+                self.assertEqual((job.state, job.lease and job.lease.worker), ("running", w.id),
+                                 "the lease granted as the stop cut the acquire was not started")
+                self.assertTrue(alive(self.pid_of(w, job)), "the job does not run on after the stop")
 
     def test_next_job_in_the_report(self) -> None:
         """A busy worker takes its next job in the report of the last: one
