@@ -286,6 +286,20 @@ func (p *page) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// click clicks the element that selector matches once it is on the page
+// (for up to 20 s, as waitFor), found and clicked in one step of the page's
+// own JavaScript, as a user's click lands on what the page shows at that
+// moment. The live pages re-render as they update: a node found by one
+// DevTools call may be gone by the next, and a click by node id then fails
+// ("Could not find node with given id").
+func (p *page) click(what, selector string) {
+	p.t.Helper()
+	js := fmt.Sprintf(`(() => { const el = document.querySelector(%q); if (!el) return false; el.click(); return true })()`, selector)
+	if _, err := chromedp.Run(p.ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		p.t.Fatalf("%s: nothing on the page matched %s: %v", what, selector, err)
+	}
+}
+
 // waitFor polls the JavaScript condition cond until it holds, for up to 20 s
 // (it returns as soon as it does; the bound is for a loaded machine):
 // the pages load and update asynchronously, and a condition polled is the

@@ -142,13 +142,13 @@ func TestDashboard(t *testing.T) {
 	d.call("POST", "/v1/jobs/batch", map[string]any{"jobs": batch}, http.StatusOK, nil)
 	p.open("#/jobs")
 	p.waitFor("a full first page", `document.querySelectorAll('#jobs tr[data-job]').length === 50 && !document.querySelector('#jobs button.next').disabled`)
-	p.do("next page", chromedp.Click(chromedp.CSS(`#jobs button.next`)))
+	p.click("next page", `#jobs button.next`)
 	p.waitFor("the last page", `document.querySelectorAll('#jobs tr[data-job]').length === 4 && document.querySelector('#jobs button.next').disabled`)
 	// Newest submitted first: the batch, then the seeded jobs.
 	if got := eval[string](p, `[...document.querySelectorAll('#jobs tr[data-job]')].map(tr => tr.dataset.job).join(' ')`); got != "live-1 run-2 run-1 eval-1" {
 		t.Errorf("the last page lists %q", got)
 	}
-	p.do("previous page", chromedp.Click(chromedp.CSS(`#jobs button.prev`)))
+	p.click("previous page", `#jobs button.prev`)
 	p.waitFor("the first page again", `document.querySelector('#jobs tr[data-job]').dataset.job === 'p-49' && document.querySelectorAll('#jobs tr[data-job]').length === 50`)
 }
 

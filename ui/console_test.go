@@ -70,7 +70,7 @@ func TestDashboardOverview(t *testing.T) {
 	}
 
 	// A count leads to its jobs.
-	p.do("open the queued jobs", chromedp.Click(chromedp.CSS(`#by-state [data-count="queued"]`)))
+	p.click("open the queued jobs", `#by-state [data-count="queued"]`)
 	p.waitFor("the queued jobs", `location.hash === '#/jobs?state=queued' && [...document.querySelectorAll('#jobs tr[data-job]')].map(tr => tr.dataset.job).join(' ') === 'new-2 new-1'`)
 }
 
@@ -144,15 +144,15 @@ func TestDashboardActions(t *testing.T) {
 
 	// Cancel q2: asked, refused once (nothing happens), then confirmed.
 	row := `#jobs tr[data-job="q2"] `
-	p.do("cancel q2", chromedp.Click(chromedp.CSS(row+`button.cancel`)))
+	p.click("cancel q2", row+`button.cancel`)
 	p.waitFor("the confirmation", `document.querySelector('`+row+`.confirm')?.innerText.includes('Cancel q2?')`)
-	p.do("say no", chromedp.Click(chromedp.CSS(row+`button.no`)))
+	p.click("say no", row+`button.no`)
 	p.waitFor("the buttons back", `document.querySelector('`+row+`button.cancel') !== null`)
 	if st, _ := state("q2"); st != "queued" {
 		t.Fatalf("q2 %s after a cancel not confirmed, want queued", st)
 	}
-	p.do("cancel q2", chromedp.Click(chromedp.CSS(row+`button.cancel`)))
-	p.do("confirm", chromedp.Click(chromedp.CSS(row+`button.yes.cancel`)))
+	p.click("cancel q2", row+`button.cancel`)
+	p.click("confirm", row+`button.yes.cancel`)
 	p.waitFor("q2 cancelled on the page", `document.querySelector('`+row+`.badge')?.textContent === 'cancelled'`)
 	if st, _ := state("q2"); st != "cancelled" {
 		t.Errorf("q2 %s after the cancel, want cancelled", st)
@@ -163,9 +163,9 @@ func TestDashboardActions(t *testing.T) {
 	// worker hears at its next heartbeat.
 	p.open("#/job/" + running)
 	p.waitFor("its kill button", `document.querySelector('#job-actions button.kill') !== null`)
-	p.do("kill", chromedp.Click(chromedp.CSS(`#job-actions button.kill`)))
+	p.click("kill", `#job-actions button.kill`)
 	p.waitFor("the confirmation", `document.querySelector('#job-actions .confirm')?.innerText.includes('Kill `+running+`?')`)
-	p.do("confirm", chromedp.Click(chromedp.CSS(`#job-actions button.yes.kill`)))
+	p.click("confirm", `#job-actions button.yes.kill`)
 	p.waitFor("the kill asked", `document.querySelector('#job-actions .done')?.textContent.includes('at its next heartbeat')`)
 	if st, rv := state(running); st != "running" || rv != "kill" {
 		t.Errorf("%s %s, revoke %q after the kill; want running, revoked with kill", running, st, rv)

@@ -113,8 +113,10 @@ func TestTranscriptMatching(t *testing.T) {
 }
 
 // TestREADMEQuickStart follows the README's quick start with the CLI, as it
-// says to (a daemon with its local worker and generated token; a fast
-// timing, and a gate file of the test's own instead of /tmp/go), and checks
+// says to (a daemon with its local worker and generated token, on the
+// default timing as the README's reader has it — on a fast one a start
+// slower than its renew puts a heartbeat before lease.running — and a gate
+// file of the test's own instead of /tmp/go), and checks
 // what the README shows: the agent on worker local under lease 3, the
 // re-attach line the restarted daemon logs (its message and fields), the
 // job reported succeeded, and its events under one lease throughout.
@@ -128,7 +130,8 @@ func TestREADMEQuickStart(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	t.Cleanup(func() { killRuns(filepath.Join(data, "work")) })
-	d := startServe(t, dir, 1)
+	quickConfig := "[server]\nlisten = \"127.0.0.1:0\"\n[plugins.executor]\nlocal_capacity = 1\n[log]\nlevel = \"debug\"\n"
+	d := startServeConfig(t, dir, quickConfig)
 	gate := filepath.Join(dir, "go")
 	cli := func(args ...string) string {
 		t.Helper()
@@ -151,7 +154,7 @@ func TestREADMEQuickStart(t *testing.T) {
 
 	d.signal(syscall.SIGKILL)
 	d.wait()
-	d = startServe(t, dir, 1)
+	d = startServeConfig(t, dir, quickConfig)
 	line := regexp.MustCompile("(?m)^INF (local: re-attached) (.*)$").FindStringSubmatch(quick)
 	if line == nil {
 		t.Fatal("the README's quick start shows no re-attach line")
