@@ -78,6 +78,18 @@ type Options struct {
 	// writes; 0 (or negative) means never by count, as in the daemon's
 	// config (store.snapshot_every), whose default is DefaultSnapshotEvery.
 	SnapshotEvery int
+	// SnapshotPerItem, when positive, holds the count back for a large
+	// table: a snapshot by count is due once the events since the last one
+	// reach SnapshotPerItem times the table's size (its jobs and leases,
+	// projection.Table.Size), if that is more than SnapshotEvery. A
+	// snapshot's cost (its encoding under the mutex, its write, the
+	// memory Pebble holds while it flushes) grows with the table, and a
+	// restart's replay with the events after it: so each snapshot is paid
+	// for by work in proportion, and heartbeats, one event a lease a
+	// renewal, do not write a table of 500,000 leases every few seconds.
+	// 0 means SnapshotEvery alone, as in the tests; the daemon's is
+	// DefaultSnapshotPerItem. SnapshotInterval is not held back.
+	SnapshotPerItem int
 	// SnapshotInterval is how much time (on Clock) may pass between snapshots
 	// while events are appended; 0 means never by time.
 	SnapshotInterval time.Duration
@@ -108,6 +120,12 @@ const DefaultHeartbeatRetention = 24 * time.Hour
 // restart replays no more than about this many events after its snapshot.
 const DefaultSnapshotEvery = 100_000
 
+// DefaultSnapshotPerItem is the daemon's SnapshotPerItem: a restart
+// replays no more than about four events an item its snapshot restored, or
+// SnapshotEvery if that is more, and fewer when SnapshotInterval wrote one
+// sooner (why four: docs/performance.md, "Snapshot cadence").
+const DefaultSnapshotPerItem = 4
+
 // Service is the lease service. Its methods are safe for concurrent use.
 type Service struct {
 	log    *eventlog.Log
@@ -115,8 +133,10 @@ type Service struct {
 	clock  Clock
 	logger zerolog.Logger
 	every  int
-	period time.Duration
-	built  replay.Stats
+	// perItem is Options.SnapshotPerItem.
+	perItem int
+	period  time.Duration
+	built   replay.Stats
 	// maxRequeues is Options.MaxRequeues: the cap of an evaluation
 	// submitted without one.
 	maxRequeues int
@@ -185,7 +205,7 @@ func Open(log *eventlog.Log, opts Options) (*Service, error) {
 		opts.Clock = newLifeClock(opts.Wall, opts.Boot, opts.Mono, alive)
 	}
 	s := &Service{log: log, cfg: opts.Config, clock: opts.Clock, logger: opts.Logger,
-		every: opts.SnapshotEvery, period: opts.SnapshotInterval, built: st, maxRequeues: opts.MaxRequeues, bounds: opts.Bounds,
+		every: opts.SnapshotEvery, perItem: opts.SnapshotPerItem, period: opts.SnapshotInterval, built: st, maxRequeues: opts.MaxRequeues, bounds: opts.Bounds,
 		retention: opts.HeartbeatRetention}
 	table.SetRetire(projection.RetireRecord) // ended jobs go to the archive with their events
 	s.mu.table = table
@@ -325,13 +345,13 @@ func (s *Service) Close() error {
 }
 
 // snapshot writes a snapshot of the table if events were appended since the
-// last one and either enough of them (SnapshotEvery) or enough time
+// last one and either enough of them (snapshotDueLocked) or enough time
 // (SnapshotInterval) passed, or if force is set.
 func (s *Service) snapshot(force bool) error {
 	s.mu.Lock()
 	seq, now := s.mu.table.Seq(), s.now()
 	due := seq > s.mu.lastSnap && s.mu.err == nil && (force ||
-		(s.every > 0 && seq-s.mu.lastSnap >= uint64(s.every)) ||
+		s.snapshotDueLocked(seq-s.mu.lastSnap) ||
 		(s.period > 0 && now-s.mu.snapAt >= int64(s.period)))
 	var data []byte
 	if due {
@@ -355,4 +375,18 @@ func (s *Service) snapshot(force bool) error {
 	}
 	s.logger.Info().Uint64("seq", seq).Int("bytes", n).Msg("snapshot written")
 	return nil
+}
+
+// snapshotDueLocked says whether n events since the last snapshot are enough
+// for the next: SnapshotEvery of them, or SnapshotPerItem an item of the
+// table if that is more.
+func (s *Service) snapshotDueLocked(n uint64) bool {
+	if s.every <= 0 {
+		return false
+	}
+	need := uint64(s.every)
+	if s.perItem > 0 {
+		need = max(need, uint64(s.perItem)*uint64(s.mu.table.Size()))
+	}
+	return n >= need
 }

@@ -158,6 +158,10 @@ func StaleKeyOf(e *event.Event) StaleKey {
 // Seq is the sequence number of the last event applied; 0 for an empty table.
 func (t *Table) Seq() uint64 { return t.seq }
 
+// Size is how many jobs and leases the table holds in memory: the records
+// a snapshot lists (workers aside), what its length and its restore grow with.
+func (t *Table) Size() int { return t.jobList.len() + t.leaseList.len() }
+
 // LastTime is the time of the last event applied (Unix ns).
 func (t *Table) LastTime() int64 { return t.lastTime }
 

@@ -219,6 +219,10 @@ type DensityResult struct {
 	// answered other than continue.
 	Expired      int   `json:"expired"`
 	NotContinued int64 `json:"not_continued"`
+	// From a SIGKILL after the heartbeating to the restarted daemon's
+	// /healthz: the store's open and the table's rebuild from its last
+	// snapshot and the events after it.
+	ReadyMillis float64 `json:"ready_after_sigkill_ms"`
 }
 
 func (r DensityResult) WriteTable(out io.Writer) {
@@ -234,4 +238,5 @@ func (r DensityResult) WriteTable(out io.Writer) {
 	fmt.Fprintf(out, "store, compacted: %d bytes before, %d after: %.1f bytes a lease-heartbeat\n",
 		r.StoreBytesBefore, r.StoreBytesAfter, r.DiskBytesPerLeaseHeartbeat)
 	fmt.Fprintf(out, "expired: %d leases; heartbeats not answered continue: %d\n", r.Expired, r.NotContinued)
+	fmt.Fprintf(out, "ready after SIGKILL: %.0f ms\n", r.ReadyMillis)
 }

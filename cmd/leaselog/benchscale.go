@@ -127,7 +127,9 @@ func (m *Main) runScale(cmd *cobra.Command, s scaleFlags, f clientFlags, workers
 }
 
 // runDensity takes the leases, compacts the store with the daemon stopped,
-// heartbeats for the duration on the restarted daemon, and compacts again.
+// heartbeats for the duration on the restarted daemon, SIGKILLs it and times
+// its restart (the events since its last snapshot replayed), and compacts
+// again.
 func runDensity(ctx context.Context, d *scaleDaemon, dens *workload.Density) (workload.DensityResult, error) {
 	r := workload.DensityResult{Mode: modeDensity, Prefix: dens.Prefix, Workers: dens.Workers, LeasesPerWorker: dens.Leases,
 		LiveLeases: dens.Workers * dens.Leases, RenewSeconds: dens.Renew.Seconds()}
@@ -171,6 +173,14 @@ func runDensity(ctx context.Context, d *scaleDaemon, dens *workload.Density) (wo
 	if r.Expired, err = workload.CountEvents(ctx, dens.Admin, "lease.expired", 0); err != nil {
 		return r, err
 	}
+	if err := d.kill(); err != nil {
+		return r, err
+	}
+	ready, err := d.start(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.ReadyMillis = float64(ready.Microseconds()) / 1000
 	if err := d.stop(); err != nil {
 		return r, err
 	}

@@ -33,7 +33,7 @@ func TestBenchDensity(t *testing.T) {
 	if r.Expired != 0 || r.NotContinued != 0 {
 		t.Errorf("%d expired, %d not continued; want none\n%s", r.Expired, r.NotContinued, out)
 	}
-	if r.CPUMicrosPerLeaseHeartbeat <= 0 || r.RSSPeakBytes <= 0 || r.RSSEndBytes <= 0 || r.RSSPeakBytes < r.RSSEndBytes {
+	if r.CPUMicrosPerLeaseHeartbeat <= 0 || r.RSSPeakBytes <= 0 || r.RSSEndBytes <= 0 || r.RSSPeakBytes < r.RSSEndBytes || r.ReadyMillis <= 0 {
 		t.Errorf("the daemon's figures are not read: %s", out)
 	}
 	if r.StoreBytesBefore <= 0 || r.StoreBytesAfter <= r.StoreBytesBefore || r.DiskBytesPerLeaseHeartbeat <= 0 {

@@ -32,7 +32,7 @@ import (
 //
 //	[store]
 //	dir = "./leaselog-data"
-//	snapshot_every = 100000          # events between snapshots; 0: never by count
+//	snapshot_every = 100000          # events between snapshots (or 4 a job or lease held, if more); 0: never by count
 //	snapshot_seconds = 60            # time between snapshots while events come; 0: never by time
 //	heartbeat_retention_seconds = 86400 # heartbeats of jobs ended longer ago are compacted into summaries; 0: kept
 //	engine = "pebble"                # or "jetstream": the log on a NATS JetStream stream (docs/cluster.md)

@@ -116,7 +116,7 @@ func startDaemon(ctx context.Context, cfg Config, logger zerolog.Logger, o start
 	}
 	logger.Info().Msg("rebuilding the lease table")
 	d.svc, err = lease.Open(log, lease.Options{Config: cfg.Lease(), Logger: logger, SnapshotEvery: cfg.Store.SnapshotEvery,
-		SnapshotInterval: time.Duration(cfg.Store.SnapshotSeconds * float64(time.Second)), StartReason: reason,
+		SnapshotPerItem: lease.DefaultSnapshotPerItem, SnapshotInterval: time.Duration(cfg.Store.SnapshotSeconds * float64(time.Second)), StartReason: reason,
 		MaxRequeues: cfg.Plugins.Executor.MaxRequeues, Bounds: cfg.Bounds(), HeartbeatRetention: cfg.HeartbeatRetention()})
 	if err != nil {
 		return fail(fmt.Errorf("serve: %w", err))
