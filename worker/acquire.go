@@ -77,6 +77,19 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 func (w *Worker) adoptOrphans(ctx context.Context) {
 	w.adoptMu.Lock()
 	defer w.adoptMu.Unlock()
+	orphans, err := w.adoptListed(ctx)
+	if err != nil {
+		return // the daemon is still out of reach; the next failure asks again
+	}
+	for _, g := range orphans {
+		w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("adopting a lease whose grant was lost on the way")
+	}
+}
+
+// adoptListed asks the daemon for the worker's live leases, and adopts
+// each the worker never learned of (Core.Orphans, Core.Adopt): it returns
+// those, or the call's error.
+func (w *Worker) adoptListed(ctx context.Context) ([]api.Grant, error) {
 	w.mu.Lock()
 	mark := w.mu.core.ListMark()
 	w.mu.Unlock()
@@ -84,17 +97,15 @@ func (w *Worker) adoptOrphans(ctx context.Context) {
 	grants, err := w.opts.Daemon.WorkerLeases(callCtx, w.opts.ID)
 	cancel()
 	if err != nil {
-		return // the daemon is still out of reach; the next failure asks again
+		return nil, err
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	orphans := w.mu.core.Orphans(grants, mark)
 	for _, g := range orphans {
 		w.mu.core.Adopt(g)
 	}
-	w.mu.Unlock()
-	for _, g := range orphans {
-		w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("adopting a lease whose grant was lost on the way")
-	}
+	return orphans, nil
 }
 
 // stopped takes, once the loops and the goroutines of single leases ended
@@ -116,23 +127,12 @@ func (w *Worker) stopped(ctx context.Context) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	w.mu.Lock()
-	mark := w.mu.core.ListMark()
-	w.mu.Unlock()
-	callCtx, cancel := context.WithTimeout(ctx, w.callTimeout(0))
-	grants, err := w.opts.Daemon.WorkerLeases(callCtx, w.opts.ID)
-	cancel()
+	orphans, err := w.adoptListed(ctx)
 	if err != nil {
 		w.log().Warn().Err(err).Msg("stopping: the lease list failed; a lease granted to a call the stop cut expires")
 		return
 	}
-	w.mu.Lock()
-	orphans := w.mu.core.Orphans(grants, mark)
-	for _, g := range orphans {
-		w.mu.core.Adopt(g)
-	}
-	ids := w.mu.core.Leases()
-	w.mu.Unlock()
+	ids := w.Leases()
 	if len(orphans) == 0 {
 		return
 	}

@@ -79,6 +79,19 @@ level = "info"
 	return d, nil
 }
 
+// readyAfterKill SIGKILLs the daemon and starts it again: the time from
+// the restart to its first answer of /healthz, in milliseconds.
+func (d *scaleDaemon) readyAfterKill(ctx context.Context) (float64, error) {
+	if err := d.kill(); err != nil {
+		return 0, err
+	}
+	ready, err := d.start(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return float64(ready.Microseconds()) / 1000, nil
+}
+
 // start starts the daemon and waits until it answers /healthz; it returns
 // the time from the process's start to that answer.
 func (d *scaleDaemon) start(ctx context.Context) (time.Duration, error) {

@@ -173,14 +173,9 @@ func runDensity(ctx context.Context, d *scaleDaemon, dens *workload.Density) (wo
 	if r.Expired, err = workload.CountEvents(ctx, dens.Admin, "lease.expired", 0); err != nil {
 		return r, err
 	}
-	if err := d.kill(); err != nil {
+	if r.ReadyMillis, err = d.readyAfterKill(ctx); err != nil {
 		return r, err
 	}
-	ready, err := d.start(ctx)
-	if err != nil {
-		return r, err
-	}
-	r.ReadyMillis = float64(ready.Microseconds()) / 1000
 	if err := d.stop(); err != nil {
 		return r, err
 	}
@@ -235,14 +230,9 @@ func runMillion(ctx context.Context, d *scaleDaemon, mil *workload.Million) (wor
 	if r.AcquireMillion, err = mil.Acquires(ctx); err != nil {
 		return r, err
 	}
-	if err := d.kill(); err != nil {
+	if r.ReadyMillis, err = d.readyAfterKill(ctx); err != nil {
 		return r, err
 	}
-	ready, err := d.start(ctx)
-	if err != nil {
-		return r, err
-	}
-	r.ReadyMillis = float64(ready.Microseconds()) / 1000
 	if r.AcquireRestart, err = mil.Acquires(ctx); err != nil {
 		return r, err
 	}
