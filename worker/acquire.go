@@ -45,21 +45,19 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			if denied(err) && ctx.Err() == nil {
+			if denied(err) {
 				w.refused("acquire", err)
 				return
 			}
-			if ctx.Err() == nil {
-				wait := backoff.Next()
-				if api.IsCode(err, api.CodeStopping) {
-					w.log().Debug().Msg("the daemon is stopping; asking again later")
-				} else {
-					w.log().Warn().Err(err).Float64("retry_in_seconds", wait.Seconds()).Msg("acquire failed; retrying")
-				}
-				sleep(ctx, wait)
-				if Retry(err) {
-					w.adoptOrphans(ctx)
-				}
+			wait := backoff.Next()
+			if api.IsCode(err, api.CodeStopping) {
+				w.log().Debug().Msg("the daemon is stopping; asking again later")
+			} else {
+				w.log().Warn().Err(err).Float64("retry_in_seconds", wait.Seconds()).Msg("acquire failed; retrying")
+			}
+			sleep(ctx, wait)
+			if Retry(err) {
+				w.adoptOrphans(ctx)
 			}
 			continue
 		}
@@ -132,10 +130,10 @@ func (w *Worker) stopped(ctx context.Context) {
 		w.log().Warn().Err(err).Msg("stopping: the lease list failed; a lease granted to a call the stop cut expires")
 		return
 	}
-	ids := w.Leases()
 	if len(orphans) == 0 {
 		return
 	}
+	ids := w.Leases()
 	for _, g := range orphans {
 		w.log().Warn().Uint64("lease", g.Lease).Str("job", g.Job.ID).Msg("stopping: starting a lease granted to a call the stop cut")
 	}
